@@ -1,1 +1,2 @@
 export * from "./types.js";
+export * from "./ports/index.js";

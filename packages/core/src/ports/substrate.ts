@@ -1,0 +1,185 @@
+// The storage port: what every substrate (memory, SQLite, PostgreSQL) MUST provide to the engine.
+// Types and guarantees only; implementations live in the substrate packages, never in core.
+import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
+
+/** Bumped on any change an implementation must follow; substrates declare the one they implement. */
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v1" as const;
+
+/** Decimal amounts travel as strings ("0.001"), never as binary floats (DESIGN.md §6). */
+export type DecimalString = string;
+
+export interface SubstrateCapabilities {
+  /** Several OS processes (or daemons) MAY share the store; transactions still serialize conflicting work. */
+  readonly multiProcess: boolean;
+  /** A committed transaction survives a crash of the process (and, for SQLite/PostgreSQL, of the machine). */
+  readonly durable: boolean;
+}
+
+/** A registered session: identity, its guard config and its decision state. */
+export interface SessionRecord {
+  session_id: string;
+  agent_id: string;
+  organization_id: string;
+  status: SessionStatus;
+  config: Config;
+  /** Decision state without `seen_nonces` (those live in the NonceStore: unbounded). */
+  state: State;
+  /** Monotonic call counter assigned by the engine (spec §4.3 call_number). */
+  call_count: number;
+  created_ns: number;
+  updated_ns: number;
+  last_heartbeat_ns: number | null;
+}
+
+export interface SessionStore {
+  /** MUST return the row locked for the rest of the transaction (PostgreSQL: FOR UPDATE). */
+  get(sessionId: string): Promise<SessionRecord | null>;
+  /** MUST fail with SubstrateError code "conflict" when the id exists. */
+  insert(record: SessionRecord): Promise<void>;
+  /** MUST fail with SubstrateError code "not_found" when the id does not exist. */
+  update(record: SessionRecord): Promise<void>;
+  list(filter?: { status?: SessionStatus; limit?: number }): Promise<SessionRecord[]>;
+}
+
+export interface NonceStore {
+  has(sessionId: string, nonce: Nonce): Promise<boolean>;
+  /**
+   * Records a nonce. MUST return false (and change nothing) when it was already recorded for the
+   * session, so that two concurrent transactions can never both accept one nonce. The number 7 and
+   * the string "7" are different nonces.
+   */
+  add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean>;
+  count(sessionId: string): Promise<number>;
+}
+
+export type BudgetScopeKind = "session" | "agent" | "organization" | "guard";
+
+/** A budget account: a limit and what has been spent and reserved against it, exactly. */
+export interface BudgetAccount {
+  account_id: string;
+  scope: BudgetScopeKind;
+  /** A child account can never spend more than its parent has left (nested guards). */
+  parent_id: string | null;
+  limit_usd: DecimalString;
+  spent_usd: DecimalString;
+  reserved_usd: DecimalString;
+  created_ns: number;
+  updated_ns: number;
+}
+
+export type ReservationStatus = "PENDING" | "SETTLED" | "RELEASED" | "EXPIRED";
+
+/** A two-phase hold on budget (reserve before a call, settle or release after). */
+export interface Reservation {
+  reservation_id: string;
+  /** Every account the hold is charged to, child first (session → agent → organization, or guard → parent). */
+  account_ids: string[];
+  session_id: string;
+  call_number: number;
+  amount_usd: DecimalString;
+  /** Set when settled: the truthful actual cost, which may exceed the estimate. */
+  actual_usd: DecimalString | null;
+  status: ReservationStatus;
+  /** A settle/release carrying the same key again is a no-op. */
+  idempotency_key: string | null;
+  created_ns: number;
+  expires_ns: number;
+  resolved_ns: number | null;
+}
+
+export interface BudgetStore {
+  /** MUST return the row locked for the rest of the transaction (PostgreSQL: FOR UPDATE). */
+  getAccount(accountId: string): Promise<BudgetAccount | null>;
+  /** MUST fail with code "conflict" when the id exists. */
+  insertAccount(account: BudgetAccount): Promise<void>;
+  updateAccount(account: BudgetAccount): Promise<void>;
+  insertReservation(reservation: Reservation): Promise<void>;
+  /** MUST return the row locked for the rest of the transaction. */
+  getReservation(reservationId: string): Promise<Reservation | null>;
+  updateReservation(reservation: Reservation): Promise<void>;
+  /** PENDING reservations whose `expires_ns` <= nowNs, oldest first. */
+  listExpired(nowNs: number, limit: number): Promise<Reservation[]>;
+  listReservations(filter: { sessionId?: string; status?: ReservationStatus }): Promise<Reservation[]>;
+}
+
+export type HitlRequestStatus = "PENDING" | "DECIDED" | "CONSUMED" | "EXPIRED";
+
+/** A call that HITL paused, and the human's decision once made (spec §3.6). */
+export interface HitlRequest {
+  request_id: string;
+  session_id: string;
+  call_number: number;
+  tool_name: string;
+  nonce: Nonce | null;
+  args_digest: string | null;
+  reason: Reason;
+  status: HitlRequestStatus;
+  decision: string | null;
+  operator_id: string | null;
+  successor_nonce: Nonce | null;
+  successor_args_digest: string | null;
+  created_ns: number;
+  decided_ns: number | null;
+}
+
+export interface HitlStore {
+  insert(request: HitlRequest): Promise<void>;
+  /** MUST return the row locked for the rest of the transaction. */
+  get(requestId: string): Promise<HitlRequest | null>;
+  update(request: HitlRequest): Promise<void>;
+  list(filter: { sessionId?: string; status?: HitlRequestStatus }): Promise<HitlRequest[]>;
+}
+
+/** The stores a transaction hands out; all reads and writes through them commit or roll back together. */
+export interface SubstrateTx {
+  readonly sessions: SessionStore;
+  readonly nonces: NonceStore;
+  readonly budgets: BudgetStore;
+  readonly hitl: HitlStore;
+}
+
+/**
+ * A storage backend for the engine.
+ *
+ * Guarantees every implementation MUST keep (the contract suite in @leash/substrate-contract checks them):
+ * - `transaction(fn)` runs `fn` atomically and in isolation: either every write made through the
+ *   stores it hands out is committed, or (when `fn` throws or rejects) none is, and the error is
+ *   rethrown unchanged. Two transactions that touch the same session, account, reservation or
+ *   nonce MUST behave as if run one after the other, across threads, processes and (for
+ *   `multiProcess` substrates) machines. A substrate MAY retry `fn` after a serialization
+ *   failure, so `fn` MUST have no side effects outside the stores.
+ * - A transaction's promise resolves only after the commit is durable when `capabilities.durable`.
+ * - `migrate()` brings an empty or an older store to the current schema, is idempotent, and is
+ *   safe to run from several processes at once.
+ * - Stores return copies: mutating a returned record never changes stored data until it is
+ *   written back with `update…`.
+ * - Numbers written come back equal; decimal strings come back as the same string.
+ */
+export interface Substrate {
+  readonly specificationVersion: typeof SUBSTRATE_SPECIFICATION_VERSION;
+  readonly kind: string;
+  readonly capabilities: SubstrateCapabilities;
+  migrate(): Promise<void>;
+  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+export type SubstrateErrorCode = "conflict" | "not_found" | "busy" | "serialization" | "corrupt" | "closed" | "io";
+
+const MARKER = Symbol.for("leash.core.SubstrateError");
+
+/** The one error substrates throw for storage failures; `code` is stable, `cause` is kept. */
+export class SubstrateError extends Error {
+  readonly [MARKER] = true;
+  override readonly name = "SubstrateError";
+  constructor(
+    readonly code: SubstrateErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+  static isInstance(error: unknown): error is SubstrateError {
+    return typeof error === "object" && error !== null && MARKER in error;
+  }
+}
