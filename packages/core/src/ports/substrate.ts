@@ -164,7 +164,14 @@ export interface Substrate {
   close(): Promise<void>;
 }
 
-export type SubstrateErrorCode = "conflict" | "not_found" | "busy" | "serialization" | "corrupt" | "closed" | "io";
+export type SubstrateErrorCode =
+  | "conflict"
+  | "not_found"
+  | "busy"
+  | "serialization"
+  | "corrupt"
+  | "closed"
+  | "io";
 
 const MARKER = Symbol.for("leash.core.SubstrateError");
 
