@@ -1,0 +1,81 @@
+// Builds the `leash` commander program and runs it against an Io, returning the exit status.
+// It holds no command logic and never calls process.exit, so tests can run it in-process.
+import { readFileSync } from "node:fs";
+import { Command, CommanderError } from "commander";
+import { registerBench } from "./commands/bench.js";
+import { registerConformance } from "./commands/conformance.js";
+import { registerDecide } from "./commands/decide.js";
+import { registerHash } from "./commands/hash.js";
+import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
+
+export type { Io };
+export { nodeIo };
+
+/** Exit status for a bug in leash itself (sysexits EX_SOFTWARE), kept apart from the commands' 1 and 2. */
+export const EXIT_INTERNAL = 70;
+
+/** Read at run time so the version cannot drift from package.json; works from src and dist alike. */
+function packageVersion(): string {
+  try {
+    const text = readFileSync(new URL("../package.json", import.meta.url), "utf8");
+    const version = (JSON.parse(text) as { version?: unknown }).version;
+    return typeof version === "string" ? version : "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+/** One line on stderr: commander appends suggestions on a second line, which we fold in. */
+function oneLine(text: string): string {
+  return `${text.trim().replace(/\s*\n\s*/g, " ")}\n`;
+}
+
+export function buildProgram(io: Io, setExit: (code: number) => void): Command {
+  const program = new Command("leash");
+  // Output and exit settings first: subcommands copy them when .command() creates them.
+  program
+    .description("Leash: a SHACKLE SP/1.0 circuit breaker for AI agent tool calls")
+    .exitOverride()
+    .configureOutput({
+      writeOut: (text) => io.stdout(text),
+      writeErr: (text) => io.stderr(text),
+      outputError: (text, write) => write(`leash: ${oneLine(text)}`),
+      getOutHasColors: () => false,
+      getErrHasColors: () => false,
+    })
+    .version(packageVersion(), "-V, --version", "print the version")
+    .helpOption("-h, --help", "show help for the command")
+    .showSuggestionAfterError(true);
+  registerConformance(program, io, setExit);
+  registerHash(program, io, setExit);
+  registerDecide(program, io, setExit);
+  registerBench(program, io, setExit);
+  return program;
+}
+
+/**
+ * Runs `leash` with `argv` (user arguments only, without node and the script path).
+ * Never throws and never exits the process: every failure becomes one stderr line and a status.
+ */
+export async function run(argv: readonly string[], io: Partial<Io> = {}): Promise<number> {
+  const full: Io = { ...nodeIo(), ...io };
+  let status = 0;
+  try {
+    await buildProgram(full, (code) => {
+      status = code;
+    }).parseAsync(argv, { from: "user" });
+    return status;
+  } catch (err) {
+    if (err instanceof CliError) {
+      full.stderr(`leash: error: ${oneLine(err.message)}`);
+      return err.exitCode;
+    }
+    if (err instanceof CommanderError) {
+      // Commander has already printed its message (help, version or a usage error).
+      // Usage errors share status 2 with other input the program cannot act on.
+      return err.exitCode === 0 ? 0 : EXIT_BAD_INPUT;
+    }
+    full.stderr(`leash: internal error: ${firstLine(err)}\n`);
+    return EXIT_INTERNAL;
+  }
+}

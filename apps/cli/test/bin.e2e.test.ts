@@ -1,0 +1,55 @@
+// End-to-end: spawns the built `apps/cli/dist/bin.js` to prove the shebang, real streams and exit statuses.
+// It needs `tsc --build` first (the root `test` script does that); it does not rebuild.
+import { spawnSync } from "node:child_process";
+import { chmodSync, existsSync, readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { CLI_BIN, CONFORMANCE, CONFORMANCE_101, REPO_ROOT } from "./helpers.js";
+
+function leashBinPath(): string {
+  if (!existsSync(CLI_BIN)) throw new Error(`${CLI_BIN} is missing: run \`npx tsc --build\` first`);
+  return CLI_BIN;
+}
+
+function leashBin(args: string[], input?: string) {
+  return spawnSync(process.execPath, [leashBinPath(), ...args], {
+    cwd: REPO_ROOT,
+    encoding: "utf8",
+    input,
+    timeout: 30_000,
+  });
+}
+
+describe("the built leash binary", () => {
+  it.skipIf(process.platform === "win32")("starts from its shebang", () => {
+    expect(readFileSync(leashBinPath(), "utf8").startsWith("#!/usr/bin/env node\n")).toBe(true);
+    // tsc emits 0644; a package manager sets the bit when it links the bin, so do the same here.
+    chmodSync(CLI_BIN, 0o755);
+    const r = spawnSync(CLI_BIN, ["--version"], { encoding: "utf8", timeout: 30_000 });
+    expect(r.error).toBeUndefined();
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
+  it("passes both published fixture files with exit 0", () => {
+    const r = leashBin(["conformance", CONFORMANCE, CONFORMANCE_101]);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe("29 passed, 0 failed\n");
+    expect(r.status).toBe(0);
+  });
+
+  it("exits 2 with one line for a missing file and for an unknown flag", () => {
+    const missing = leashBin(["conformance", "/nonexistent/leash.json"]);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toBe("leash: error: cannot read /nonexistent/leash.json: no such file\n");
+    const flag = leashBin(["hash", "--frobnicate"]);
+    expect(flag.status).toBe(2);
+    expect(flag.stderr).toBe("leash: error: unknown option '--frobnicate'\n");
+  });
+
+  it("reads stdin and exits 0 on a DENY", () => {
+    const input = JSON.stringify({ config: {}, state: { circuit_tripped: true }, call: { tool_name: "x" } });
+    const r = leashBin(["decide"], input);
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({ verdict: "DENY", reason: "circuit_open" });
+  });
+});

@@ -1,0 +1,58 @@
+// Shared test plumbing: the published fixtures' location and an in-process `leash` run with captured streams.
+// It copies no fixtures into the repo; CI places shared/ beside the repository, and so do these paths.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { run } from "../src/program.js";
+
+export const REPO_ROOT = resolve(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
+export const FIXTURES_DIR = resolve(REPO_ROOT, "..", "shared", "spec", "fixtures");
+export const CONFORMANCE = join(FIXTURES_DIR, "conformance.json");
+export const CONFORMANCE_101 = join(FIXTURES_DIR, "conformance-1.0.1.json");
+export const CLI_BIN = join(REPO_ROOT, "apps", "cli", "dist", "bin.js");
+
+export interface Captured {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `leash argv…` in-process; `stdin` is what the command reads for `-` or no file. */
+export async function leash(argv: readonly string[], stdin = ""): Promise<Captured> {
+  let stdout = "";
+  let stderr = "";
+  const code = await run(argv, {
+    stdout: (text) => {
+      stdout += text;
+    },
+    stderr: (text) => {
+      stderr += text;
+    },
+    readStdin: async () => stdin,
+    stderrIsTTY: false,
+    stdinIsTTY: false,
+  });
+  return { code, stdout, stderr };
+}
+
+/** A scratch directory per test file, removed by the returned cleanup. */
+export function scratchDir(): { dir: string; write(name: string, text: string): string; cleanup(): void } {
+  const dir = mkdtempSync(join(tmpdir(), "leash-cli-"));
+  return {
+    dir,
+    write(name, text) {
+      const path = join(dir, name);
+      writeFileSync(path, text);
+      return path;
+    },
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+/** A message for humans, not a crash: exactly one line, and nothing that looks like a stack frame. */
+export function expectOneLineError(stderr: string): void {
+  const lines = stderr.split("\n").filter((l) => l !== "");
+  if (lines.length !== 1) throw new Error(`expected one stderr line, got ${lines.length}:\n${stderr}`);
+  if (/^\s+at /m.test(stderr) || /Error:.*\n\s+at /.test(stderr)) throw new Error(`stack trace:\n${stderr}`);
+}
