@@ -230,6 +230,7 @@ describe("structural rejection", () => {
     expect(canonicalizationError(nest(4), 3)).toBe("too_deep");
     expect(canonicalizationError({}, 0)).toBeNull();
     expect(canonicalizationError({ a: 1 }, 0)).toBe("too_deep");
+    expect(canonicalizationError({}, -1)).toBe("too_deep");
     expect(codeOf(() => canonicalJson(nest(4), { maxDepth: 3 }))).toBe("too_deep");
     expect(codeOf(() => canonicalJson(nest(100), { maxDepth: 200 }))).toBe("no error");
   });
@@ -400,5 +401,13 @@ describe("vectorHash", () => {
     expect(codeOf(() => vectorHash([1]))).toBe("not_an_object");
     expect(codeOf(() => vectorHash("x"))).toBe("not_an_object");
     expect(codeOf(() => vectorHash(null))).toBe("not_an_object");
+    expect(codeOf(() => vectorHash(new Map()))).toBe("not_an_object");
+    const getter = Object.defineProperty({}, "x", {
+      enumerable: true,
+      get() {
+        throw new Error("boom");
+      },
+    });
+    expect(codeOf(() => vectorHash(getter))).toBe("unsupported_type");
   });
 });

@@ -30,6 +30,7 @@ export function canonicalizationError(
     if (proto !== Object.prototype && proto !== null) {
       return value instanceof Map ? "non_string_key" : "not_an_object";
     }
+    if (!(maxDepth >= 0)) return "too_deep";
     const error = checkObject(value as Record<string, unknown>, 0, maxDepth, []);
     if (error !== null) return error;
     const record = value as Record<string, unknown>;

@@ -1,9 +1,7 @@
 // Digest compatibility with the Python reference: every published canonical_hash and vector_hash.
 // Reads the shared fixture files; it does not run decide().
 
-// biome-ignore lint/style/noRestrictedImports: tests may touch the filesystem; the package code stays pure.
 import { createHash } from "node:crypto";
-// biome-ignore lint/style/noRestrictedImports: tests may touch the filesystem; the package code stays pure.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { canonicalHash, canonicalJson, parseJsonPreservingNumbers, vectorHash } from "./index.js";

@@ -51,8 +51,8 @@ export function pythonFloatRepr(x: number): string {
 }
 
 /**
- * A JavaScript number as Python prints what JSON.parse-equivalent input would have become.
- * Integral values are Python ints (so -0 prints "0"); others are floats.
+ * A JavaScript number as Python prints it, reading an integral value as an int (so -0 prints "0")
+ * and anything else as a float. JSON.parse has already folded `10.0` into 10; numberText keeps it.
  */
 export function numberToCanonical(x: number): string {
   if (Number.isInteger(x)) {

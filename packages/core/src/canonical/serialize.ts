@@ -34,6 +34,7 @@ export function canonicalJson(value: unknown, options?: CanonicalJsonOptions): s
     numberText: options?.numberText === true,
     path: [],
   };
+  if (!(walk.maxDepth >= 0)) throw new CanonicalizationError("too_deep");
   try {
     return writeValue(value, 0, walk);
   } catch (error) {

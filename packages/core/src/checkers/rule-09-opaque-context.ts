@@ -10,6 +10,15 @@ const CONTEXT_KEYS: ReadonlySet<string> = new Set(["ctx", "context", "opaque", "
 const MARKERS: ReadonlySet<string> = new Set(["opaque", "unknown", "unevaluable", "untestable"]);
 const MAX_DEPTH = 64;
 
+/** Cheap pre-filter first: every marker starts with "o" or "u" once whitespace is trimmed. */
+function isMarker(v: string): boolean {
+  if (MARKERS.has(v)) return true;
+  let i = 0;
+  while (i < v.length && v.charCodeAt(i) <= 32) i++;
+  const first = v.charCodeAt(i) | 0x20;
+  return (first === 0x6f || first === 0x75) && MARKERS.has(v.trim().toLowerCase());
+}
+
 function opaqueIn(value: unknown, depth: number): boolean {
   if (depth > MAX_DEPTH) return false;
   if (Array.isArray(value)) {
@@ -21,7 +30,7 @@ function opaqueIn(value: unknown, depth: number): boolean {
   for (const key in value) {
     const v = value[key];
     if (typeof v === "string") {
-      if (CONTEXT_KEYS.has(key.trim().toLowerCase()) && MARKERS.has(v.trim().toLowerCase())) return true;
+      if (isMarker(v) && CONTEXT_KEYS.has(key.trim().toLowerCase())) return true;
     } else if (typeof v === "object" && v !== null && opaqueIn(v, depth + 1)) {
       return true;
     }
