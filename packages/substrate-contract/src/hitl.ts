@@ -1,0 +1,89 @@
+// Contract tests for the HitlStore: round trips (nonce types kept), decisions, list filters.
+// Deciding one request from two handles at once is covered in concurrency.ts.
+
+import type { HitlRequest, HitlStore } from "@leash/core";
+import { describe, expect, it } from "vitest";
+import { makeHitlRequest, seedWorld, T0, WORLD } from "./fixtures.js";
+import { useHarness } from "./harness.js";
+import type { SubstrateContractOptions } from "./options.js";
+
+const rids = (rows: readonly HitlRequest[]) => rows.map((r) => r.request_id).sort();
+
+export function hitlStoreContract(opts: SubstrateContractOptions): void {
+  describe("hitl", () => {
+    it("get returns null for an unknown id", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      expect(await sub.transaction((tx) => tx.hitl.get("no-such-request"))).toBeNull();
+    });
+
+    it("insert then get round-trips every field, keeping nonce types and nulls", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const numeric = makeHitlRequest("h-num", { nonce: 7, successor_nonce: "7" });
+      const stringy = makeHitlRequest("h-str", {
+        nonce: "7",
+        successor_nonce: 8,
+        successor_args_digest: "ef".repeat(32),
+        reason: "hitl_on_deny:window_exceeded",
+      });
+      const bare = makeHitlRequest("h-null", { nonce: null, args_digest: null, reason: "hitl_all_calls" });
+      await sub.transaction(async (tx) => {
+        for (const r of [numeric, stringy, bare]) await tx.hitl.insert(r);
+      });
+      const got = await sub.transaction(async (tx) => [
+        await tx.hitl.get("h-num"),
+        await tx.hitl.get("h-str"),
+        await tx.hitl.get("h-null"),
+      ]);
+      expect(got).toEqual([numeric, stringy, bare]);
+      expect(got[0]?.nonce).toBe(7);
+      expect(got[0]?.successor_nonce).toBe("7");
+      expect(got[1]?.nonce).toBe("7");
+      expect(got[1]?.successor_nonce).toBe(8);
+      expect(got[2]?.nonce).toBeNull();
+    });
+
+    it("update records a human's decision", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      await sub.transaction((tx) => tx.hitl.insert(makeHitlRequest("h1")));
+      const decided = makeHitlRequest("h1", {
+        status: "DECIDED",
+        decision: "modify",
+        operator_id: "operator-ünï",
+        successor_nonce: "n-8",
+        successor_args_digest: "ef".repeat(32),
+        decided_ns: T0 + 60,
+      });
+      await sub.transaction((tx) => tx.hitl.update(decided));
+      expect(await sub.transaction((tx) => tx.hitl.get("h1"))).toEqual(decided);
+    });
+
+    it("list filters by session, by status, by both, and returns all with an empty filter", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      await sub.transaction(async (tx) => {
+        await tx.hitl.insert(makeHitlRequest("s1-pending", { session_id: WORLD.session1 }));
+        await tx.hitl.insert(
+          makeHitlRequest("s1-decided", { session_id: WORLD.session1, status: "DECIDED" }),
+        );
+        await tx.hitl.insert(makeHitlRequest("s2-pending", { session_id: WORLD.session2 }));
+        await tx.hitl.insert(
+          makeHitlRequest("s2-consumed", { session_id: WORLD.session2, status: "CONSUMED" }),
+        );
+      });
+      const list = (filter: Parameters<HitlStore["list"]>[0]) =>
+        sub.transaction((tx) => tx.hitl.list(filter));
+      expect(rids(await list({}))).toEqual(["s1-decided", "s1-pending", "s2-consumed", "s2-pending"]);
+      expect(rids(await list({ sessionId: WORLD.session2 }))).toEqual(["s2-consumed", "s2-pending"]);
+      expect(rids(await list({ status: "PENDING" }))).toEqual(["s1-pending", "s2-pending"]);
+      expect(rids(await list({ sessionId: WORLD.session1, status: "DECIDED" }))).toEqual(["s1-decided"]);
+      expect(await list({ sessionId: WORLD.session1, status: "CONSUMED" })).toEqual([]);
+      expect(await list({ status: "EXPIRED" })).toEqual([]);
+      const [full] = await list({ sessionId: WORLD.session2, status: "CONSUMED" });
+      expect(full).toEqual(
+        makeHitlRequest("s2-consumed", { session_id: WORLD.session2, status: "CONSUMED" }),
+      );
+    });
+  });
+}

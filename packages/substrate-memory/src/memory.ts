@@ -1,0 +1,330 @@
+// The in-memory reference substrate: one transaction at a time, atomic through an overlay, copies at the edge.
+// It is neither durable nor shared between processes; it is the simplest store that keeps every port guarantee.
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import {
+  type BudgetAccount,
+  type BudgetStore,
+  type HitlRequest,
+  type HitlStore,
+  type Nonce,
+  type NonceStore,
+  type Reservation,
+  type SessionRecord,
+  type SessionStore,
+  SUBSTRATE_SPECIFICATION_VERSION,
+  type Substrate,
+  type SubstrateCapabilities,
+  SubstrateError,
+  type SubstrateTx,
+} from "@leash/core";
+import { createDataSet, type DataSet, nonceKey, OverlayNonces, OverlayTable } from "./overlay.js";
+
+export interface MemorySubstrateOptions {
+  /**
+   * Handles created with the same key share one process-wide data set and one transaction queue, like
+   * two connections to one database file. Without it the handle gets a private data set.
+   */
+  shared?: string;
+}
+
+const sharedDataSets = new Map<string, DataSet>();
+
+/** Which transaction the current async context runs inside, to turn a nested transaction into an error. */
+const runningTransaction = new AsyncLocalStorage<object>();
+
+/**
+ * Forgets the data set behind a shared key (tests call it to free memory). Handles still open on the key
+ * keep the old data; the next handle created with the key starts empty. Returns whether the key existed.
+ */
+export function deleteSharedMemory(key: string): boolean {
+  return sharedDataSets.delete(key);
+}
+
+export function createMemorySubstrate(options: MemorySubstrateOptions = {}): MemorySubstrate {
+  return new MemorySubstrate(options);
+}
+
+// Every record crosses the store boundary as a deep copy, in both directions, so neither the caller's
+// object nor a returned one can alias what is stored.
+const copy: <T>(value: T) => T = structuredClone;
+
+export class MemorySubstrate implements Substrate {
+  readonly specificationVersion = SUBSTRATE_SPECIFICATION_VERSION;
+  readonly kind = "memory";
+  readonly capabilities: SubstrateCapabilities = Object.freeze({ multiProcess: false, durable: false });
+
+  readonly #data: DataSet;
+  readonly #inFlight = new Set<Promise<unknown>>();
+  #closed = false;
+
+  constructor(options: MemorySubstrateOptions = {}) {
+    if (options.shared === undefined) {
+      this.#data = createDataSet();
+    } else {
+      let data = sharedDataSets.get(options.shared);
+      if (data === undefined) {
+        data = createDataSet();
+        sharedDataSets.set(options.shared, data);
+      }
+      this.#data = data;
+    }
+  }
+
+  /** The tables exist from creation, so there is nothing to bring up to date; only a closed handle fails. */
+  async migrate(): Promise<void> {
+    this.#assertOpen();
+  }
+
+  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+    if (this.#closed) return Promise.reject(closedError());
+    const data = this.#data;
+    const enclosing = runningTransaction.getStore();
+    if (enclosing !== undefined && enclosing === data.active) {
+      // The inner transaction would wait for the outer one, which waits for the inner one: fail loudly.
+      return Promise.reject(
+        new SubstrateError("busy", "a transaction was started inside another transaction on the same data"),
+      );
+    }
+    const result = data.tail.then(() => runTransaction(data, fn));
+    data.tail = result.then(ignore, ignore);
+    const tracked = result.then(ignore, ignore);
+    this.#inFlight.add(tracked);
+    void tracked.then(() => this.#inFlight.delete(tracked));
+    return result;
+  }
+
+  /** Refuses new transactions at once, and resolves when the ones already queued on this handle have ended. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.all(this.#inFlight);
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw closedError();
+  }
+}
+
+function ignore(): void {}
+
+function closedError(): SubstrateError {
+  return new SubstrateError("closed", "the memory substrate handle is closed");
+}
+
+async function runTransaction<T>(data: DataSet, fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+  const token = {};
+  const tx = new MemoryTransaction(data);
+  data.active = token;
+  try {
+    // Calling fn inside the async function turns a synchronous throw into a rejection like any other.
+    const result = await runningTransaction.run(token, () => fn(tx.stores));
+    tx.commit();
+    return result;
+  } finally {
+    tx.end();
+    data.active = null;
+  }
+}
+
+/** The stores of one transaction; after commit or rollback every store call fails with code "closed". */
+class MemoryTransaction {
+  readonly #sessions: OverlayTable<SessionRecord>;
+  readonly #accounts: OverlayTable<BudgetAccount>;
+  readonly #reservations: OverlayTable<Reservation>;
+  readonly #hitl: OverlayTable<HitlRequest>;
+  readonly #nonces: OverlayNonces;
+  #ended = false;
+  readonly stores: SubstrateTx;
+
+  constructor(data: DataSet) {
+    this.#sessions = new OverlayTable(data.sessions);
+    this.#accounts = new OverlayTable(data.accounts);
+    this.#reservations = new OverlayTable(data.reservations);
+    this.#hitl = new OverlayTable(data.hitl);
+    this.#nonces = new OverlayNonces(data.nonces);
+    this.stores = Object.freeze({
+      sessions: this.#sessionStore(),
+      nonces: this.#nonceStore(),
+      budgets: this.#budgetStore(),
+      hitl: this.#hitlStore(),
+    });
+  }
+
+  commit(): void {
+    this.#live();
+    this.#sessions.commit();
+    this.#accounts.commit();
+    this.#reservations.commit();
+    this.#hitl.commit();
+    this.#nonces.commit();
+  }
+
+  /** Uncommitted writes are simply dropped with the overlay: that is the whole rollback. */
+  end(): void {
+    this.#ended = true;
+  }
+
+  // A store leaked out of its transaction would otherwise write into an overlay nobody commits.
+  #live(): void {
+    if (this.#ended) throw new SubstrateError("closed", "the transaction has already ended");
+  }
+
+  #sessionStore(): SessionStore {
+    const table = this.#sessions;
+    return {
+      get: async (sessionId) => {
+        this.#live();
+        return copyOrNull(table.get(sessionId));
+      },
+      insert: async (record) => {
+        this.#live();
+        if (table.has(record.session_id)) throw conflict("session", record.session_id);
+        table.set(record.session_id, copy(record));
+      },
+      update: async (record) => {
+        this.#live();
+        if (!table.has(record.session_id)) throw notFound("session", record.session_id);
+        table.set(record.session_id, copy(record));
+      },
+      list: async (filter = {}) => {
+        this.#live();
+        const rows = [...table.values()].filter(
+          (s) => filter.status === undefined || s.status === filter.status,
+        );
+        return limited(rows, filter.limit).map((row) => copy(row));
+      },
+    };
+  }
+
+  #nonceStore(): NonceStore {
+    const nonces = this.#nonces;
+    return {
+      has: async (sessionId: string, nonce: Nonce) => {
+        this.#live();
+        return nonces.has(sessionId, nonceKey(nonce));
+      },
+      add: async (sessionId: string, nonce: Nonce, atNs: number) => {
+        this.#live();
+        const key = nonceKey(nonce);
+        if (nonces.has(sessionId, key)) return false;
+        nonces.add(sessionId, key, atNs);
+        return true;
+      },
+      count: async (sessionId: string) => {
+        this.#live();
+        return nonces.count(sessionId);
+      },
+    };
+  }
+
+  #budgetStore(): BudgetStore {
+    const accounts = this.#accounts;
+    const reservations = this.#reservations;
+    return {
+      getAccount: async (accountId) => {
+        this.#live();
+        return copyOrNull(accounts.get(accountId));
+      },
+      insertAccount: async (account) => {
+        this.#live();
+        if (accounts.has(account.account_id)) throw conflict("budget account", account.account_id);
+        accounts.set(account.account_id, copy(account));
+      },
+      updateAccount: async (account) => {
+        this.#live();
+        if (!accounts.has(account.account_id)) throw notFound("budget account", account.account_id);
+        accounts.set(account.account_id, copy(account));
+      },
+      insertReservation: async (reservation) => {
+        this.#live();
+        if (reservations.has(reservation.reservation_id)) {
+          throw conflict("reservation", reservation.reservation_id);
+        }
+        reservations.set(reservation.reservation_id, copy(reservation));
+      },
+      getReservation: async (reservationId) => {
+        this.#live();
+        return copyOrNull(reservations.get(reservationId));
+      },
+      updateReservation: async (reservation) => {
+        this.#live();
+        if (!reservations.has(reservation.reservation_id)) {
+          throw notFound("reservation", reservation.reservation_id);
+        }
+        reservations.set(reservation.reservation_id, copy(reservation));
+      },
+      listExpired: async (nowNs, limit) => {
+        this.#live();
+        const expired = [...reservations.values()]
+          .filter((r) => r.status === "PENDING" && r.expires_ns <= nowNs)
+          .sort(oldestFirst);
+        return limited(expired, limit).map((row) => copy(row));
+      },
+      listReservations: async (filter) => {
+        this.#live();
+        return [...reservations.values()]
+          .filter(
+            (r) =>
+              (filter.sessionId === undefined || r.session_id === filter.sessionId) &&
+              (filter.status === undefined || r.status === filter.status),
+          )
+          .map((row) => copy(row));
+      },
+    };
+  }
+
+  #hitlStore(): HitlStore {
+    const table = this.#hitl;
+    return {
+      insert: async (request) => {
+        this.#live();
+        if (table.has(request.request_id)) throw conflict("HITL request", request.request_id);
+        table.set(request.request_id, copy(request));
+      },
+      get: async (requestId) => {
+        this.#live();
+        return copyOrNull(table.get(requestId));
+      },
+      update: async (request) => {
+        this.#live();
+        if (!table.has(request.request_id)) throw notFound("HITL request", request.request_id);
+        table.set(request.request_id, copy(request));
+      },
+      list: async (filter) => {
+        this.#live();
+        return [...table.values()]
+          .filter(
+            (r) =>
+              (filter.sessionId === undefined || r.session_id === filter.sessionId) &&
+              (filter.status === undefined || r.status === filter.status),
+          )
+          .map((row) => copy(row));
+      },
+    };
+  }
+}
+
+function copyOrNull<T>(value: T | undefined): T | null {
+  return value === undefined ? null : copy(value);
+}
+
+function limited<T>(rows: T[], limit: number | undefined): T[] {
+  return limit === undefined ? rows : rows.slice(0, Math.max(0, limit));
+}
+
+/** "Oldest first": the hold that expired earliest goes first; ties by creation, then id, for a stable order. */
+function oldestFirst(a: Reservation, b: Reservation): number {
+  return (
+    a.expires_ns - b.expires_ns ||
+    a.created_ns - b.created_ns ||
+    (a.reservation_id < b.reservation_id ? -1 : a.reservation_id > b.reservation_id ? 1 : 0)
+  );
+}
+
+function conflict(what: string, id: string): SubstrateError {
+  return new SubstrateError("conflict", `${what} ${JSON.stringify(id)} already exists`);
+}
+
+function notFound(what: string, id: string): SubstrateError {
+  return new SubstrateError("not_found", `${what} ${JSON.stringify(id)} does not exist`);
+}

@@ -1,0 +1,109 @@
+// The committed data of one memory location, and the transaction-local overlay that makes a transaction atomic.
+// It neither copies records nor serializes transactions: memory.ts clones at the boundary and queues.
+
+import type { BudgetAccount, HitlRequest, Nonce, Reservation, SessionRecord } from "@leash/core";
+
+/** Everything committed at one location; all handles opened on the same shared key hold the same object. */
+export interface DataSet {
+  readonly sessions: Map<string, SessionRecord>;
+  readonly accounts: Map<string, BudgetAccount>;
+  readonly reservations: Map<string, Reservation>;
+  readonly hitl: Map<string, HitlRequest>;
+  /** session id → nonce key (see `nonceKey`) → the `atNs` it was recorded at. */
+  readonly nonces: Map<string, Map<string, number>>;
+  /** Tail of the transaction queue: the next transaction starts when this settles. */
+  tail: Promise<void>;
+  /** Token of the transaction running now, so a nested transaction fails instead of deadlocking. */
+  active: object | null;
+}
+
+export function createDataSet(): DataSet {
+  return {
+    sessions: new Map(),
+    accounts: new Map(),
+    reservations: new Map(),
+    hitl: new Map(),
+    nonces: new Map(),
+    tail: Promise.resolve(),
+    active: null,
+  };
+}
+
+/**
+ * The number 7 and the string "7" must stay different nonces (port contract), so the key carries the type.
+ * -0 folds into 0, as it would through JSON or an SQL integer column.
+ */
+export function nonceKey(nonce: Nonce): string {
+  return `${typeof nonce}:${String(nonce)}`;
+}
+
+/** One table seen through a transaction: reads fall through to the committed map, writes stay here. */
+export class OverlayTable<T> {
+  readonly #base: Map<string, T>;
+  readonly #writes = new Map<string, T>();
+
+  constructor(base: Map<string, T>) {
+    this.#base = base;
+  }
+
+  get(id: string): T | undefined {
+    return this.#writes.has(id) ? this.#writes.get(id) : this.#base.get(id);
+  }
+
+  has(id: string): boolean {
+    return this.#writes.has(id) || this.#base.has(id);
+  }
+
+  set(id: string, value: T): void {
+    this.#writes.set(id, value);
+  }
+
+  /** Committed rows (with this transaction's versions) in insertion order, then rows this transaction added. */
+  *values(): IterableIterator<T> {
+    for (const [id, value] of this.#base) yield this.#writes.has(id) ? (this.#writes.get(id) as T) : value;
+    for (const [id, value] of this.#writes) if (!this.#base.has(id)) yield value;
+  }
+
+  commit(): void {
+    for (const [id, value] of this.#writes) this.#base.set(id, value);
+  }
+}
+
+/** The nonce sets seen through a transaction; nonces are only ever added, never removed. */
+export class OverlayNonces {
+  readonly #base: Map<string, Map<string, number>>;
+  readonly #writes = new Map<string, Map<string, number>>();
+
+  constructor(base: Map<string, Map<string, number>>) {
+    this.#base = base;
+  }
+
+  has(sessionId: string, key: string): boolean {
+    return (this.#writes.get(sessionId)?.has(key) ?? false) || (this.#base.get(sessionId)?.has(key) ?? false);
+  }
+
+  add(sessionId: string, key: string, atNs: number): void {
+    let added = this.#writes.get(sessionId);
+    if (added === undefined) {
+      added = new Map();
+      this.#writes.set(sessionId, added);
+    }
+    added.set(key, atNs);
+  }
+
+  /** Exact because `add` is only called for keys `has` denied, so the two sets never overlap. */
+  count(sessionId: string): number {
+    return (this.#base.get(sessionId)?.size ?? 0) + (this.#writes.get(sessionId)?.size ?? 0);
+  }
+
+  commit(): void {
+    for (const [sessionId, added] of this.#writes) {
+      let committed = this.#base.get(sessionId);
+      if (committed === undefined) {
+        committed = new Map();
+        this.#base.set(sessionId, committed);
+      }
+      for (const [key, atNs] of added) committed.set(key, atNs);
+    }
+  }
+}
