@@ -1,0 +1,90 @@
+// The errors budget-guard throws: one base class with a stable `code`, two subclasses that carry data.
+// Refusals that are ordinary outcomes (budget_exhausted, budget_overrun) are results, not errors.
+import type { ReservationStatus } from "@leash/core";
+
+export type BudgetGuardErrorCode =
+  /** A money amount is not a finite, non-negative decimal within range. */
+  | "invalid_amount"
+  /** A non-money argument (id, timestamp, TTL, scope, limit count) is malformed. */
+  | "invalid_argument"
+  /** Arithmetic on stored amounts would leave the range in which it is exact. */
+  | "overflow"
+  | "account_not_found"
+  | "parent_not_found"
+  /** `ensureAccount` found the id already defined with another scope, parent or limit. */
+  | "account_conflict"
+  | "child_exceeds_parent"
+  | "account_cycle"
+  | "reservation_not_found"
+  /** `reserve` found the id already used by another request (or without the same idempotency key). */
+  | "reservation_conflict"
+  | "already_resolved"
+  /** The store holds something budget-guard never writes (an unparsable amount, a negative hold). */
+  | "corrupt";
+
+// Symbol.for, not a module-local Symbol: two copies of this package in one process (a bundling
+// accident, a dual install) must still recognise each other's errors.
+const BASE_MARKER = Symbol.for("leash.budget-guard.error");
+
+/** Every error budget-guard throws; `code` is stable and meant for programs, `message` for people. */
+export class BudgetGuardError extends Error {
+  readonly [BASE_MARKER] = true;
+  override readonly name: string = "BudgetGuardError";
+  readonly code: BudgetGuardErrorCode;
+
+  constructor(code: BudgetGuardErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+
+  static isInstance(error: unknown): error is BudgetGuardError {
+    return hasMarker(error, BASE_MARKER);
+  }
+}
+
+const INVALID_AMOUNT_MARKER = Symbol.for("leash.budget-guard.error.invalid_amount");
+
+/** An amount was rejected; `value` is what was passed, so a log shows the offending input. */
+export class InvalidAmountError extends BudgetGuardError {
+  readonly [INVALID_AMOUNT_MARKER] = true;
+  override readonly name = "InvalidAmountError";
+  override readonly code = "invalid_amount" as const;
+  readonly value: unknown;
+
+  constructor(value: unknown, message: string, options?: { cause?: unknown }) {
+    super("invalid_amount", message, options);
+    this.value = value;
+  }
+
+  static override isInstance(error: unknown): error is InvalidAmountError {
+    return hasMarker(error, INVALID_AMOUNT_MARKER);
+  }
+}
+
+const ALREADY_RESOLVED_MARKER = Symbol.for("leash.budget-guard.error.already_resolved");
+
+/**
+ * A settle or release reached a reservation that is no longer PENDING (and is not a replay of the
+ * operation that resolved it); `status` tells the engine what happened instead, e.g. EXPIRED.
+ */
+export class AlreadyResolvedError extends BudgetGuardError {
+  readonly [ALREADY_RESOLVED_MARKER] = true;
+  override readonly name = "AlreadyResolvedError";
+  override readonly code = "already_resolved" as const;
+  readonly reservationId: string;
+  readonly status: Exclude<ReservationStatus, "PENDING">;
+
+  constructor(reservationId: string, status: Exclude<ReservationStatus, "PENDING">, message: string) {
+    super("already_resolved", message);
+    this.reservationId = reservationId;
+    this.status = status;
+  }
+
+  static override isInstance(error: unknown): error is AlreadyResolvedError {
+    return hasMarker(error, ALREADY_RESOLVED_MARKER);
+  }
+}
+
+function hasMarker(error: unknown, marker: symbol): boolean {
+  return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[marker] === true;
+}

@@ -1,0 +1,362 @@
+// Two-phase budget holds, after the pending transfers of financial ledgers (TigerBeetle): reserve
+// before a call, then settle, release or expire. Runs inside the caller's transaction; never opens one.
+import type { BudgetAccount, BudgetStore, Reservation, ReservationStatus, SubstrateTx } from "@leash/core";
+import { accountChain } from "./accounts.js";
+import { AlreadyResolvedError, BudgetGuardError } from "./errors.js";
+import {
+  addMoney,
+  type BudgetRefusal,
+  chainAvailable,
+  clampAtZero,
+  judgeReservation,
+  type Money,
+  moneyString,
+  overrunOf,
+  readStoredMoney,
+  subtractMoney,
+  toMoney,
+} from "./money.js";
+import { budgetsOf, requireCount, requireId, requirePositiveDuration, requireTimestamp } from "./validate.js";
+
+export interface ReserveInput {
+  /**
+   * The identity of the hold, and what makes `reserve` idempotent (as a transfer id is in TigerBeetle):
+   * the same id with the same request again is a replay, with a different request a conflict.
+   */
+  reservation_id: string;
+  /** The account charged first; its ancestors are charged too. */
+  account_id: string;
+  session_id: string;
+  call_number: number;
+  /** The call's estimated cost (spec §4.3 `estimated_cost_usd`). */
+  amount_usd: number | string | Money;
+  nowNs: number;
+  /** How long the hold lives without a settle or release before `expire` may return it. */
+  ttlNs: number;
+  /** Recorded on the hold until a settle or release replaces it with its own key. */
+  idempotency_key?: string | null;
+}
+
+export type ReserveResult =
+  | {
+      ok: true;
+      reservation: Reservation;
+      /** What the chain allowed before this call (equal to `availableAfter` on a replay: nothing moved). */
+      availableBefore: Money;
+      availableAfter: Money;
+      /** True when this was a repeat of a reserve already recorded; no money moved this time. */
+      replayed: boolean;
+    }
+  | { ok: false; code: BudgetRefusal; available: Money };
+
+/**
+ * Places a hold of `amount_usd` on the account and on every ancestor, or refuses without writing
+ * anything: `budget_exhausted` when the chain has nothing left, `budget_overrun` when it has less
+ * than the amount (SP/1.0 rules 5 and 5b, judged on the pre-call remaining as rule 5b requires).
+ * Because every account in the chain is read through the store (locked on PostgreSQL, serialized
+ * on SQLite and memory) before it is charged, concurrent reserves can never hold more than a limit.
+ */
+export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput): Promise<ReserveResult> {
+  const budgets = budgetsOf(tx);
+  requireId(input.reservation_id, "reservation_id");
+  requireId(input.account_id, "account_id");
+  requireId(input.session_id, "session_id");
+  requireCount(input.call_number, "call_number", 0);
+  requireTimestamp(input.nowNs, "nowNs");
+  requirePositiveDuration(input.ttlNs, "ttlNs");
+  const key = input.idempotency_key ?? null;
+  if (key !== null) requireId(key, "idempotency_key");
+  const amount = toMoney(input.amount_usd);
+
+  const existing = await budgets.getReservation(input.reservation_id);
+  if (existing !== null) return replayReserve(budgets, existing, input, amount);
+
+  const chain = await accountChain(budgets, input.account_id);
+  const availableBefore = chainAvailable(chain);
+  const verdict = judgeReservation(availableBefore, amount);
+  if (!verdict.ok) return { ok: false, code: verdict.code, available: availableBefore };
+
+  const charged = await adjustChain(budgets, chain, input.nowNs, { reserved: amount });
+  const reservation: Reservation = {
+    reservation_id: input.reservation_id,
+    account_ids: chain.map((account) => account.account_id),
+    session_id: input.session_id,
+    call_number: input.call_number,
+    amount_usd: moneyString(amount),
+    actual_usd: null,
+    status: "PENDING",
+    idempotency_key: key,
+    created_ns: input.nowNs,
+    expires_ns: input.nowNs + input.ttlNs,
+    resolved_ns: null,
+  };
+  await budgets.insertReservation(reservation);
+  return { ok: true, reservation, availableBefore, availableAfter: chainAvailable(charged), replayed: false };
+}
+
+async function replayReserve(
+  budgets: BudgetStore,
+  existing: Reservation,
+  input: ReserveInput,
+  amount: Money,
+): Promise<ReserveResult> {
+  const sameRequest =
+    existing.account_ids[0] === input.account_id &&
+    existing.session_id === input.session_id &&
+    existing.call_number === input.call_number &&
+    readStoredMoney(
+      existing.amount_usd,
+      `reservation ${JSON.stringify(existing.reservation_id)} amount_usd`,
+    ).eq(amount);
+  if (!sameRequest) {
+    throw new BudgetGuardError(
+      "reservation_conflict",
+      `reservation ${JSON.stringify(existing.reservation_id)} already exists for another request ` +
+        `(account ${JSON.stringify(existing.account_ids[0])}, session ${JSON.stringify(existing.session_id)}, ` +
+        `call ${existing.call_number}, amount ${existing.amount_usd})`,
+    );
+  }
+  // The chain is re-read from the stored account ids, not from the current parent links: the hold
+  // was charged to those accounts, and they are what it still weighs on.
+  const chain = await loadAccounts(budgets, existing);
+  const now = chainAvailable(chain);
+  return { ok: true, reservation: existing, availableBefore: now, availableAfter: now, replayed: true };
+}
+
+export interface SettleOptions {
+  /** The truthful actual cost (spec §4.4 `actual_cost_usd`); it may exceed the estimate. */
+  actual_usd: number | string | Money;
+  nowNs: number;
+  /** Settling again with this key returns the first result; with another key fails. */
+  idempotency_key: string;
+}
+
+export interface SettleResult {
+  /** The reservation as stored after settling (status SETTLED, `actual_usd` set). */
+  reservation: Reservation;
+  /** The estimate that was held (the reservation's `amount_usd`). */
+  amount_usd: Money;
+  actual_usd: Money;
+  /** max(0, actual − estimate): spent more than was held; the account may now be past its limit. */
+  overrun_usd: Money;
+  /** max(0, estimate − actual): the part of the hold given back. */
+  released_usd: Money;
+  /** True when this repeated an earlier settle with the same key; nothing moved this time. */
+  replayed: boolean;
+}
+
+/**
+ * Turns a hold into spending: on every account the hold was charged to, `reserved` drops by the
+ * estimate and `spent` grows by the actual. An actual above the estimate is recorded as it is, even
+ * when it takes `spent` past the limit: hiding an overrun would make the ledger lie, and the next
+ * `available` simply reads 0. A reservation still PENDING after its TTL can be settled as long as
+ * `expire` has not taken it yet, since the hold is still in place.
+ */
+export async function settle(
+  tx: SubstrateTx | BudgetStore,
+  reservationId: string,
+  options: SettleOptions,
+): Promise<SettleResult> {
+  const budgets = budgetsOf(tx);
+  requireId(reservationId, "reservation_id");
+  requireTimestamp(options.nowNs, "nowNs");
+  requireId(options.idempotency_key, "idempotency_key");
+  const actual = toMoney(options.actual_usd);
+
+  const reservation = await getReservationOrThrow(budgets, reservationId);
+  if (reservation.status === "SETTLED" && reservation.idempotency_key === options.idempotency_key) {
+    return settleResult(reservation, true);
+  }
+  if (reservation.status !== "PENDING") throw alreadyResolved(reservation, "settle");
+
+  const amount = readStoredMoney(
+    reservation.amount_usd,
+    `reservation ${JSON.stringify(reservationId)} amount_usd`,
+  );
+  const chain = await loadAccounts(budgets, reservation);
+  await adjustChain(budgets, chain, options.nowNs, { reserved: amount.neg(), spent: actual });
+  const settled: Reservation = {
+    ...reservation,
+    status: "SETTLED",
+    actual_usd: moneyString(actual),
+    idempotency_key: options.idempotency_key,
+    resolved_ns: options.nowNs,
+  };
+  await budgets.updateReservation(settled);
+  return settleResult(settled, false);
+}
+
+// Built from the stored reservation alone, so a replay returns exactly what the first settle did.
+function settleResult(reservation: Reservation, replayed: boolean): SettleResult {
+  const where = `reservation ${JSON.stringify(reservation.reservation_id)}`;
+  const amount = readStoredMoney(reservation.amount_usd, `${where} amount_usd`);
+  const actual = readStoredMoney(reservation.actual_usd, `${where} actual_usd`);
+  return {
+    reservation,
+    amount_usd: amount,
+    actual_usd: actual,
+    overrun_usd: overrunOf(amount, actual),
+    released_usd: clampAtZero(subtractMoney(amount, actual)),
+    replayed,
+  };
+}
+
+export interface ReleaseOptions {
+  nowNs: number;
+  /** Releasing again with the same key (or again without one) is a no-op. */
+  idempotency_key?: string | null;
+}
+
+export interface ReleaseResult {
+  /** The reservation as stored after releasing (status RELEASED). */
+  reservation: Reservation;
+  /** The hold given back (the whole estimate). */
+  released_usd: Money;
+  replayed: boolean;
+}
+
+/**
+ * Gives the whole hold back without spending anything (the call did not run, or the decision was
+ * rolled back by the engine). Status becomes RELEASED.
+ */
+export async function release(
+  tx: SubstrateTx | BudgetStore,
+  reservationId: string,
+  options: ReleaseOptions,
+): Promise<ReleaseResult> {
+  const budgets = budgetsOf(tx);
+  requireId(reservationId, "reservation_id");
+  requireTimestamp(options.nowNs, "nowNs");
+  const key = options.idempotency_key ?? null;
+  if (key !== null) requireId(key, "idempotency_key");
+
+  const reservation = await getReservationOrThrow(budgets, reservationId);
+  const amount = readStoredMoney(
+    reservation.amount_usd,
+    `reservation ${JSON.stringify(reservationId)} amount_usd`,
+  );
+  // A keyless repeat counts as a replay too: releasing moves no spending, so there is no double
+  // count to guard against, only a caller that retried.
+  if (reservation.status === "RELEASED" && reservation.idempotency_key === key) {
+    return { reservation, released_usd: amount, replayed: true };
+  }
+  if (reservation.status !== "PENDING") throw alreadyResolved(reservation, "release");
+
+  await adjustChain(budgets, await loadAccounts(budgets, reservation), options.nowNs, {
+    reserved: amount.neg(),
+  });
+  const released: Reservation = {
+    ...reservation,
+    status: "RELEASED",
+    idempotency_key: key,
+    resolved_ns: options.nowNs,
+  };
+  await budgets.updateReservation(released);
+  return { reservation: released, released_usd: amount, replayed: false };
+}
+
+/**
+ * Returns the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
+ * first) and marks them EXPIRED, so an agent that never reports back cannot pin budget forever.
+ * Returns the expired reservations so the caller can record each one (in the audit chain); a later
+ * settle or release of one of them fails with `already_resolved` and status EXPIRED.
+ */
+export async function expire(
+  tx: SubstrateTx | BudgetStore,
+  nowNs: number,
+  limit: number,
+): Promise<Reservation[]> {
+  const budgets = budgetsOf(tx);
+  requireTimestamp(nowNs, "nowNs");
+  requireCount(limit, "limit", 1);
+
+  const expired: Reservation[] = [];
+  for (const candidate of await budgets.listExpired(nowNs, limit)) {
+    // The list is a snapshot; re-read (and so lock) each one, and skip any that a concurrent
+    // settle or release resolved in between.
+    const reservation = await budgets.getReservation(candidate.reservation_id);
+    if (reservation === null || reservation.status !== "PENDING" || reservation.expires_ns > nowNs) continue;
+    const amount = readStoredMoney(
+      reservation.amount_usd,
+      `reservation ${JSON.stringify(reservation.reservation_id)} amount_usd`,
+    );
+    await adjustChain(budgets, await loadAccounts(budgets, reservation), nowNs, { reserved: amount.neg() });
+    const done: Reservation = { ...reservation, status: "EXPIRED", resolved_ns: nowNs };
+    await budgets.updateReservation(done);
+    expired.push(done);
+  }
+  return expired;
+}
+
+async function getReservationOrThrow(budgets: BudgetStore, reservationId: string): Promise<Reservation> {
+  const reservation = await budgets.getReservation(reservationId);
+  if (reservation === null) {
+    throw new BudgetGuardError(
+      "reservation_not_found",
+      `reservation ${JSON.stringify(reservationId)} does not exist`,
+    );
+  }
+  return reservation;
+}
+
+function alreadyResolved(reservation: Reservation, operation: "settle" | "release"): AlreadyResolvedError {
+  const status = reservation.status as Exclude<ReservationStatus, "PENDING">;
+  const sameOperation = status === (operation === "settle" ? "SETTLED" : "RELEASED");
+  const hint = sameOperation ? " (with another idempotency key)" : "";
+  return new AlreadyResolvedError(
+    reservation.reservation_id,
+    status,
+    `cannot ${operation} reservation ${JSON.stringify(reservation.reservation_id)}: already ${status}${hint}`,
+  );
+}
+
+/** The accounts a hold was charged to, in the stored (child → root) order, each read and locked. */
+async function loadAccounts(budgets: BudgetStore, reservation: Reservation): Promise<BudgetAccount[]> {
+  const accounts: BudgetAccount[] = [];
+  for (const accountId of reservation.account_ids) {
+    const account = await budgets.getAccount(accountId);
+    if (account === null) {
+      throw new BudgetGuardError(
+        "corrupt",
+        `reservation ${JSON.stringify(reservation.reservation_id)} is charged to account ${JSON.stringify(accountId)}, which does not exist`,
+      );
+    }
+    accounts.push(account);
+  }
+  return accounts;
+}
+
+/**
+ * Applies one change to every account of a chain and writes each back. Every new value is computed
+ * before the first write, so a corrupt or overflowing account fails the call before anything is
+ * written (the transaction would roll it back anyway; this keeps the store calls clean).
+ */
+async function adjustChain(
+  budgets: BudgetStore,
+  chain: readonly BudgetAccount[],
+  nowNs: number,
+  delta: { reserved?: Money; spent?: Money },
+): Promise<BudgetAccount[]> {
+  const updated = chain.map((account) => {
+    const where = `account ${JSON.stringify(account.account_id)}`;
+    const next: BudgetAccount = { ...account, updated_ns: Math.max(account.updated_ns, nowNs) };
+    if (delta.reserved !== undefined) {
+      const reserved = addMoney(
+        readStoredMoney(account.reserved_usd, `${where} reserved_usd`),
+        delta.reserved,
+      );
+      if (reserved.isNegative() && !reserved.isZero()) {
+        throw new BudgetGuardError("corrupt", `${where} would hold a negative reservation total`);
+      }
+      next.reserved_usd = moneyString(reserved);
+    }
+    if (delta.spent !== undefined) {
+      next.spent_usd = moneyString(
+        addMoney(readStoredMoney(account.spent_usd, `${where} spent_usd`), delta.spent),
+      );
+    }
+    return next;
+  });
+  for (const account of updated) await budgets.updateAccount(account);
+  return updated;
+}
