@@ -152,6 +152,32 @@ export function valuesContract(opts: SubstrateContractOptions): void {
       for (const row of back) for (const value of row) expect(typeof value).toBe("string");
     });
 
+    it("real epoch-nanosecond timestamps (beyond 2^53) come back exactly and order correctly", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const now = 1_796_012_406_975_000_000; // 2026-11-30 in ns: an integral double above 2^53
+      const session = makeSession("s-epoch", {
+        created_ns: now,
+        updated_ns: now + 256,
+        last_heartbeat_ns: now,
+      });
+      const soon = makeReservation("r-soon", { created_ns: now, expires_ns: now + 1e9 });
+      const later = makeReservation("r-later", { created_ns: now, expires_ns: now + 2e9 });
+      await sub.transaction(async (tx) => {
+        await tx.sessions.insert(session);
+        await tx.budgets.insertReservation(soon);
+        await tx.budgets.insertReservation(later);
+      });
+      const back = await sub.transaction(async (tx) => ({
+        session: await tx.sessions.get("s-epoch"),
+        expired: await tx.budgets.listExpired(now + 1.5e9, 10),
+      }));
+      expect(back.session?.created_ns).toBe(now);
+      expect(back.session?.updated_ns).toBe(now + 256);
+      expect(back.expired.map((r) => r.reservation_id)).toEqual(["r-soon"]);
+      expect(back.expired[0]?.expires_ns).toBe(now + 1e9);
+    });
+
     it("numbers come back equal: 0, MAX_SAFE_INTEGER timestamps, counters and float state", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);

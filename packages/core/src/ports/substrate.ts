@@ -153,7 +153,9 @@ export interface SubstrateTx {
  *   safe to run from several processes at once.
  * - Stores return copies: mutating a returned record never changes stored data until it is
  *   written back with `update…`.
- * - Numbers written come back equal; decimal strings come back as the same string.
+ * - Numbers written come back equal; decimal strings come back as the same string. `*_ns` fields are
+ *   integral numbers of nanoseconds since the Unix epoch (about 1.8e18, beyond 2^53 where doubles
+ *   are 256 apart but still integers); every integral value below 2^63 MUST round-trip exactly.
  */
 export interface Substrate {
   readonly specificationVersion: typeof SUBSTRATE_SPECIFICATION_VERSION;

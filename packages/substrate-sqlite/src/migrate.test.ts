@@ -1,0 +1,179 @@
+// Tests of SQLite schema migrations: upgrading databases written by older layouts, keeping their data.
+// Migrating empty stores, idempotence and concurrent migrators are also in the contract suite.
+import { SubstrateError } from "@leash/core";
+import Database from "better-sqlite3";
+import { afterEach, describe, expect, it } from "vitest";
+import { freshDbPath, reservation, session, T0 } from "../test/support.js";
+import { MIGRATIONS, SCHEMA_VERSION } from "./schema.js";
+import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
+
+const open: SqliteSubstrate[] = [];
+afterEach(async () => {
+  for (const s of open.splice(0)) await s.close();
+});
+
+async function openAt(path: string): Promise<SqliteSubstrate> {
+  const sub = await openSqliteSubstrate({ path });
+  open.push(sub);
+  return sub;
+}
+
+function versions(path: string): number[] {
+  const db = new Database(path, { readonly: true });
+  const rows = db
+    .prepare("SELECT version FROM leash_schema_version ORDER BY version")
+    .pluck()
+    .all() as number[];
+  db.close();
+  return rows;
+}
+
+function indexes(path: string): string[] {
+  const db = new Database(path, { readonly: true });
+  const rows = db
+    .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND name LIKE 'leash_%' ORDER BY name")
+    .pluck()
+    .all() as string[];
+  db.close();
+  return rows;
+}
+
+/** The layout as version 1 wrote it, typed out by hand so that later edits to MIGRATIONS cannot change it. */
+const VERSION_1_LAYOUT = `
+  CREATE TABLE leash_schema_version (
+    version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at_ms INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO leash_schema_version VALUES (1, 'tables', 0);
+  CREATE TABLE leash_sessions (
+    session_id TEXT NOT NULL PRIMARY KEY, agent_id TEXT NOT NULL, organization_id TEXT NOT NULL,
+    status TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL, call_count INTEGER NOT NULL,
+    created_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL, last_heartbeat_ns INTEGER
+  ) STRICT;
+  CREATE TABLE leash_nonces (
+    session_id TEXT NOT NULL, nonce TEXT NOT NULL, recorded_ns INTEGER NOT NULL,
+    PRIMARY KEY (session_id, nonce)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE leash_budget_accounts (
+    account_id TEXT NOT NULL PRIMARY KEY, scope TEXT NOT NULL, parent_id TEXT, limit_usd TEXT NOT NULL,
+    spent_usd TEXT NOT NULL, reserved_usd TEXT NOT NULL, created_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL
+  ) STRICT;
+  CREATE TABLE leash_reservations (
+    reservation_id TEXT NOT NULL PRIMARY KEY, account_ids TEXT NOT NULL, session_id TEXT NOT NULL,
+    call_number INTEGER NOT NULL, amount_usd TEXT NOT NULL, actual_usd TEXT, status TEXT NOT NULL,
+    idempotency_key TEXT, created_ns INTEGER NOT NULL, expires_ns INTEGER NOT NULL, resolved_ns INTEGER
+  ) STRICT;
+  CREATE TABLE leash_hitl_requests (
+    request_id TEXT NOT NULL PRIMARY KEY, session_id TEXT NOT NULL, call_number INTEGER NOT NULL,
+    tool_name TEXT NOT NULL, nonce TEXT, args_digest TEXT, reason TEXT NOT NULL, status TEXT NOT NULL,
+    decision TEXT, operator_id TEXT, successor_nonce TEXT, successor_args_digest TEXT,
+    created_ns INTEGER NOT NULL, decided_ns INTEGER
+  ) STRICT;
+`;
+
+describe("migrations", () => {
+  it("the list is strictly increasing from 1 and SCHEMA_VERSION is its last", () => {
+    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
+    expect(SCHEMA_VERSION).toBe(MIGRATIONS.length);
+  });
+
+  it("upgrades a version-1 database written by hand, keeping its rows, and is then idempotent", async () => {
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec(VERSION_1_LAYOUT);
+    const s = session("s-old", { state: { total_calls: 3, budget_spent_usd: 0.1 } });
+    old
+      .prepare(
+        `INSERT INTO leash_sessions VALUES (?, 'agent-1', 'org-1', 'ACTIVE', ?, ?, 0, ${T0}, ${T0}, NULL)`,
+      )
+      .run(s.session_id, JSON.stringify(s.config), JSON.stringify(s.state));
+    old.prepare(`INSERT INTO leash_nonces VALUES ('s-old', 'n:7', ${T0}), ('s-old', 's:7', ${T0})`).run();
+    old
+      .prepare(
+        `INSERT INTO leash_reservations VALUES ('r-old', '["acct-session","acct-agent"]', 'sess-1', 1,
+           '0.001', NULL, 'PENDING', NULL, ${T0}, ${T0 + 1000}, NULL)`,
+      )
+      .run();
+    old.close();
+    expect(indexes(path)).toEqual([]);
+
+    const sub = await openAt(path);
+    await expect(sub.transaction((tx) => tx.sessions.get("s-old"))).rejects.toThrow(/call migrate\(\) first/);
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2]);
+    expect(indexes(path)).toEqual([
+      "leash_hitl_requests_by_session",
+      "leash_hitl_requests_by_status",
+      "leash_reservations_by_session",
+      "leash_reservations_pending_by_expiry",
+      "leash_sessions_by_status",
+    ]);
+    const kept = await sub.transaction(async (tx) => ({
+      session: await tx.sessions.get("s-old"),
+      nonces: [
+        await tx.nonces.has("s-old", 7),
+        await tx.nonces.has("s-old", "7"),
+        await tx.nonces.count("s-old"),
+      ],
+      expired: await tx.budgets.listExpired(T0 + 1000, 10),
+    }));
+    expect(kept).toEqual({ session: s, nonces: [true, true, 2], expired: [reservation("r-old")] });
+
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2]);
+  });
+
+  it("migrates a version-0 database (none of Leash's tables) without touching the tables already there", async () => {
+    const path = freshDbPath();
+    const before = new Database(path);
+    before.exec(
+      "CREATE TABLE app_notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO app_notes VALUES (1, 'kept');",
+    );
+    before.close();
+    const sub = await openAt(path);
+    await sub.migrate();
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    expect(versions(path)).toEqual([1, 2]);
+    const after = new Database(path, { readonly: true });
+    expect(after.prepare("SELECT body FROM app_notes").pluck().get()).toBe("kept");
+    after.close();
+  });
+
+  it('refuses a database migrated by a newer build with "corrupt", and leaves it as it was', async () => {
+    const path = freshDbPath();
+    const sub = await openAt(path);
+    await sub.migrate();
+    const newer = new Database(path);
+    newer
+      .prepare("INSERT INTO leash_schema_version VALUES (?, 'from the future', 0)")
+      .run(SCHEMA_VERSION + 1);
+    newer.close();
+    const second = await openAt(path);
+    const error = await second.migrate().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(SubstrateError.isInstance(error) && error.code).toBe("corrupt");
+    await expect(second.transaction(async () => 1)).rejects.toMatchObject({ code: "corrupt" });
+    expect(versions(path)).toEqual([1, 2, SCHEMA_VERSION + 1]);
+  });
+
+  it("a failing migration rolls back entirely, leaving the older version in place", async () => {
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec(VERSION_1_LAYOUT);
+    // An index named like version 2's makes its CREATE INDEX fail half way through the migration.
+    old.exec("CREATE TABLE squatter (x); CREATE INDEX leash_reservations_by_session ON squatter (x);");
+    old.close();
+    const sub = await openAt(path);
+    await expect(sub.migrate()).rejects.toMatchObject({ code: "io" });
+    expect(versions(path)).toEqual([1]);
+    expect(indexes(path)).toEqual(["leash_reservations_by_session"]);
+  });
+
+  it("many handles migrating one fresh file at once all succeed and apply each migration once", async () => {
+    const path = freshDbPath();
+    const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
+    await Promise.all(subs.flatMap((sub) => [sub.migrate(), sub.migrate()]));
+    expect(versions(path)).toEqual([1, 2]);
+  });
+});

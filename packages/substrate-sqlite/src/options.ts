@@ -1,0 +1,76 @@
+// Options of the SQLite substrate and their defaults, shared by the opener and the URL parser.
+// No behaviour lives here: the substrate reads these values, this module only names and checks them.
+
+export interface GroupCommitOptions {
+  /** Most transactions that may share one COMMIT (default 256). */
+  maxBatch?: number;
+  /**
+   * Stop adding queued transactions to an open batch once it has been open this long, in
+   * milliseconds (default 2): a bound on the latency a transaction can add to those before it.
+   */
+  maxBatchMs?: number;
+}
+
+export interface SqliteSubstrateOptions {
+  /** Database file; created when missing. Never `:memory:` (see `parseSqliteUrl`). */
+  path: string;
+  /** How long to wait for another process's write lock before failing with "busy" (default 5000). */
+  busyTimeoutMs?: number;
+  /**
+   * `FULL` (default): a resolved transaction survives power loss. `NORMAL`: in WAL mode it survives
+   * a process crash but the last commits may be lost on power loss, so `capabilities.durable` is false.
+   */
+  synchronous?: "FULL" | "NORMAL";
+  /** Group commit settings, or `false` to give every transaction its own COMMIT (and fsync). */
+  groupCommit?: GroupCommitOptions | false;
+}
+
+export interface ResolvedOptions {
+  path: string;
+  busyTimeoutMs: number;
+  synchronous: "FULL" | "NORMAL";
+  groupCommit: Required<GroupCommitOptions> | false;
+}
+
+export const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+export const DEFAULT_MAX_BATCH = 256;
+export const DEFAULT_MAX_BATCH_MS = 2;
+
+function wholeNumber(name: string, value: number, min: number): number {
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new RangeError(`${name} must be an integer >= ${min}, got ${String(value)}`);
+  }
+  return value;
+}
+
+function nonNegative(name: string, value: number): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new RangeError(`${name} must be a finite number >= 0, got ${String(value)}`);
+  }
+  return value;
+}
+
+export function resolveOptions(options: SqliteSubstrateOptions): ResolvedOptions {
+  const { path } = options;
+  if (typeof path !== "string" || path === "" || path === ":memory:" || path.startsWith("file::memory:")) {
+    // "" would be an anonymous temporary database: neither durable nor shareable.
+    throw new TypeError(`path must name a database file, got ${JSON.stringify(path)}`);
+  }
+  const synchronous = options.synchronous ?? "FULL";
+  if (synchronous !== "FULL" && synchronous !== "NORMAL") {
+    throw new TypeError(`synchronous must be "FULL" or "NORMAL", got ${JSON.stringify(synchronous)}`);
+  }
+  const group = options.groupCommit;
+  return {
+    path,
+    busyTimeoutMs: wholeNumber("busyTimeoutMs", options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS, 0),
+    synchronous,
+    groupCommit:
+      group === false
+        ? false
+        : {
+            maxBatch: wholeNumber("groupCommit.maxBatch", group?.maxBatch ?? DEFAULT_MAX_BATCH, 1),
+            maxBatchMs: nonNegative("groupCommit.maxBatchMs", group?.maxBatchMs ?? DEFAULT_MAX_BATCH_MS),
+          },
+  };
+}

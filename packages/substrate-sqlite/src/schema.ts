@@ -1,0 +1,160 @@
+// The SQLite schema as an ordered list of migrations, and the runner that applies them under BEGIN IMMEDIATE.
+// It knows table layouts only; reading and writing records is stores.ts's job.
+import type Database from "better-sqlite3";
+
+export interface Migration {
+  /** Strictly increasing from 1; recorded in leash_schema_version once applied. */
+  readonly version: number;
+  readonly name: string;
+  /** DDL (and any data rewrite) run inside the migrating transaction. */
+  readonly sql: string;
+}
+
+/*
+ * Layout rules (the PostgreSQL substrate mirrors the table and column names):
+ * - STRICT tables, so a value of the wrong type is refused instead of silently coerced;
+ * - decimal amounts are TEXT, exactly as written (never REAL);
+ * - config/state and account lists are JSON TEXT;
+ * - nanosecond times and counters are INTEGER (any integral JS number below 2^63 round-trips exactly);
+ * - nonces are type-tagged TEXT ("s:" + string, "n:" + String(number)) so 7 and "7" never collide;
+ * - no foreign keys: the engine owns referential rules, and every substrate must behave alike.
+ */
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "tables",
+    sql: `
+      CREATE TABLE leash_sessions (
+        session_id TEXT NOT NULL PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        organization_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        config TEXT NOT NULL,
+        state TEXT NOT NULL,
+        call_count INTEGER NOT NULL,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        last_heartbeat_ns INTEGER
+      ) STRICT;
+      CREATE TABLE leash_nonces (
+        session_id TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        recorded_ns INTEGER NOT NULL,
+        PRIMARY KEY (session_id, nonce)
+      ) STRICT, WITHOUT ROWID;
+      CREATE TABLE leash_budget_accounts (
+        account_id TEXT NOT NULL PRIMARY KEY,
+        scope TEXT NOT NULL,
+        parent_id TEXT,
+        limit_usd TEXT NOT NULL,
+        spent_usd TEXT NOT NULL,
+        reserved_usd TEXT NOT NULL,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL
+      ) STRICT;
+      CREATE TABLE leash_reservations (
+        reservation_id TEXT NOT NULL PRIMARY KEY,
+        account_ids TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        call_number INTEGER NOT NULL,
+        amount_usd TEXT NOT NULL,
+        actual_usd TEXT,
+        status TEXT NOT NULL,
+        idempotency_key TEXT,
+        created_ns INTEGER NOT NULL,
+        expires_ns INTEGER NOT NULL,
+        resolved_ns INTEGER
+      ) STRICT;
+      CREATE TABLE leash_hitl_requests (
+        request_id TEXT NOT NULL PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        call_number INTEGER NOT NULL,
+        tool_name TEXT NOT NULL,
+        nonce TEXT,
+        args_digest TEXT,
+        reason TEXT NOT NULL,
+        status TEXT NOT NULL,
+        decision TEXT,
+        operator_id TEXT,
+        successor_nonce TEXT,
+        successor_args_digest TEXT,
+        created_ns INTEGER NOT NULL,
+        decided_ns INTEGER
+      ) STRICT;
+    `,
+  },
+  {
+    // Secondary indexes for the list queries (expiry sweep, per-session listings); the hot path
+    // (point lookups by primary key) never needed them, which is why they came second.
+    version: 2,
+    name: "list indexes",
+    sql: `
+      CREATE INDEX leash_sessions_by_status ON leash_sessions (status, created_ns);
+      CREATE INDEX leash_reservations_pending_by_expiry ON leash_reservations (expires_ns, created_ns)
+        WHERE status = 'PENDING';
+      CREATE INDEX leash_reservations_by_session ON leash_reservations (session_id, created_ns);
+      CREATE INDEX leash_hitl_requests_by_session ON leash_hitl_requests (session_id, created_ns);
+      CREATE INDEX leash_hitl_requests_by_status ON leash_hitl_requests (status, created_ns);
+    `,
+  },
+];
+
+/** The schema version this build reads and writes. */
+export const SCHEMA_VERSION: number = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+const VERSION_TABLE = `
+  CREATE TABLE IF NOT EXISTS leash_schema_version (
+    version INTEGER NOT NULL PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at_ms INTEGER NOT NULL
+  ) STRICT
+`;
+
+/** The highest applied migration; 0 for a database Leash never migrated. */
+export function readSchemaVersion(db: Database.Database): number {
+  const table = db
+    .prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leash_schema_version'")
+    .get();
+  if (table === undefined) return 0;
+  const row = db.prepare("SELECT MAX(version) AS version FROM leash_schema_version").get() as {
+    version: number | null;
+  };
+  return row.version ?? 0;
+}
+
+export class SchemaTooNewError extends Error {
+  override readonly name = "SchemaTooNewError";
+  constructor(
+    readonly found: number,
+    readonly supported: number,
+  ) {
+    super(`the database is at schema version ${found}, newer than this build supports (${supported})`);
+  }
+}
+
+/**
+ * Applies every migration above the database's version. The caller MUST hold the write lock
+ * (BEGIN IMMEDIATE) and commit afterwards: the version is read under that lock, so of two processes
+ * migrating at once the second waits for the first, then finds nothing left to do.
+ * Returns the versions before and after.
+ */
+export function applyMigrations(
+  db: Database.Database,
+  migrations: readonly Migration[] = MIGRATIONS,
+  nowMs: () => number = Date.now,
+): { from: number; to: number } {
+  if (!db.inTransaction) throw new Error("applyMigrations must run inside BEGIN IMMEDIATE … COMMIT");
+  db.exec(VERSION_TABLE);
+  const from = readSchemaVersion(db);
+  const latest = migrations.length === 0 ? 0 : migrations[migrations.length - 1]!.version;
+  if (from > latest) throw new SchemaTooNewError(from, latest);
+  const record = db.prepare(
+    "INSERT INTO leash_schema_version (version, name, applied_at_ms) VALUES (?, ?, ?)",
+  );
+  for (const migration of migrations) {
+    if (migration.version <= from) continue;
+    db.exec(migration.sql);
+    record.run(migration.version, migration.name, Math.trunc(nowMs()));
+  }
+  return { from, to: Math.max(from, latest) };
+}
