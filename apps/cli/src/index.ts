@@ -5,3 +5,4 @@ export { type FixtureFile, loadFixtureFile, parseFixtureText, type Vector } from
 export type { Io } from "./io.js";
 export { CliError } from "./io.js";
 export { buildProgram, EXIT_INTERNAL, run } from "./program.js";
+export { openStore, parseStoreUrl, redactStoreUrl, resolveStoreUrl } from "./store.js";

@@ -11,6 +11,8 @@ export interface Io {
   /** Progress output is for humans watching a terminal, never for pipes or logs. */
   readonly stderrIsTTY: boolean;
   readonly stdinIsTTY: boolean;
+  /** Environment variables (LEASH_STORE); tests pass their own so the caller's shell cannot leak in. */
+  readonly env: Readonly<Record<string, string | undefined>>;
 }
 
 /**
@@ -26,8 +28,11 @@ export class CliError extends Error {
   }
 }
 
-/** Exit status for input the program cannot read or parse (files, JSON, envelopes, schemas). */
+/** Exit status for input the program cannot read or parse (files, JSON, envelopes, schemas, store URLs). */
 export const EXIT_BAD_INPUT = 2;
+
+/** Exit status for a request the engine refused: unknown session, nothing awaiting a human, a store error. */
+export const EXIT_REFUSED = 1;
 
 export function nodeIo(): Io {
   return {
@@ -44,6 +49,7 @@ export function nodeIo(): Io {
     },
     stderrIsTTY: process.stderr.isTTY === true,
     stdinIsTTY: process.stdin.isTTY === true,
+    env: process.env,
   };
 }
 

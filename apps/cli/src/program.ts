@@ -3,9 +3,15 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { registerBench } from "./commands/bench.js";
+import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
 import { registerDecide } from "./commands/decide.js";
+import { registerEvaluate } from "./commands/evaluate.js";
+import { registerExpire } from "./commands/expire.js";
+import { registerGuard } from "./commands/guard.js";
 import { registerHash } from "./commands/hash.js";
+import { registerMigrate } from "./commands/migrate.js";
+import { registerSession } from "./commands/session.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
 
 export type { Io };
@@ -49,7 +55,13 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerConformance(program, io, setExit);
   registerHash(program, io, setExit);
   registerDecide(program, io, setExit);
-  registerBench(program, io, setExit);
+  // Library mode: the engine on a store (sqlite:, postgres://, memory:).
+  registerMigrate(program, io, setExit);
+  registerSession(program, io, setExit);
+  registerGuard(program, io, setExit);
+  registerEvaluate(program, io, setExit);
+  registerExpire(program, io, setExit);
+  registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   return program;
 }
 

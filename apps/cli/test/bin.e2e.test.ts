@@ -1,7 +1,9 @@
 // End-to-end: spawns the built `apps/cli/dist/bin.js` to prove the shebang, real streams and exit statuses.
 // It needs `tsc --build` first (the root `test` script does that); it does not rebuild.
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, readFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { CLI_BIN, CONFORMANCE, CONFORMANCE_101, REPO_ROOT } from "./helpers.js";
 
@@ -10,11 +12,13 @@ function leashBinPath(): string {
   return CLI_BIN;
 }
 
-function leashBin(args: string[], input?: string) {
+function leashBin(args: string[], input?: string, cwd = REPO_ROOT) {
+  const { LEASH_STORE: _ignored, ...env } = process.env;
   return spawnSync(process.execPath, [leashBinPath(), ...args], {
-    cwd: REPO_ROOT,
+    cwd,
     encoding: "utf8",
     input,
+    env,
     timeout: 30_000,
   });
 }
@@ -51,5 +55,51 @@ describe("the built leash binary", () => {
     const r = leashBin(["decide"], input);
     expect(r.status).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({ verdict: "DENY", reason: "circuit_open" });
+  });
+
+  it("keeps state in ./leash.db by default, and exits 0 / 3 / 4 on ALLOW / DENY / HITL", () => {
+    const dir = mkdtempSync(join(tmpdir(), "leash-cli-e2e-"));
+    try {
+      const created = leashBin(
+        [
+          "session",
+          "create",
+          "--agent",
+          "bot",
+          "--session",
+          "s1",
+          "--hitl",
+          "on_threshold",
+          "--hitl-threshold",
+          "0.5",
+          "--budget",
+          "1",
+        ],
+        undefined,
+        dir,
+      );
+      expect(created.stderr).toBe("");
+      expect(created.status).toBe(0);
+      expect(existsSync(join(dir, "leash.db"))).toBe(true);
+      const call = (nonce: string, estimate: string) =>
+        leashBin(
+          ["evaluate", "--session", "s1", "--tool", "buy", "--nonce", nonce, "--estimate", estimate],
+          undefined,
+          dir,
+        );
+      expect(call("1", "0.6").status).toBe(0);
+      const hitl = call("2", "0.1");
+      expect(hitl.status).toBe(4);
+      expect(JSON.parse(hitl.stdout).reason).toBe("budget_threshold");
+      expect(
+        leashBin(["session", "resume", "s1", "--decision", "reject", "--operator", "ops"], undefined, dir)
+          .status,
+      ).toBe(0);
+      const denied = call("2", "0.1");
+      expect(denied.status).toBe(3);
+      expect(JSON.parse(denied.stdout).reason).toBe("hitl_transition:reject");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

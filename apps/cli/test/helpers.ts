@@ -18,8 +18,15 @@ export interface Captured {
   readonly stderr: string;
 }
 
-/** Runs `leash argv…` in-process; `stdin` is what the command reads for `-` or no file. */
-export async function leash(argv: readonly string[], stdin = ""): Promise<Captured> {
+/**
+ * Runs `leash argv…` in-process; `stdin` is what the command reads for `-` or no file. The environment
+ * is `env` alone (empty by default), so a LEASH_STORE in the caller's shell cannot redirect a test.
+ */
+export async function leash(
+  argv: readonly string[],
+  stdin = "",
+  env: Record<string, string> = {},
+): Promise<Captured> {
   let stdout = "";
   let stderr = "";
   const code = await run(argv, {
@@ -32,6 +39,7 @@ export async function leash(argv: readonly string[], stdin = ""): Promise<Captur
     readStdin: async () => stdin,
     stderrIsTTY: false,
     stdinIsTTY: false,
+    env,
   });
   return { code, stdout, stderr };
 }

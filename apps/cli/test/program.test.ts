@@ -10,18 +10,57 @@ describe("leash program", () => {
     expect(r.stdout).toMatch(/^\d+\.\d+\.\d+\S*\n$/);
   });
 
-  it.each([[[]], [["conformance"]], [["hash"]], [["decide"]], [["bench"]], [["bench", "decide"]]])(
-    "has --help on %j",
-    async (path) => {
-      const r = await leash([...path, "--help"]);
-      expect(r.code).toBe(0);
-      expect(r.stderr).toBe("");
-      expect(r.stdout).toContain(`Usage: leash${path.length ? ` ${path.join(" ")}` : ""}`);
-    },
-  );
+  it.each([
+    [[]],
+    [["conformance"]],
+    [["hash"]],
+    [["decide"]],
+    [["bench"]],
+    [["bench", "decide"]],
+    [["bench", "engine"]],
+    [["migrate"]],
+    [["session"]],
+    [["session", "create"]],
+    [["session", "show"]],
+    [["session", "reset"]],
+    [["session", "resume"]],
+    [["guard"]],
+    [["guard", "create"]],
+    [["evaluate"]],
+    [["post-exec"]],
+    [["expire"]],
+  ])("has --help on %j", async (path) => {
+    const r = await leash([...path, "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toContain(`Usage: leash${path.length ? ` ${path.join(" ")}` : ""}`);
+  });
+
+  it("documents evaluate's exit statuses for scripts", async () => {
+    const r = await leash(["evaluate", "--help"]);
+    expect(r.stdout).toContain("0  ALLOW");
+    expect(r.stdout).toContain("3  DENY");
+    expect(r.stdout).toContain("4  HITL");
+    expect(r.stdout).toContain("--store <url>");
+    expect(r.stdout).toContain("--config <file>");
+    // The worker flag is internal.
+    expect((await leash(["bench", "engine", "--help"])).stdout).not.toContain("--worker");
+  });
 
   it.each([
     [["conformance", "--bogus", "x.json"], "unknown option '--bogus'"],
+    [["evaluate", "--tool", "t"], "required option '--session <id>' not specified"],
+    [["evaluate", "--session", "s", "--tool", "t", "--estimate", "-1"], "expected an amount in USD"],
+    [["session", "create"], "required option '--agent <id>' not specified"],
+    [["session", "create", "--agent", "a", "--hitl", "sometimes"], "Allowed choices are never, on_deny"],
+    [["session", "resume", "s", "--operator", "o"], "required option '--decision <decision>' not specified"],
+    [
+      ["session", "resume", "s", "--decision", "approve", "--operator", "o", "--successor-digest", "xyz"],
+      "64-digit",
+    ],
+    [["post-exec", "--session", "s", "--call", "0", "--actual", "1"], "at least 1"],
+    [["guard", "create", "g", "--limit", "1e3"], "expected an amount in USD"],
+    [["bench", "engine", "--concurrency", "0"], "at least 1"],
     [["--bogus"], "unknown option '--bogus'"],
     [["conformance"], "missing required argument 'files'"],
     [["hash", "a.json", "b.json"], "too many arguments"],

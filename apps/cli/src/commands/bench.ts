@@ -148,7 +148,8 @@ function collect(value: string, previous: string[] | undefined): string[] {
   return [...(previous ?? []), value];
 }
 
-export function registerBench(program: Command, io: Io, setExit: (code: number) => void): void {
+/** Returns the `bench` group so other benchmarks (bench engine) can join it. */
+export function registerBench(program: Command, io: Io, setExit: (code: number) => void): Command {
   const bench = program.command("bench").description("benchmarks; prints one machine-readable JSON line");
   bench
     .command("decide")
@@ -167,4 +168,5 @@ export function registerBench(program: Command, io: Io, setExit: (code: number) 
     .action(async (options: BenchOptions) => {
       setExit(await runBench(options, io));
     });
+  return bench;
 }

@@ -1,0 +1,465 @@
+// `leash bench engine`: concurrent evaluate() calls against a real store, one or more processes; one JSON line out.
+// It measures the ALLOW path with a budget hold on one shared account, and refuses a run that measured anything else.
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import type { Substrate } from "@leash/core";
+import type { Engine } from "@leash/engine";
+import { type Command, Option } from "commander";
+import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
+import {
+  addStoreOptions,
+  engineFailure,
+  loadSettings,
+  newEngine,
+  type Settings,
+  type StoreOptions,
+} from "../context.js";
+import { type HistogramJson, LatencyHistogram } from "../histogram.js";
+import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
+import {
+  connectStore,
+  dropPostgresSchema,
+  migrateStore,
+  parseStoreUrl,
+  removeSqliteFiles,
+  type StoreTarget,
+} from "../store.js";
+
+export interface BenchEngineOptions extends StoreOptions {
+  readonly concurrency: number;
+  readonly seconds: number;
+  readonly warmup: number;
+  readonly processes: number;
+  readonly sessions?: number;
+  readonly fresh?: boolean;
+  /** Internal: `RUNID:INDEX` of a child process started by a parent run. */
+  readonly worker?: string;
+}
+
+/** What one process measured; children print it as one JSON line for the parent to merge. */
+interface ProcessReport {
+  readonly decisions: number;
+  readonly allow: number;
+  readonly elapsed_ns: number;
+  readonly histogram: HistogramJson;
+}
+
+const WORKER_SPEC = /^([0-9a-f]{1,32}):([1-9]\d{0,3})$/;
+/** Large enough that no run of any length here comes near it, so every call stays on the ALLOW path. */
+const BENCH_BUDGET_USD = 1_000_000_000;
+/** Non-zero so each ALLOW places a real hold on the shared account. */
+const ESTIMATE_USD = 0.001;
+const TOOLS = ["search", "fetch", "read_file", "list_dir", "summarize", "translate", "lookup", "write_note"];
+/** How long a parent waits for its children to open the store and warm up. */
+const READY_TIMEOUT_MS = 120_000;
+const MIN_ALLOW_RATIO = 0.99;
+
+const agentOf = (runId: string) => `bench-${runId}`;
+const sessionIds = (runId: string, processIndex: number, count: number) =>
+  Array.from({ length: count }, (_, i) => `bench-${runId}-p${processIndex}-s${i}`);
+
+/** The built binary children run: tests import this module from src, but node runs only dist. */
+function binPath(): string {
+  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "dist", "bin.js");
+}
+
+class Load {
+  /** Per-process call sequence: nonces and params never repeat, across warm-up and measurement alike. */
+  #seq = 0;
+  #failure: unknown;
+  decisions = 0;
+  allow = 0;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly sessions: readonly string[],
+    private readonly processIndex: number,
+  ) {}
+
+  /**
+   * `concurrency` callers, each awaiting its evaluate before issuing the next, until `durationNs`
+   * has passed; calls in flight at the deadline finish and count. A thrown evaluate stops everyone.
+   */
+  async run(concurrency: number, durationNs: number, histogram?: LatencyHistogram): Promise<number> {
+    const start = process.hrtime.bigint();
+    const deadline = start + BigInt(Math.round(durationNs));
+    const caller = async (c: number) => {
+      const session_id = this.sessions[c % this.sessions.length]!;
+      while (this.#failure === undefined && process.hrtime.bigint() < deadline) {
+        const seq = this.#seq++;
+        const t0 = process.hrtime.bigint();
+        let verdict: string;
+        try {
+          ({ verdict } = await this.engine.evaluate({
+            session_id,
+            tool_name: TOOLS[seq % TOOLS.length]!,
+            params: { q: `query ${seq}`, page: seq % 7, caller: c },
+            nonce: `${this.processIndex}.${seq}`,
+            estimated_cost_usd: ESTIMATE_USD,
+          }));
+        } catch (err) {
+          this.#failure ??= err;
+          return;
+        }
+        const ns = Number(process.hrtime.bigint() - t0);
+        if (histogram !== undefined) {
+          histogram.record(ns);
+          this.decisions++;
+          if (verdict === "ALLOW") this.allow++;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: concurrency }, (_, c) => caller(c)));
+    if (this.#failure !== undefined) throw this.#failure;
+    return Number(process.hrtime.bigint() - start);
+  }
+}
+
+/** Progress on a terminal only: pipes and logs get the JSON line and nothing else. */
+function progress(io: Io, label: string, seconds: number, load?: Load): () => void {
+  if (!io.stderrIsTTY) return () => undefined;
+  const started = Date.now();
+  const timer = setInterval(() => {
+    const at = ((Date.now() - started) / 1000).toFixed(1);
+    const done = load === undefined ? "" : `, ${load.decisions} decisions`;
+    io.stderr(`\r\x1b[Kleash bench engine: ${label} ${at}/${seconds} s${done}`);
+  }, 250);
+  timer.unref();
+  return () => {
+    clearInterval(timer);
+    io.stderr("\r\x1b[K");
+  };
+}
+
+async function openTarget(target: StoreTarget): Promise<Substrate> {
+  const substrate = await connectStore(target);
+  await migrateStore(target, substrate);
+  return substrate;
+}
+
+/** Measures this process's share: warm up, say ready, wait for the go, measure. */
+async function measure(
+  engine: Engine,
+  sessions: readonly string[],
+  processIndex: number,
+  options: BenchEngineOptions,
+  io: Io,
+  ready: () => Promise<void>,
+): Promise<ProcessReport> {
+  const load = new Load(engine, sessions, processIndex);
+  if (options.warmup > 0) {
+    const done = progress(io, "warming up", options.warmup);
+    try {
+      await load.run(options.concurrency, options.warmup * 1e9);
+    } finally {
+      done();
+    }
+  }
+  await ready();
+  const histogram = new LatencyHistogram();
+  const done = progress(io, "measuring", options.seconds, load);
+  let elapsed: number;
+  try {
+    elapsed = await load.run(options.concurrency, options.seconds * 1e9, histogram);
+  } finally {
+    done();
+  }
+  return { decisions: load.decisions, allow: load.allow, elapsed_ns: elapsed, histogram: histogram.toJSON() };
+}
+
+/** A child's view: the parent registered the sessions; the store URL arrives in LEASH_STORE, never in argv. */
+async function runWorker(spec: string, options: BenchEngineOptions, io: Io): Promise<number> {
+  const match = WORKER_SPEC.exec(spec);
+  if (match === null)
+    throw new CliError(`bench engine: bad --worker ${JSON.stringify(spec)}`, EXIT_BAD_INPUT);
+  const [, runId, index] = match;
+  const settings = await loadSettings(options, io);
+  const substrate = await openTarget(settings.target);
+  try {
+    const engine = newEngine(substrate, settings.file);
+    const sessions = sessionIds(runId!, Number(index), options.sessions ?? options.concurrency);
+    const report = await measure(engine, sessions, Number(index), options, io, async () => {
+      io.stdout(`${JSON.stringify({ ready: true })}\n`);
+      // The parent closes our stdin when every process is warm: all measure the same seconds.
+      await io.readStdin();
+    });
+    io.stdout(`${JSON.stringify(report)}\n`);
+    return 0;
+  } catch (err) {
+    throw engineFailure(err, settings.target.url) ?? err;
+  } finally {
+    await substrate.close().catch(() => undefined);
+  }
+}
+
+interface Child {
+  readonly index: number;
+  readonly process: ChildProcess;
+  readonly ready: Promise<void>;
+  readonly report: Promise<ProcessReport>;
+}
+
+function startChild(
+  index: number,
+  runId: string,
+  url: string,
+  options: BenchEngineOptions,
+  sessionsPerProcess: number,
+): Child {
+  const args = [
+    binPath(),
+    "bench",
+    "engine",
+    "--worker",
+    `${runId}:${index}`,
+    "--concurrency",
+    String(options.concurrency),
+    "--seconds",
+    String(options.seconds),
+    "--warmup",
+    String(options.warmup),
+    "--sessions",
+    String(sessionsPerProcess),
+    ...(options.config === undefined ? [] : ["--config", resolve(options.config)]),
+  ];
+  // The URL goes through the environment: argv is visible to every user of the machine (ps).
+  const child = spawn(process.execPath, args, {
+    stdio: ["pipe", "pipe", "pipe"],
+    env: { ...process.env, LEASH_STORE: url },
+  });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8").on("data", (text: string) => {
+    stderr += text;
+  });
+  const lines: string[] = [];
+  const waiters: Array<() => void> = [];
+  createInterface({ input: child.stdout! }).on("line", (line) => {
+    lines.push(line);
+    for (const wake of waiters.splice(0)) wake();
+  });
+  const exited = new Promise<number | null>((resolveExit) => {
+    child.on("error", (err) => {
+      stderr += `${err.message}\n`;
+      resolveExit(null);
+    });
+    child.on("close", (code) => resolveExit(code));
+  });
+  const failure = (what: string) => {
+    const last = stderr
+      .trim()
+      .split("\n")
+      .at(-1)
+      ?.replace(/^leash: (error: )?/, "");
+    return new CliError(`bench engine: worker process ${index} ${what}${last ? `: ${last}` : ""}`, 1);
+  };
+  const nextLine = async (): Promise<string | undefined> => {
+    while (lines.length === 0) {
+      const more = new Promise<void>((wake) => waiters.push(wake));
+      const code = await Promise.race([more.then(() => undefined), exited.then((c) => ({ c }))]);
+      if (code !== undefined && lines.length === 0) return undefined;
+    }
+    return lines.shift();
+  };
+  const ready = (async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(failure("did not get ready in time")), READY_TIMEOUT_MS);
+    });
+    try {
+      const line = await Promise.race([nextLine(), timeout]);
+      if (line === undefined) throw failure("exited before it was ready");
+      if (line !== JSON.stringify({ ready: true }))
+        throw failure(`said ${JSON.stringify(line)} instead of ready`);
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
+  const report = (async () => {
+    await ready;
+    const line = await nextLine();
+    const code = await exited;
+    if (line === undefined || code !== 0) throw failure(`failed (exit status ${code})`);
+    try {
+      return JSON.parse(line) as ProcessReport;
+    } catch {
+      throw failure(`printed an unreadable report ${JSON.stringify(line.slice(0, 80))}`);
+    }
+  })();
+  // Either may be abandoned when another process fails first; never as an unhandled rejection.
+  ready.catch(() => undefined);
+  report.catch(() => undefined);
+  return { index, process: child, ready, report };
+}
+
+/** `--fresh`: an empty SQLite file, or a new postgres schema that the run drops when done. */
+function freshTarget(target: StoreTarget): { target: StoreTarget; dropSchema?: () => Promise<void> } {
+  if (target.kind === "sqlite") {
+    removeSqliteFiles(target.options.path);
+    return { target };
+  }
+  if (target.kind === "postgres") {
+    const schema = `leash_bench_${randomBytes(6).toString("hex")}`;
+    const url = `${target.connection}${target.connection.includes("?") ? "&" : "?"}schema=${schema}`;
+    return { target: parseStoreUrl(url), dropSchema: () => dropPostgresSchema(target.connection, schema) };
+  }
+  return { target };
+}
+
+function floorTo(value: number, places: number): number {
+  const scale = 10 ** places;
+  return Math.floor(value * scale) / scale;
+}
+
+async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
+  const loaded = await loadSettings(options, io);
+  if (options.processes > 1 && loaded.target.kind === "memory") {
+    throw new CliError(
+      "bench engine: a memory: store lives in one process; --processes needs sqlite: or postgres://",
+      EXIT_BAD_INPUT,
+    );
+  }
+  if (options.processes > 1 && !existsSync(binPath())) {
+    throw new CliError(
+      `bench engine: --processes needs the built CLI (${binPath()}): run \`npx tsc --build\``,
+      EXIT_BAD_INPUT,
+    );
+  }
+  const fresh = options.fresh ? freshTarget(loaded.target) : { target: loaded.target };
+  const settings: Settings = { ...loaded, target: fresh.target };
+  const { target } = settings;
+  const children: Child[] = [];
+  let substrate: Substrate | undefined;
+  try {
+    substrate = await openTarget(target);
+    const engine = newEngine(substrate, settings.file);
+    const runId = randomBytes(4).toString("hex");
+    const perProcess = options.sessions ?? options.concurrency;
+    // Registered here, before any child starts, so no two processes race to create the shared account.
+    const config = { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" as const };
+    const mine: string[] = [];
+    for (let p = 0; p < options.processes; p++) {
+      for (const session_id of sessionIds(runId, p, perProcess)) {
+        await engine.register({ agent_id: agentOf(runId), session_id, config });
+        if (p === 0) mine.push(session_id);
+      }
+    }
+    for (let p = 1; p < options.processes; p++)
+      children.push(startChild(p, runId, target.url, options, perProcess));
+
+    const own = await measure(engine, mine, 0, options, io, async () => {
+      if (children.length === 0) return;
+      const done = progress(io, `waiting for ${children.length} worker process(es)`, READY_TIMEOUT_MS / 1000);
+      try {
+        await Promise.all(children.map((c) => c.ready));
+      } finally {
+        done();
+      }
+      for (const child of children) child.process.stdin!.end();
+    });
+    const reports = [own, ...(await Promise.all(children.map((c) => c.report)))];
+
+    const histogram = new LatencyHistogram();
+    let decisions = 0;
+    let allow = 0;
+    let elapsedNs = 0;
+    for (const r of reports) {
+      histogram.merge(r.histogram);
+      decisions += r.decisions;
+      allow += r.allow;
+      // Processes measure overlapping windows; the longest one is the honest denominator.
+      elapsedNs = Math.max(elapsedNs, r.elapsed_ns);
+    }
+    if (decisions === 0)
+      throw new CliError("bench engine: no evaluate call completed in the measured time", 1);
+    const allowRatio = allow / decisions;
+    if (allowRatio < MIN_ALLOW_RATIO) {
+      throw new CliError(
+        `bench engine: only ${allow} of ${decisions} decisions were ALLOW (${(allowRatio * 100).toFixed(2)} %); this run measured the wrong path`,
+        1,
+      );
+    }
+    const seconds = elapsedNs / 1e9;
+    const ms = (ns: number) => Number((ns / 1e6).toFixed(3));
+    io.stdout(
+      `${JSON.stringify({
+        bench: "engine",
+        store: target.kind,
+        processes: options.processes,
+        concurrency: options.concurrency,
+        seconds: Number(seconds.toFixed(3)),
+        decisions,
+        decisions_per_sec: Math.round(decisions / seconds),
+        p50_ms: ms(histogram.quantileNs(0.5)),
+        p99_ms: ms(histogram.quantileNs(0.99)),
+        max_ms: ms(histogram.maxNs),
+        allow_ratio: floorTo(allowRatio, 4),
+        node: process.version,
+      })}\n`,
+    );
+    return 0;
+  } catch (err) {
+    throw engineFailure(err, target.url) ?? err;
+  } finally {
+    for (const child of children) {
+      if (child.process.exitCode === null && child.process.signalCode === null) child.process.kill();
+    }
+    await Promise.allSettled(children.map((c) => c.report));
+    await substrate?.close().catch(() => undefined);
+    if (fresh.dropSchema !== undefined) {
+      await fresh.dropSchema().catch((err: unknown) => {
+        io.stderr(`leash: warning: could not drop the benchmark schema: ${firstLine(err)}\n`);
+      });
+    }
+  }
+}
+
+export async function runBenchEngine(options: BenchEngineOptions, io: Io): Promise<number> {
+  if (options.worker !== undefined) return runWorker(options.worker, options, io);
+  return runParent(options, io);
+}
+
+export function registerBenchEngine(bench: Command, io: Io, setExit: (code: number) => void): void {
+  addStoreOptions(
+    bench
+      .command("engine")
+      .description(
+        "measure engine.evaluate() end to end on a real store: concurrent callers, optionally several processes",
+      )
+      .option(
+        "--concurrency <n>",
+        "callers per process, each issuing evaluate calls back to back",
+        positiveInteger,
+        16,
+      )
+      .option("--seconds <n>", "how long to measure", positiveNumber, 10)
+      .option("--warmup <n>", "how long to run first without measuring", nonNegativeNumber, 1)
+      .option(
+        "--processes <n>",
+        "processes sharing the store (this one plus n-1 children)",
+        positiveInteger,
+        1,
+      )
+      .option("--sessions <n>", "sessions per process (default: one per caller)", positiveInteger)
+      .option(
+        "--fresh",
+        "start empty: delete the sqlite file (and -wal/-shm) first, or use a new postgres schema dropped afterwards",
+      )
+      .addOption(new Option("--worker <spec>").hideHelp()),
+  )
+    .addHelpText(
+      "after",
+      `
+Every session shares one agent-scope budget, so each ALLOW takes the full path: a transaction, the
+session row, a nonce insert and a budget hold on one shared account. A run with fewer than 99 % ALLOW
+verdicts is an error (it measured something else). --concurrency is per process. Prints one JSON line:
+{"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","allow_ratio","node"}.
+Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config or store URL.`,
+    )
+    .action(async (options: BenchEngineOptions) => {
+      setExit(await runBenchEngine(options, io));
+    });
+}

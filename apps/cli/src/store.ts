@@ -1,0 +1,287 @@
+// Store URLs (`sqlite:PATH`, `postgres://…?schema=NAME`, `memory:`): parsing, redaction, opening and migrating.
+// It holds no engine logic and picks no store on its own: resolveStoreUrl applies flag > env > config > default.
+import { existsSync, rmSync } from "node:fs";
+import { type Substrate, SubstrateError } from "@leash/core";
+import { createMemorySubstrate } from "@leash/substrate-memory";
+import { LATEST_SCHEMA_VERSION, openPostgresSubstrate } from "@leash/substrate-postgres";
+import {
+  openSqliteSubstrate,
+  parseSqliteUrl,
+  SCHEMA_VERSION,
+  type SqliteSubstrateOptions,
+} from "@leash/substrate-sqlite";
+import Database from "better-sqlite3";
+import pg from "pg";
+import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine } from "./io.js";
+
+/** Where state lives when neither a flag, LEASH_STORE nor a config file says otherwise. */
+export const DEFAULT_STORE = "sqlite:./leash.db";
+
+export type StoreKind = "sqlite" | "postgres" | "memory";
+
+export type StoreTarget =
+  | {
+      readonly kind: "sqlite";
+      readonly url: string;
+      readonly label: string;
+      readonly options: SqliteSubstrateOptions;
+    }
+  | {
+      readonly kind: "postgres";
+      readonly url: string;
+      readonly label: string;
+      /** The URL without `schema=`, as pg should see it. */
+      readonly connection: string;
+      readonly schema: string | undefined;
+    }
+  | {
+      readonly kind: "memory";
+      readonly url: string;
+      readonly label: string;
+      readonly shared: string | undefined;
+    };
+
+const POSTGRES = /^postgres(ql)?:\/\//i;
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
+
+/**
+ * The URL with any password replaced by `***`, for messages and logs. When the userinfo cannot be
+ * told apart from the rest, the last `@` is taken as its end: hiding too much beats leaking a password.
+ */
+export function redactStoreUrl(url: string): string {
+  let out = url;
+  const schemeEnd = out.indexOf("://");
+  if (schemeEnd >= 0) {
+    const rest = out.slice(schemeEnd + 3);
+    const at = rest.lastIndexOf("@");
+    const colon = at < 0 ? -1 : rest.slice(0, at).indexOf(":");
+    if (colon >= 0) out = `${out.slice(0, schemeEnd + 3)}${rest.slice(0, colon)}:***${rest.slice(at)}`;
+  }
+  // pg also reads `?password=` from the query string.
+  return out.replace(/([?&]password=)[^&#]*/gi, "$1***");
+}
+
+/** The password as written and as decoded, so it can be scrubbed from driver messages too. */
+function secretsOf(url: string): string[] {
+  const secrets: string[] = [];
+  const schemeEnd = url.indexOf("://");
+  if (schemeEnd >= 0) {
+    const rest = url.slice(schemeEnd + 3);
+    const at = rest.lastIndexOf("@");
+    const colon = at < 0 ? -1 : rest.slice(0, at).indexOf(":");
+    if (colon >= 0) secrets.push(rest.slice(colon + 1, at));
+  }
+  for (const match of url.matchAll(/[?&]password=([^&#]*)/gi)) secrets.push(match[1]!);
+  const all = secrets.flatMap((s) => {
+    try {
+      return [s, decodeURIComponent(s)];
+    } catch {
+      return [s];
+    }
+  });
+  // Scrubbing a one- or two-letter password would garble every message that contains those letters.
+  return [...new Set(all)].filter((s) => s.length >= 3);
+}
+
+/** A message that may quote the URL or the password, made safe to print. */
+export function scrubSecrets(message: string, url: string): string {
+  let out = message.split(url).join(redactStoreUrl(url));
+  for (const secret of secretsOf(url)) out = out.split(secret).join("***");
+  return out;
+}
+
+function badUrl(url: string, problem: string): CliError {
+  return new CliError(`bad store URL ${redactStoreUrl(url)}: ${problem}`, EXIT_BAD_INPUT);
+}
+
+/**
+ * Splits `schema=NAME` off a postgres URL's query, leaving every other parameter byte for byte
+ * (sslmode, application_name …) for pg to read.
+ */
+function splitSchema(url: string): { connection: string; schema: string | undefined } {
+  const queryAt = url.indexOf("?");
+  if (queryAt < 0) return { connection: url, schema: undefined };
+  const hashAt = url.indexOf("#", queryAt);
+  const query = url.slice(queryAt + 1, hashAt < 0 ? undefined : hashAt);
+  let schema: string | undefined;
+  const kept: string[] = [];
+  for (const part of query.split("&")) {
+    const [name, value] = new URLSearchParams(part).entries().next().value ?? ["", ""];
+    if (name === "schema") {
+      if (schema !== undefined) throw badUrl(url, "`schema` is given twice");
+      schema = value;
+    } else if (part !== "") kept.push(part);
+  }
+  const base = url.slice(0, queryAt);
+  return { connection: kept.length > 0 ? `${base}?${kept.join("&")}` : base, schema };
+}
+
+/** Reads a store URL; an unknown scheme or a malformed URL is a CliError (exit 2) naming the redacted URL. */
+export function parseStoreUrl(url: string): StoreTarget {
+  const label = redactStoreUrl(url);
+  if (/^sqlite:/i.test(url)) {
+    try {
+      return { kind: "sqlite", url, label, options: parseSqliteUrl(url) };
+    } catch (err) {
+      // parseSqliteUrl's message already quotes the URL; a sqlite URL carries no password.
+      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+    }
+  }
+  if (POSTGRES.test(url)) {
+    const { connection, schema } = splitSchema(url);
+    if (schema !== undefined && (!IDENTIFIER.test(schema) || schema.length > 63)) {
+      throw badUrl(
+        url,
+        `schema must be a plain identifier of at most 63 characters, got ${JSON.stringify(schema)}`,
+      );
+    }
+    try {
+      new URL(connection);
+    } catch {
+      throw badUrl(url, "not a valid URL (percent-encode special characters in the password)");
+    }
+    return { kind: "postgres", url, label, connection, schema };
+  }
+  if (/^memory:/i.test(url)) {
+    const name = url.slice("memory:".length);
+    return { kind: "memory", url, label, shared: name === "" ? undefined : name };
+  }
+  throw new CliError(
+    `unknown store URL scheme in ${label}: expected sqlite:PATH, postgres://… (or postgresql://…) or memory:`,
+    EXIT_BAD_INPUT,
+  );
+}
+
+function cannotOpen(target: StoreTarget, err: unknown): CliError {
+  return new CliError(
+    `cannot open store ${target.label}: ${scrubSecrets(firstLine(err), target.url)}`,
+    EXIT_BAD_INPUT,
+    {
+      cause: err,
+    },
+  );
+}
+
+/** Opens the store without migrating it; every failure is one line naming the (redacted) URL. */
+export async function connectStore(target: StoreTarget): Promise<Substrate> {
+  try {
+    switch (target.kind) {
+      case "sqlite":
+        return await openSqliteSubstrate(target.options);
+      case "postgres":
+        return await openPostgresSubstrate({ url: target.connection, schema: target.schema });
+      case "memory":
+        return createMemorySubstrate({ shared: target.shared });
+    }
+  } catch (err) {
+    throw cannotOpen(target, err);
+  }
+}
+
+/** Brings the schema up to date; a failure closes the store and names it. */
+export async function migrateStore(target: StoreTarget, substrate: Substrate): Promise<void> {
+  try {
+    await substrate.migrate();
+  } catch (err) {
+    await substrate.close().catch(() => undefined);
+    throw cannotOpen(target, err);
+  }
+}
+
+/** Opens the store a URL names and brings its schema up to date (migrate is idempotent and cheap when current). */
+export async function openStore(url: string): Promise<Substrate> {
+  const target = parseStoreUrl(url);
+  const substrate = await connectStore(target);
+  await migrateStore(target, substrate);
+  return substrate;
+}
+
+/** The schema version the running build writes, or null for the memory store (which has none). */
+export function latestSchemaVersion(kind: StoreKind): number | null {
+  if (kind === "sqlite") return SCHEMA_VERSION;
+  if (kind === "postgres") return LATEST_SCHEMA_VERSION;
+  return null;
+}
+
+/**
+ * The schema version a store is at (0 when Leash never migrated it). Read over a connection of its
+ * own because Substrate.migrate() reports nothing; this knows the substrates' version-table names.
+ */
+export async function readSchemaVersion(target: StoreTarget): Promise<number | null> {
+  try {
+    if (target.kind === "sqlite") {
+      if (!existsSync(target.options.path)) return 0;
+      const db = new Database(target.options.path, { fileMustExist: true, timeout: 5000 });
+      try {
+        const table = db
+          .prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'leash_schema_version'")
+          .get();
+        if (table === undefined) return 0;
+        const row = db.prepare("SELECT MAX(version) AS version FROM leash_schema_version").get() as {
+          version: number | null;
+        };
+        return row.version ?? 0;
+      } finally {
+        db.close();
+      }
+    }
+    if (target.kind === "postgres") {
+      const table =
+        target.schema === undefined ? "leash_schema_version" : `"${target.schema}".leash_schema_version`;
+      const client = new pg.Client({ connectionString: target.connection });
+      client.on("error", () => undefined);
+      await client.connect();
+      try {
+        const found = await client.query<{ t: string | null }>("SELECT to_regclass($1)::text AS t", [table]);
+        if (found.rows[0]?.t == null) return 0;
+        const { rows } = await client.query<{ v: number }>(
+          `SELECT coalesce(max(version), 0)::integer AS v FROM ${table}`,
+        );
+        return rows[0]?.v ?? 0;
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    }
+    return null;
+  } catch (err) {
+    throw cannotOpen(target, err);
+  }
+}
+
+/** Removes a SQLite database with its WAL and shared-memory files (for `bench engine --fresh`). */
+export function removeSqliteFiles(path: string): void {
+  for (const suffix of ["", "-wal", "-shm", "-journal"]) rmSync(`${path}${suffix}`, { force: true });
+}
+
+/** Drops a postgres schema and everything in it (for `bench engine --fresh`). */
+export async function dropPostgresSchema(connection: string, schema: string): Promise<void> {
+  if (!IDENTIFIER.test(schema)) throw new TypeError(`not a plain schema name: ${JSON.stringify(schema)}`);
+  const client = new pg.Client({ connectionString: connection });
+  client.on("error", () => undefined);
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** Precedence: `--store` flag, then LEASH_STORE, then the config file's `store`, then sqlite:./leash.db. */
+export function resolveStoreUrl(
+  flag: string | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+  fileStore: string | undefined,
+): string {
+  const fromEnv = env.LEASH_STORE;
+  return (
+    flag ?? (fromEnv !== undefined && fromEnv !== "" ? fromEnv : undefined) ?? fileStore ?? DEFAULT_STORE
+  );
+}
+
+/** Storage failures after opening (busy, io, corrupt) as one line; the URL's password never shows. */
+export function storeFailure(err: unknown, url: string): CliError | undefined {
+  if (!SubstrateError.isInstance(err)) return undefined;
+  return new CliError(`store error (${err.code}): ${scrubSecrets(firstLine(err), url)}`, EXIT_REFUSED, {
+    cause: err,
+  });
+}

@@ -1,0 +1,181 @@
+// Tests for `leash bench engine`: one JSON line with a positive rate on SQLite (one and two processes), fresh stores.
+// Runs are half a second; figures are checked for sanity only. --processes runs the built dist/bin.js as workers.
+import { existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { bucketOf, bucketRange, LatencyHistogram } from "../src/histogram.js";
+import { CLI_BIN, expectOneLineError, leash, scratchDir } from "./helpers.js";
+import { PG_URL, withPg } from "./stores.js";
+
+const scratch = scratchDir();
+afterAll(() => scratch.cleanup());
+
+const REPORT_KEYS = [
+  "bench",
+  "store",
+  "processes",
+  "concurrency",
+  "seconds",
+  "decisions",
+  "decisions_per_sec",
+  "p50_ms",
+  "p99_ms",
+  "max_ms",
+  "allow_ratio",
+  "node",
+];
+
+function report(stdout: string) {
+  const lines = stdout.trimEnd().split("\n");
+  expect(lines).toHaveLength(1);
+  const r = JSON.parse(lines[0]!);
+  expect(Object.keys(r)).toEqual(REPORT_KEYS);
+  expect(r.decisions_per_sec).toBeGreaterThan(0);
+  expect(r.allow_ratio).toBeGreaterThanOrEqual(0.99);
+  expect(r.p50_ms).toBeGreaterThan(0);
+  expect(r.p50_ms).toBeLessThanOrEqual(r.p99_ms);
+  expect(r.p99_ms).toBeLessThanOrEqual(r.max_ms);
+  expect(r.node).toBe(process.version);
+  return r;
+}
+
+describe("leash bench engine", () => {
+  it("measures the ALLOW path on a fresh SQLite file", async () => {
+    const path = join(scratch.dir, "bench.db");
+    // --fresh must remove what is there, even something that is not a database.
+    writeFileSync(path, "not a database ".repeat(100));
+    writeFileSync(`${path}-wal`, "stale");
+    const argv = [
+      "bench",
+      "engine",
+      "--store",
+      `sqlite:${path}`,
+      "--fresh",
+      "--seconds",
+      "0.5",
+      "--concurrency",
+      "4",
+    ];
+    const r = await leash([...argv, "--warmup", "0.1"]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const out = report(r.stdout);
+    expect(out).toMatchObject({ bench: "engine", store: "sqlite", processes: 1, concurrency: 4 });
+    expect(out.seconds).toBeGreaterThanOrEqual(0.5);
+    expect(out.decisions).toBeGreaterThan(0);
+  }, 30_000);
+
+  it("merges a second process on the same SQLite file", async () => {
+    expect(existsSync(CLI_BIN), "run `npx tsc --build` first: workers run dist/bin.js").toBe(true);
+    const path = join(scratch.dir, "bench2.db");
+    const r = await leash([
+      "bench",
+      "engine",
+      "--store",
+      `sqlite:${path}`,
+      "--fresh",
+      "--seconds",
+      "0.5",
+      "--warmup",
+      "0.1",
+      "--concurrency",
+      "4",
+      "--processes",
+      "2",
+    ]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(report(r.stdout)).toMatchObject({ store: "sqlite", processes: 2, concurrency: 4 });
+  }, 60_000);
+
+  it("drops the fresh postgres schema afterwards", async () => {
+    const count = () =>
+      withPg(async (c) => {
+        const { rows } = await c.query(
+          "SELECT count(*)::int AS n FROM pg_namespace WHERE nspname LIKE 'leash_bench_%'",
+        );
+        return rows[0].n as number;
+      });
+    const before = await count();
+    const r = await leash([
+      "bench",
+      "engine",
+      "--store",
+      PG_URL,
+      "--fresh",
+      "--seconds",
+      "0.3",
+      "--warmup",
+      "0",
+      "--concurrency",
+      "2",
+    ]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(report(r.stdout).store).toBe("postgres");
+    expect(await count()).toBe(before);
+  }, 30_000);
+
+  it("runs on memory: in one process and refuses to share it between processes", async () => {
+    const one = await leash(["bench", "engine", "--store", "memory:", "--seconds", "0.2", "--warmup", "0"]);
+    expect(one.code).toBe(0);
+    expect(report(one.stdout).store).toBe("memory");
+    const two = await leash([
+      "bench",
+      "engine",
+      "--store",
+      "memory:",
+      "--processes",
+      "2",
+      "--seconds",
+      "0.2",
+    ]);
+    expect(two.code).toBe(2);
+    expectOneLineError(two.stderr);
+    expect(two.stderr).toContain("--processes needs sqlite: or postgres://");
+  });
+});
+
+describe("latency histogram", () => {
+  it("buckets every value into a range that holds it, within 1.6 %", () => {
+    for (const v of [
+      0,
+      1,
+      63,
+      64,
+      127,
+      128,
+      129,
+      255,
+      256,
+      1000,
+      65_535,
+      65_536,
+      1e6,
+      123_456_789,
+      2 ** 40 - 1,
+    ]) {
+      const [low, high] = bucketRange(bucketOf(v));
+      expect(low).toBeLessThanOrEqual(v);
+      expect(high).toBeGreaterThanOrEqual(v);
+      expect(high - low).toBeLessThanOrEqual(Math.max(0, v / 64));
+    }
+    // Buckets tile the line: the next bucket starts right after this one ends.
+    for (let b = 0; b < 2000; b++) expect(bucketRange(b + 1)[0]).toBe(bucketRange(b)[1] + 1);
+  });
+
+  it("merges through JSON and finds quantiles", () => {
+    const a = new LatencyHistogram();
+    const b = new LatencyHistogram();
+    for (let i = 1; i <= 1000; i++) (i % 2 ? a : b).record(i * 1000);
+    const merged = new LatencyHistogram();
+    merged.merge(JSON.parse(JSON.stringify(a)));
+    merged.merge(JSON.parse(JSON.stringify(b)));
+    expect(merged.count).toBe(1000);
+    expect(merged.maxNs).toBe(1_000_000);
+    expect(merged.quantileNs(0.5) / 500_000).toBeCloseTo(1, 1);
+    expect(merged.quantileNs(0.99) / 990_000).toBeCloseTo(1, 1);
+    expect(merged.quantileNs(1)).toBeLessThanOrEqual(1_000_000);
+    expect(new LatencyHistogram().quantileNs(0.5)).toBe(0);
+  });
+});

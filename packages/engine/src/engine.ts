@@ -1,0 +1,414 @@
+// createEngine(): library mode — one substrate transaction per evaluate (load → decide → feedback →
+// reserve → commit → verdict). No verdict is returned before its transaction has committed.
+import { randomUUID } from "node:crypto";
+import { available, ensureAccount, expire, reserve, settle, toMoney } from "@leash/budget-guard";
+import {
+  type Call,
+  type Clock,
+  type Config,
+  canonicalHash,
+  canonicalizationError,
+  decide,
+  denyProbability,
+  feedback,
+  type HitlRequest,
+  recordHumanDecision,
+  resetCircuit,
+  type SessionRecord,
+  type State,
+  type Substrate,
+  type SubstrateTx,
+} from "@leash/core";
+import { validateConfig } from "@leash/core/schema";
+import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
+import { LeashError } from "./errors.js";
+import type {
+  EngineOptions,
+  EvaluateRequest,
+  EvaluateResult,
+  PostExecRequest,
+  PostExecResult,
+  RegisterRequest,
+  ResumeRequest,
+  SessionView,
+} from "./types.js";
+
+let lastNs = 0;
+/**
+ * Nanoseconds since the Unix epoch, never going backwards within the process (NTP steps included).
+ * About 1.8e18: above 2^53 a double is an integer spaced 256 apart, which stores keep exactly.
+ */
+export const systemClock: Clock = {
+  nowNs: () => {
+    lastNs = Math.max(lastNs, Math.round((performance.timeOrigin + performance.now()) * 1000) * 1000);
+    return lastNs;
+  },
+};
+
+const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
+
+/** State as stored: seen nonces live in the NonceStore, not in the session row. */
+function storable(state: State): State {
+  const { seen_nonces: _omit, ...rest } = state;
+  return rest;
+}
+
+export interface Engine {
+  readonly substrate: Substrate;
+  register(request: RegisterRequest): Promise<SessionView>;
+  evaluate(request: EvaluateRequest): Promise<EvaluateResult>;
+  postExec(request: PostExecRequest): Promise<PostExecResult>;
+  getSession(sessionId: string): Promise<SessionView>;
+  /** Records a human's decision on the session's paused call (spec §3.6). */
+  resume(request: ResumeRequest): Promise<SessionView>;
+  /** Operator reset of a tripped circuit. */
+  reset(sessionId: string, operatorId: string): Promise<SessionView>;
+  heartbeat(sessionId: string): Promise<void>;
+  /** Creates a named budget guard that sessions can draw on through `parent_guard_id`. */
+  createGuard(guard: {
+    guard_id: string;
+    limit_usd: number | string;
+    parent_guard_id?: string;
+  }): Promise<void>;
+  /** Releases budget holds whose agent never reported back; returns how many. */
+  expireReservations(limit?: number): Promise<number>;
+}
+
+export function createEngine(options: EngineOptions): Engine {
+  const { substrate } = options;
+  const clock = options.clock ?? systemClock;
+  const rng = options.rng ?? Math.random;
+  const ttlNs = (options.reservationTtlMs ?? 300_000) * 1e6;
+  const newId = options.newId ?? randomUUID;
+
+  async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
+    if (typeof sessionId !== "string" || sessionId === "") {
+      throw new LeashError("INVALID_ARGUMENT", "session_id must be a non-empty string");
+    }
+    const session = await tx.sessions.get(sessionId);
+    if (session === null)
+      throw new LeashError("SESSION_NOT_FOUND", `unknown session ${JSON.stringify(sessionId)}`);
+    return session;
+  }
+
+  async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
+    if (!budgetEnabled(session.config)) return null;
+    return (await available(tx, sessionAccountId(session.config, session))).toFixed();
+  }
+
+  async function view(tx: SubstrateTx, session: SessionRecord): Promise<SessionView> {
+    return {
+      session_id: session.session_id,
+      agent_id: session.agent_id,
+      organization_id: session.organization_id,
+      status: session.status,
+      config: session.config,
+      state: session.state,
+      call_count: session.call_count,
+      budget_remaining_usd: await remainingOf(tx, session),
+    };
+  }
+
+  async function evaluateIn(tx: SubstrateTx, request: EvaluateRequest): Promise<EvaluateResult> {
+    const session = await loadSession(tx, request.session_id);
+    const { config } = session;
+    const nowNs = clock.nowNs();
+    const call: Call = {
+      tool_name: request.tool_name,
+      params: request.params,
+      nonce: request.nonce,
+      estimated_cost_usd: request.estimated_cost_usd,
+    };
+    const nonce = request.nonce;
+    const hasNonce = nonce !== undefined && nonce !== null;
+    const seen = hasNonce && (await tx.nonces.has(session.session_id, nonce));
+
+    // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
+    const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
+    const state: State = { ...session.state, seen_nonces: seen ? [nonce] : [] };
+    if (accountId !== null) {
+      state.budget_initial_usd = config.budget_usd;
+      state.budget_remaining_usd = (await available(tx, accountId)).toNumber();
+    }
+    const rngValue =
+      denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
+    let decision = decide(config, state, call, { nowNs, rng: rngValue ?? undefined });
+    const paramsValue = call.params ?? {};
+    const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
+    const callNumber = session.call_count + 1;
+
+    let reservation_id: string | null = null;
+    if (decision.verdict === "ALLOW") {
+      if (hasNonce && !(await tx.nonces.add(session.session_id, nonce, nowNs))) {
+        decision = { verdict: "DENY", reason: "policy_violation:duplicate_nonce" };
+      } else if (accountId !== null) {
+        const held = await reserve(tx, {
+          reservation_id: reservationId(session.session_id, callNumber),
+          account_id: accountId,
+          session_id: session.session_id,
+          call_number: callNumber,
+          amount_usd: Math.max(0, request.estimated_cost_usd ?? 0),
+          nowNs,
+          ttlNs,
+        });
+        // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
+        if (held.ok) reservation_id = held.reservation.reservation_id;
+        else decision = { verdict: "DENY", reason: held.code };
+      }
+    }
+
+    const next = feedback(config, state, call, decision, { nowNs, paramsHash });
+    if (decision.verdict === "HITL") {
+      const request: HitlRequest = {
+        request_id: newId(),
+        session_id: session.session_id,
+        call_number: callNumber,
+        tool_name: call.tool_name,
+        nonce: hasNonce ? nonce : null,
+        args_digest: paramsHash,
+        reason: decision.reason,
+        status: "PENDING",
+        decision: null,
+        operator_id: null,
+        successor_nonce: null,
+        successor_args_digest: null,
+        created_ns: nowNs,
+        decided_ns: null,
+      };
+      await tx.hitl.insert(request);
+    }
+    if (
+      decision.reason === "hitl_transition:approve" ||
+      decision.reason === "hitl_transition:modify_successor"
+    ) {
+      for (const decided of await tx.hitl.list({ sessionId: session.session_id, status: "DECIDED" })) {
+        await tx.hitl.update({ ...decided, status: "CONSUMED" });
+      }
+    }
+
+    const remaining = accountId === null ? null : (await available(tx, accountId)).toFixed();
+    await tx.sessions.update({
+      ...session,
+      status: next.status ?? session.status,
+      state: storable({
+        ...next,
+        budget_remaining_usd: remaining === null ? next.budget_remaining_usd : Number(remaining),
+      }),
+      call_count: callNumber,
+      updated_ns: nowNs,
+    });
+    return {
+      session_id: session.session_id,
+      call_number: callNumber,
+      verdict: decision.verdict,
+      reason: decision.reason,
+      budget_remaining_usd: remaining,
+      reservation_id,
+      rng: rngValue,
+      params_hash: paramsHash,
+    };
+  }
+
+  return {
+    substrate,
+
+    async register(request) {
+      const config = validateConfig(request.config);
+      if (!config.ok)
+        throw new LeashError("CONFIG_INVALID", `invalid guard config: ${config.errors.join("; ")}`);
+      if (typeof request.agent_id !== "string" || request.agent_id === "") {
+        throw new LeashError("INVALID_ARGUMENT", "agent_id must be a non-empty string");
+      }
+      return substrate.transaction(async (tx) => {
+        const nowNs = clock.nowNs();
+        const ids = {
+          session_id: request.session_id ?? newId(),
+          agent_id: request.agent_id,
+          organization_id: request.organization_id ?? "default",
+        };
+        const existing = await tx.sessions.get(ids.session_id);
+        if (existing !== null) {
+          if (existing.agent_id !== ids.agent_id) {
+            throw new LeashError("SESSION_EXISTS", `session ${ids.session_id} belongs to another agent`);
+          }
+          return view(tx, existing); // resuming a session keeps its config and state
+        }
+        await ensureSessionAccount(tx, config.value, ids, nowNs);
+        const record: SessionRecord = {
+          ...ids,
+          status: "ACTIVE",
+          config: config.value,
+          state: {
+            circuit_tripped: false,
+            total_calls: 0,
+            session_started_ns: nowNs,
+            ...(budgetEnabled(config.value) ? { budget_initial_usd: config.value.budget_usd } : {}),
+          },
+          call_count: 0,
+          created_ns: nowNs,
+          updated_ns: nowNs,
+          last_heartbeat_ns: nowNs,
+        };
+        await tx.sessions.insert(record);
+        return view(tx, record);
+      });
+    },
+
+    evaluate(request) {
+      return substrate.transaction((tx) => evaluateIn(tx, request));
+    },
+
+    postExec(request) {
+      return substrate.transaction(async (tx) => {
+        const session = await loadSession(tx, request.session_id);
+        const nowNs = clock.nowNs();
+        const actual = toMoney(request.actual_cost_usd);
+        if (!budgetEnabled(session.config)) {
+          return {
+            session_id: session.session_id,
+            call_number: request.call_number,
+            actual_usd: actual.toFixed(),
+            overrun_usd: "0",
+            budget_remaining_usd: null,
+            replayed: false,
+          };
+        }
+        const id = reservationId(session.session_id, request.call_number);
+        if ((await tx.budgets.getReservation(id)) === null) {
+          throw new LeashError(
+            "RESERVATION_NOT_FOUND",
+            `no budget hold for call ${request.call_number} of session ${session.session_id}`,
+          );
+        }
+        const settled = await settle(tx, id, {
+          actual_usd: actual,
+          nowNs,
+          idempotency_key: request.idempotency_key ?? `postexec:${id}`,
+        });
+        const remaining = await remainingOf(tx, session);
+        if (!settled.replayed) {
+          const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
+          await tx.sessions.update({
+            ...session,
+            state: {
+              ...session.state,
+              budget_spent_usd: spent.toNumber(),
+              budget_remaining_usd: Number(remaining),
+            },
+            updated_ns: nowNs,
+          });
+        }
+        return {
+          session_id: session.session_id,
+          call_number: request.call_number,
+          actual_usd: settled.actual_usd.toFixed(),
+          overrun_usd: settled.overrun_usd.toFixed(),
+          budget_remaining_usd: remaining,
+          replayed: settled.replayed,
+        };
+      });
+    },
+
+    getSession(sessionId) {
+      return substrate.transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
+    },
+
+    resume(request) {
+      return substrate.transaction(async (tx) => {
+        const session = await loadSession(tx, request.session_id);
+        const pending = await tx.hitl.list({ sessionId: session.session_id, status: "PENDING" });
+        const open = pending.sort((a, b) => b.call_number - a.call_number)[0];
+        if (open === undefined)
+          throw new LeashError(
+            "NO_PENDING_REQUEST",
+            `session ${session.session_id} has no call awaiting a human`,
+          );
+        if (request.decision === "modify" && request.successor === undefined) {
+          throw new LeashError("INVALID_ARGUMENT", "modify needs the successor call's nonce and args_digest");
+        }
+        const nowNs = clock.nowNs();
+        const state = recordHumanDecision(
+          {
+            ...session.state,
+            pending_request: {
+              nonce: open.nonce,
+              args_digest: open.args_digest,
+              tool_name: open.tool_name,
+              reason: open.reason,
+            },
+          },
+          request.decision,
+          request.successor && { nonce: request.successor.nonce, argsDigest: request.successor.args_digest },
+        );
+        const deferred = request.decision === "defer" || request.decision === "escalate";
+        await tx.hitl.update({
+          ...open,
+          status: deferred ? "PENDING" : "DECIDED",
+          decision: request.decision,
+          operator_id: request.operator_id,
+          successor_nonce: request.successor?.nonce ?? null,
+          successor_args_digest: request.successor?.args_digest ?? null,
+          decided_ns: nowNs,
+        });
+        const next: SessionRecord = {
+          ...session,
+          status: state.status ?? session.status,
+          state: storable(state),
+          updated_ns: nowNs,
+        };
+        await tx.sessions.update(next);
+        return view(tx, next);
+      });
+    },
+
+    reset(sessionId, operatorId) {
+      if (typeof operatorId !== "string" || operatorId === "") {
+        return Promise.reject(
+          new LeashError("INVALID_ARGUMENT", "an operator id is required to reset a circuit"),
+        );
+      }
+      return substrate.transaction(async (tx) => {
+        const session = await loadSession(tx, sessionId);
+        const state = resetCircuit(session.state);
+        const next: SessionRecord = {
+          ...session,
+          status: state.status ?? "ACTIVE",
+          state,
+          updated_ns: clock.nowNs(),
+        };
+        await tx.sessions.update(next);
+        return view(tx, next);
+      });
+    },
+
+    heartbeat(sessionId) {
+      return substrate.transaction(async (tx) => {
+        const session = await loadSession(tx, sessionId);
+        const nowNs = clock.nowNs();
+        await tx.sessions.update({
+          ...session,
+          status: session.status === "STALE" ? "ACTIVE" : session.status,
+          last_heartbeat_ns: nowNs,
+        });
+      });
+    },
+
+    createGuard(guard) {
+      return substrate.transaction(async (tx) => {
+        await ensureAccount(tx, {
+          account_id: guardAccountId(guard.guard_id),
+          scope: "guard",
+          parent_id: guard.parent_guard_id ? guardAccountId(guard.parent_guard_id) : null,
+          limit_usd: guard.limit_usd,
+          nowNs: clock.nowNs(),
+        });
+      });
+    },
+
+    expireReservations(limit = 1000) {
+      return substrate.transaction(async (tx) => (await expire(tx, clock.nowNs(), limit)).length);
+    },
+  };
+}
+
+export type { Config };

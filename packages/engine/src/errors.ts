@@ -1,0 +1,60 @@
+// The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
+// Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
+import type { Decision, Reason, Verdict } from "@leash/core";
+
+const MARKER = Symbol.for("leash.engine.LeashError");
+
+export type LeashErrorCode =
+  | "SESSION_NOT_FOUND"
+  | "SESSION_EXISTS"
+  | "INVALID_ARGUMENT"
+  | "NO_PENDING_REQUEST"
+  | "RESERVATION_NOT_FOUND"
+  | "CONFIG_INVALID"
+  | "DENIED"
+  | "HITL_REQUIRED";
+
+export class LeashError extends Error {
+  readonly [MARKER] = true;
+  override name = "LeashError";
+  constructor(
+    readonly code: LeashErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+  static isInstance(error: unknown): error is LeashError {
+    return typeof error === "object" && error !== null && MARKER in error;
+  }
+}
+
+/** Thrown by guard() when the verdict is DENY: the tool did not run. */
+export class LeashDenied extends LeashError {
+  override name = "LeashDenied";
+  readonly verdict: Verdict = "DENY";
+  constructor(
+    readonly reason: Reason,
+    readonly sessionId: string,
+    readonly callNumber: number,
+  ) {
+    super("DENIED", `Leash denied the call (${reason}); the tool did not run`);
+  }
+}
+
+/** Thrown by guard() when the verdict is HITL: a human must decide; the tool did not run. */
+export class LeashHitl extends LeashError {
+  override name = "LeashHitl";
+  readonly verdict: Verdict = "HITL";
+  constructor(
+    readonly reason: Reason,
+    readonly sessionId: string,
+    readonly callNumber: number,
+  ) {
+    super("HITL_REQUIRED", `Leash needs a human decision (${reason}); the tool did not run`);
+  }
+}
+
+export function isDecision(value: unknown): value is Decision {
+  return typeof value === "object" && value !== null && "verdict" in value && "reason" in value;
+}

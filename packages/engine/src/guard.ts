@@ -1,0 +1,59 @@
+// guard(engine, options, tool): wraps an async tool so Leash decides before it runs and settles after.
+// It never runs the tool on DENY or HITL; it throws LeashDenied / LeashHitl with the verdict's reason.
+import { randomUUID } from "node:crypto";
+import type { Engine } from "./engine.js";
+import { LeashDenied, LeashHitl } from "./errors.js";
+
+export interface GuardOptions<Args extends unknown[], Result> {
+  session_id: string;
+  /** The tool's name as Leash sees it (repeat limits and windows count per tool name). */
+  tool_name: string;
+  /** The call's params for the digest and the opaque-context rule. Default: the first argument, or {}. */
+  params?: (...args: Args) => Record<string, unknown>;
+  /** The estimated cost checked against the budget before the call. Default 0. */
+  estimate?: number | ((...args: Args) => number);
+  /** The actual cost after the call. Default: the estimate. */
+  cost?: (result: Result, ...args: Args) => number;
+  /** The actual cost when the tool throws. Default 0. */
+  costOnError?: number;
+  /** A fresh replay token per dispatch. Default crypto.randomUUID. */
+  nonce?: () => string | number;
+}
+
+export function guard<Args extends unknown[], Result>(
+  engine: Engine,
+  options: GuardOptions<Args, Result>,
+  tool: (...args: Args) => Promise<Result>,
+): (...args: Args) => Promise<Result> {
+  return async (...args: Args) => {
+    const params = options.params ? options.params(...args) : ((args[0] ?? {}) as Record<string, unknown>);
+    const estimate =
+      typeof options.estimate === "function" ? options.estimate(...args) : (options.estimate ?? 0);
+    const verdict = await engine.evaluate({
+      session_id: options.session_id,
+      tool_name: options.tool_name,
+      params,
+      nonce: (options.nonce ?? randomUUID)(),
+      estimated_cost_usd: estimate,
+    });
+    if (verdict.verdict === "DENY")
+      throw new LeashDenied(verdict.reason, verdict.session_id, verdict.call_number);
+    if (verdict.verdict === "HITL")
+      throw new LeashHitl(verdict.reason, verdict.session_id, verdict.call_number);
+    const settle = (actual: number) =>
+      engine.postExec({
+        session_id: options.session_id,
+        call_number: verdict.call_number,
+        actual_cost_usd: actual,
+      });
+    let result: Result;
+    try {
+      result = await tool(...args);
+    } catch (error) {
+      await settle(options.costOnError ?? 0);
+      throw error;
+    }
+    await settle(options.cost ? options.cost(result, ...args) : estimate);
+    return result;
+  };
+}

@@ -1,0 +1,307 @@
+// The engine's behaviour, run identically on the memory, SQLite and PostgreSQL substrates.
+import { canonicalHash } from "@leash/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { createEngine, guard, LeashDenied, LeashError, LeashHitl } from "../src/index.js";
+import { KINDS, type OpenedStore, openStore } from "./substrates.js";
+
+function fixedClock(start = 1_700_000_000_000_000_000) {
+  let now = start;
+  return { nowNs: () => now, advance: (ns: number) => (now += ns) };
+}
+
+describe.each(KINDS)("engine on %s", (kind) => {
+  let store: OpenedStore | undefined;
+  afterEach(async () => {
+    await store?.dispose();
+    store = undefined;
+  });
+  const setup = async (opts: { reservationTtlMs?: number } = {}) => {
+    store = await openStore(kind);
+    const clock = fixedClock();
+    const engine = createEngine({ substrate: store.substrate, clock, rng: () => 0.5, ...opts });
+    return { engine, clock };
+  };
+
+  it("allows, counts and settles a call within budget", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const r = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "search",
+      params: { q: "x" },
+      nonce: "n1",
+      estimated_cost_usd: 0.25,
+    });
+    expect([r.verdict, r.reason, r.call_number, r.budget_remaining_usd]).toEqual([
+      "ALLOW",
+      "within_thresholds",
+      1,
+      "0.75",
+    ]);
+    expect(r.params_hash).toBe(canonicalHash({ q: "x" }));
+    const p = await engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: 0.1 });
+    expect(p.budget_remaining_usd).toBe("0.9");
+    const again = await engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: 0.1 });
+    expect(again.replayed).toBe(true);
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.9");
+  });
+
+  it("denies a replayed nonce and trips the circuit, changing nothing else", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 7, estimated_cost_usd: 0.1 });
+    const before = await engine.getSession(s.session_id);
+    const r = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "t",
+      nonce: 7,
+      estimated_cost_usd: 0.1,
+    });
+    expect(r.reason).toBe("policy_violation:duplicate_nonce");
+    const after = await engine.getSession(s.session_id);
+    expect(after.budget_remaining_usd).toBe(before.budget_remaining_usd);
+    expect(after.state.total_calls).toBe(before.state.total_calls);
+    expect(after.state.circuit_tripped).toBe(true);
+    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 8 })).reason).toBe(
+      "circuit_open",
+    );
+    await engine.reset(s.session_id, "ops@example.com");
+    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 9 })).verdict).toBe(
+      "ALLOW",
+    );
+  });
+
+  it("computes repeat counts itself and stops a retry loop (error amplification)", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({
+      agent_id: "bot",
+      config: { max_repeat_calls: 3, error_amplification: true },
+    });
+    const reasons: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await engine.evaluate({
+        session_id: s.session_id,
+        tool_name: "crm",
+        params: { last_error: "401 Unauthorized" },
+        nonce: i,
+      });
+      reasons.push(r.reason);
+    }
+    expect(reasons).toEqual([
+      "within_thresholds",
+      "within_thresholds",
+      "error_amplified_repeat",
+      "circuit_open",
+    ]);
+  });
+
+  it("exhausts $1 exactly at call 1,000 of $0.001", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    let allowed = 0;
+    let last = "";
+    for (let i = 0; i < 1001; i++) {
+      const r = await engine.evaluate({
+        session_id: s.session_id,
+        tool_name: `t${i % 2}`,
+        params: { i },
+        nonce: i,
+        estimated_cost_usd: 0.001,
+      });
+      if (r.verdict === "ALLOW") {
+        allowed++;
+        await engine.postExec({
+          session_id: s.session_id,
+          call_number: r.call_number,
+          actual_cost_usd: 0.001,
+        });
+      }
+      last = r.reason;
+    }
+    expect(allowed).toBe(1000);
+    expect(last).toBe("budget_exhausted");
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0");
+  }, 60_000);
+
+  it("records an actual cost above the estimate truthfully and leaves remaining at zero", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const r = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "llm",
+      nonce: 1,
+      estimated_cost_usd: 0.5,
+    });
+    const p = await engine.postExec({
+      session_id: s.session_id,
+      call_number: r.call_number,
+      actual_cost_usd: 1.75,
+    });
+    expect([p.overrun_usd, p.budget_remaining_usd]).toEqual(["1.25", "0"]);
+    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "llm", nonce: 2 })).reason).toBe(
+      "budget_exhausted",
+    );
+  });
+
+  it("shares an agent-scoped budget between sessions of one agent", async () => {
+    const { engine } = await setup();
+    const config = { budget_usd: 1, budget_scope: "agent" as const };
+    const a = await engine.register({ agent_id: "bot", config });
+    const b = await engine.register({ agent_id: "bot", config });
+    expect(
+      (
+        await engine.evaluate({
+          session_id: a.session_id,
+          tool_name: "t",
+          nonce: 1,
+          estimated_cost_usd: 0.75,
+        })
+      ).verdict,
+    ).toBe("ALLOW");
+    expect(
+      (await engine.evaluate({ session_id: b.session_id, tool_name: "t", nonce: 1, estimated_cost_usd: 0.5 }))
+        .reason,
+    ).toBe("budget_overrun");
+  });
+
+  it("carves a session budget from a parent guard; the child never outspends the parent", async () => {
+    const { engine } = await setup();
+    await engine.createGuard({ guard_id: "team", limit_usd: 1 });
+    const a = await engine.register({ agent_id: "a", config: { budget_usd: 0.8, parent_guard_id: "team" } });
+    const b = await engine.register({ agent_id: "b", config: { budget_usd: 0.8, parent_guard_id: "team" } });
+    expect(
+      (await engine.evaluate({ session_id: a.session_id, tool_name: "t", nonce: 1, estimated_cost_usd: 0.6 }))
+        .verdict,
+    ).toBe("ALLOW");
+    const r = await engine.evaluate({
+      session_id: b.session_id,
+      tool_name: "t",
+      nonce: 1,
+      estimated_cost_usd: 0.6,
+    });
+    expect([r.verdict, r.reason, r.budget_remaining_usd]).toEqual(["DENY", "budget_overrun", "0.4"]);
+  });
+
+  it("pauses for a human and releases exactly the approved call once", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { hitl_mode: "always" } });
+    const params = { amount: 100, to: "acct_1" };
+    const h = await engine.evaluate({ session_id: s.session_id, tool_name: "wire", params, nonce: "w1" });
+    expect([h.verdict, h.reason]).toEqual(["HITL", "hitl_all_calls"]);
+    expect((await engine.getSession(s.session_id)).status).toBe("PAUSED");
+    await engine.resume({ session_id: s.session_id, decision: "approve", operator_id: "alice" });
+    const evil = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "wire",
+      params: { ...params, to: "attacker" },
+      nonce: "w1",
+    });
+    expect(evil.reason).toBe("hitl_transition:digest_mismatch");
+  });
+
+  it("an approval is single use", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({
+      agent_id: "bot",
+      config: { hitl_mode: "on_threshold", hitl_budget_threshold: 0.5, budget_usd: 10 },
+    });
+    await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "buy",
+      nonce: "seed",
+      estimated_cost_usd: 6,
+    });
+    const h = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "buy",
+      params: { sku: 1 },
+      nonce: "b1",
+      estimated_cost_usd: 1,
+    });
+    expect(h.reason).toBe("budget_threshold");
+    await engine.resume({ session_id: s.session_id, decision: "approve", operator_id: "alice" });
+    const ok = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "buy",
+      params: { sku: 1 },
+      nonce: "b1",
+      estimated_cost_usd: 1,
+    });
+    expect([ok.verdict, ok.reason]).toEqual(["ALLOW", "hitl_transition:approve"]);
+    const replay = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "buy",
+      params: { sku: 1 },
+      nonce: "b1",
+      estimated_cost_usd: 1,
+    });
+    expect(replay.reason).toBe("policy_violation:duplicate_nonce");
+  });
+
+  it("expires a hold whose agent never reported back", async () => {
+    const { engine, clock } = await setup({ reservationTtlMs: 1000 });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 1, estimated_cost_usd: 0.6 });
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.4");
+    expect(await engine.expireReservations()).toBe(0);
+    clock.advance(2e9);
+    expect(await engine.expireReservations()).toBe(1);
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("1");
+  });
+
+  it("guard() runs the tool only on ALLOW and settles its cost", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1, max_repeat_calls: 2 } });
+    let runs = 0;
+    const search = guard(
+      engine,
+      { session_id: s.session_id, tool_name: "search", estimate: 0.2, cost: () => 0.1 },
+      async (args: { q: string }) => {
+        runs++;
+        return `results for ${args.q}`;
+      },
+    );
+    expect(await search({ q: "a" })).toBe("results for a");
+    expect(await search({ q: "a" })).toBe("results for a");
+    const err = await search({ q: "a" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LeashDenied);
+    expect((err as LeashDenied).reason).toBe("max_repeat_exceeded");
+    expect(runs).toBe(2);
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.8");
+    const s2 = await engine.register({ agent_id: "bot", config: { hitl_mode: "always" } });
+    const pay = guard(engine, { session_id: s2.session_id, tool_name: "pay" }, async () => runs++);
+    await expect(pay()).rejects.toBeInstanceOf(LeashHitl);
+    expect(runs).toBe(2);
+  });
+
+  it("rejects unknown sessions and invalid configs with clear errors", async () => {
+    const { engine } = await setup();
+    await expect(engine.evaluate({ session_id: "nope", tool_name: "t" })).rejects.toMatchObject({
+      code: "SESSION_NOT_FOUND",
+    });
+    const bad = await engine
+      .register({ agent_id: "bot", config: { budget_usd: "ten" as unknown as number } })
+      .catch((e: unknown) => e);
+    expect(LeashError.isInstance(bad) && bad.code).toBe("CONFIG_INVALID");
+    expect((bad as Error).message).toContain("/config/budget_usd");
+  });
+
+  it("never overspends under 40 concurrent calls from two handles", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1, budget_scope: "agent" } });
+    const other = createEngine({ substrate: await store!.reopen(), clock: fixedClock(), rng: () => 0.5 });
+    const s2 = await other.register({ agent_id: "bot", config: { budget_usd: 1, budget_scope: "agent" } });
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        (i % 2 ? other : engine).evaluate({
+          session_id: i % 2 ? s2.session_id : s.session_id,
+          tool_name: `t${i}`,
+          nonce: i,
+          estimated_cost_usd: 0.1,
+        }),
+      ),
+    );
+    expect(results.filter((r) => r.verdict === "ALLOW")).toHaveLength(10);
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0");
+  });
+});
