@@ -1,0 +1,183 @@
+// The budget store on leash_budget_accounts and leash_reservations; money stays the exact text written.
+// No arithmetic happens here: budget-guard decides amounts, this only locks, reads and writes rows.
+import type {
+  BudgetAccount,
+  BudgetScopeKind,
+  BudgetStore,
+  Reservation,
+  ReservationStatus,
+} from "@leash/core";
+import { SubstrateError } from "@leash/core";
+import {
+  decodeInt,
+  decodeOptionalInt,
+  encodeDecimal,
+  encodeInt,
+  encodeLimit,
+  encodeOptionalDecimal,
+  encodeOptionalInt,
+  encodeOptionalText,
+  encodeText,
+} from "./codec.js";
+import type { Statements } from "./sql.js";
+import type { TxContext } from "./tx.js";
+
+interface AccountRow {
+  account_id: string;
+  scope: string;
+  parent_id: string | null;
+  limit_usd: string;
+  spent_usd: string;
+  reserved_usd: string;
+  created_ns: unknown;
+  updated_ns: unknown;
+}
+
+interface ReservationRow {
+  reservation_id: string;
+  account_ids: string[];
+  session_id: string;
+  call_number: unknown;
+  amount_usd: string;
+  actual_usd: string | null;
+  status: string;
+  idempotency_key: string | null;
+  created_ns: unknown;
+  expires_ns: unknown;
+  resolved_ns: unknown;
+}
+
+function accountFromRow(row: AccountRow): BudgetAccount {
+  return {
+    account_id: row.account_id,
+    scope: row.scope as BudgetScopeKind,
+    parent_id: row.parent_id,
+    limit_usd: row.limit_usd,
+    spent_usd: row.spent_usd,
+    reserved_usd: row.reserved_usd,
+    created_ns: decodeInt(row.created_ns, "created_ns"),
+    updated_ns: decodeInt(row.updated_ns, "updated_ns"),
+  };
+}
+
+function accountParams(account: BudgetAccount): unknown[] {
+  return [
+    encodeText(account.account_id, "account_id"),
+    encodeText(account.scope, "scope"),
+    encodeOptionalText(account.parent_id, "parent_id"),
+    encodeDecimal(account.limit_usd, "limit_usd"),
+    encodeDecimal(account.spent_usd, "spent_usd"),
+    encodeDecimal(account.reserved_usd, "reserved_usd"),
+    encodeInt(account.created_ns, "created_ns"),
+    encodeInt(account.updated_ns, "updated_ns"),
+  ];
+}
+
+function reservationFromRow(row: ReservationRow): Reservation {
+  return {
+    reservation_id: row.reservation_id,
+    account_ids: row.account_ids,
+    session_id: row.session_id,
+    call_number: decodeInt(row.call_number, "call_number"),
+    amount_usd: row.amount_usd,
+    actual_usd: row.actual_usd,
+    status: row.status as ReservationStatus,
+    idempotency_key: row.idempotency_key,
+    created_ns: decodeInt(row.created_ns, "created_ns"),
+    expires_ns: decodeInt(row.expires_ns, "expires_ns"),
+    resolved_ns: decodeOptionalInt(row.resolved_ns, "resolved_ns"),
+  };
+}
+
+function reservationParams(reservation: Reservation): unknown[] {
+  if (!Array.isArray(reservation.account_ids)) {
+    throw new SubstrateError("corrupt", "account_ids must be an array of account ids");
+  }
+  return [
+    encodeText(reservation.reservation_id, "reservation_id"),
+    reservation.account_ids.map((id) => encodeText(id, "account_ids[]")),
+    encodeText(reservation.session_id, "session_id"),
+    encodeInt(reservation.call_number, "call_number"),
+    encodeDecimal(reservation.amount_usd, "amount_usd"),
+    encodeOptionalDecimal(reservation.actual_usd, "actual_usd"),
+    encodeText(reservation.status, "status"),
+    encodeOptionalText(reservation.idempotency_key, "idempotency_key"),
+    encodeInt(reservation.created_ns, "created_ns"),
+    encodeInt(reservation.expires_ns, "expires_ns"),
+    encodeOptionalInt(reservation.resolved_ns, "resolved_ns"),
+  ];
+}
+
+export class PostgresBudgetStore implements BudgetStore {
+  constructor(
+    private readonly tx: TxContext,
+    private readonly accounts: Statements["accounts"],
+    private readonly reservations: Statements["reservations"],
+  ) {}
+
+  async getAccount(accountId: string): Promise<BudgetAccount | null> {
+    const id = encodeText(accountId, "account_id");
+    const row = await this.tx.lockedRow<AccountRow>(this.accounts.get, id, "accounts");
+    return row === undefined ? null : accountFromRow(row);
+  }
+
+  async insertAccount(account: BudgetAccount): Promise<void> {
+    const key = this.tx.rowKey("accounts", account.account_id);
+    const { rowCount } = await this.tx.query(this.accounts.insert, [...accountParams(account), key]);
+    if (rowCount === 0)
+      throw new SubstrateError("conflict", `budget account ${account.account_id} already exists`);
+  }
+
+  async updateAccount(account: BudgetAccount): Promise<void> {
+    const { rowCount } = await this.tx.query(this.accounts.update, accountParams(account));
+    if (rowCount === 0)
+      throw new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
+  }
+
+  async insertReservation(reservation: Reservation): Promise<void> {
+    const key = this.tx.rowKey("reservations", reservation.reservation_id);
+    const { rowCount } = await this.tx.query(this.reservations.insert, [
+      ...reservationParams(reservation),
+      key,
+    ]);
+    if (rowCount === 0) {
+      throw new SubstrateError("conflict", `reservation ${reservation.reservation_id} already exists`);
+    }
+  }
+
+  async getReservation(reservationId: string): Promise<Reservation | null> {
+    const id = encodeText(reservationId, "reservation_id");
+    const row = await this.tx.lockedRow<ReservationRow>(this.reservations.get, id, "reservations");
+    return row === undefined ? null : reservationFromRow(row);
+  }
+
+  async updateReservation(reservation: Reservation): Promise<void> {
+    const { rowCount } = await this.tx.query(this.reservations.update, reservationParams(reservation));
+    if (rowCount === 0) {
+      throw new SubstrateError("not_found", `reservation ${reservation.reservation_id} does not exist`);
+    }
+  }
+
+  async listExpired(nowNs: number, limit: number): Promise<Reservation[]> {
+    const { rows } = await this.tx.query<ReservationRow>(this.reservations.listExpired, [
+      encodeInt(nowNs, "nowNs"),
+      encodeLimit(limit),
+    ]);
+    return rows.map(reservationFromRow);
+  }
+
+  async listReservations(filter: { sessionId?: string; status?: ReservationStatus }): Promise<Reservation[]> {
+    const used: string[] = [];
+    const values: unknown[] = [];
+    if (filter.sessionId !== undefined) {
+      used.push("session_id");
+      values.push(encodeText(filter.sessionId, "sessionId"));
+    }
+    if (filter.status !== undefined) {
+      used.push("status");
+      values.push(encodeText(filter.status, "status"));
+    }
+    const { rows } = await this.tx.query<ReservationRow>(this.reservations.list(used), values);
+    return rows.map(reservationFromRow);
+  }
+}

@@ -1,0 +1,163 @@
+// The schema's history as ordered migrations, and the runner that applies them under an advisory lock.
+// Migrations only ever add; nothing here rewrites or drops data a running daemon might still read.
+
+import { SubstrateError } from "@leash/core";
+import type { PoolClient } from "pg";
+import type { TableNames } from "./codec.js";
+import { toSubstrateError } from "./errors.js";
+
+export interface Migration {
+  readonly version: number;
+  readonly description: string;
+  /** Statements run in order inside the migration transaction. */
+  statements(t: TableNames): readonly string[];
+}
+
+// Money is kept as the exact text written plus a generated NUMERIC for SQL reports and sums; the
+// text is what the stores return, so "1e-7" and "0.0010" come back unchanged.
+const money = (column: string, nullable = false) =>
+  `${column} text${nullable ? "" : " NOT NULL"},
+  ${column}_num numeric GENERATED ALWAYS AS (${column}::numeric) STORED`;
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    description: "sessions, nonces, budget accounts and reservations",
+    statements: (t) => [
+      `CREATE TABLE ${t.sessions} (
+  session_id text PRIMARY KEY,
+  agent_id text NOT NULL,
+  organization_id text NOT NULL,
+  status text NOT NULL,
+  config jsonb NOT NULL,
+  state jsonb NOT NULL,
+  call_count bigint NOT NULL,
+  created_ns bigint NOT NULL,
+  updated_ns bigint NOT NULL,
+  last_heartbeat_ns bigint
+)`,
+      // nonce_json is the nonce's JSON text: "7" (quoted) is a string nonce, 7 a number nonce.
+      `CREATE TABLE ${t.nonces} (
+  session_id text NOT NULL,
+  nonce_json text NOT NULL,
+  recorded_ns bigint NOT NULL,
+  PRIMARY KEY (session_id, nonce_json)
+)`,
+      `CREATE TABLE ${t.accounts} (
+  account_id text PRIMARY KEY,
+  scope text NOT NULL,
+  parent_id text,
+  ${money("limit_usd")},
+  ${money("spent_usd")},
+  ${money("reserved_usd")},
+  created_ns bigint NOT NULL,
+  updated_ns bigint NOT NULL
+)`,
+      `CREATE TABLE ${t.reservations} (
+  reservation_id text PRIMARY KEY,
+  account_ids text[] NOT NULL,
+  session_id text NOT NULL,
+  call_number bigint NOT NULL,
+  ${money("amount_usd")},
+  ${money("actual_usd", true)},
+  status text NOT NULL,
+  idempotency_key text,
+  created_ns bigint NOT NULL,
+  expires_ns bigint NOT NULL,
+  resolved_ns bigint
+)`,
+    ],
+  },
+  {
+    version: 2,
+    description: "HITL requests and the indexes the list queries use",
+    statements: (t) => [
+      `CREATE TABLE ${t.hitl} (
+  request_id text PRIMARY KEY,
+  session_id text NOT NULL,
+  call_number bigint NOT NULL,
+  tool_name text NOT NULL,
+  nonce_json text,
+  args_digest text,
+  reason text NOT NULL,
+  status text NOT NULL,
+  decision text,
+  operator_id text,
+  successor_nonce_json text,
+  successor_args_digest text,
+  created_ns bigint NOT NULL,
+  decided_ns bigint
+)`,
+      // Recovery scans PENDING reservations by expiry; a partial index stays small as history grows.
+      `CREATE INDEX leash_reservations_pending_expiry ON ${t.reservations} (expires_ns) WHERE status = 'PENDING'`,
+      `CREATE INDEX leash_reservations_session ON ${t.reservations} (session_id, created_ns)`,
+      `CREATE INDEX leash_sessions_status ON ${t.sessions} (status, created_ns)`,
+      `CREATE INDEX leash_hitl_requests_session ON ${t.hitl} (session_id, created_ns)`,
+      `CREATE INDEX leash_hitl_requests_status ON ${t.hitl} (status, created_ns)`,
+    ],
+  },
+];
+
+export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+export interface MigrationResult {
+  readonly from: number;
+  readonly to: number;
+}
+
+/**
+ * Brings the schema to `target` (default: the latest) in one transaction. The transaction-scoped
+ * advisory lock makes processes migrating the same schema at once queue up: the first applies, the
+ * rest then see the new version and do nothing. DDL is transactional in PostgreSQL, so a failure
+ * leaves the previous version intact.
+ */
+export async function runMigrations(
+  client: PoolClient,
+  t: TableNames,
+  target: number = LATEST_SCHEMA_VERSION,
+): Promise<MigrationResult> {
+  let step = "begin the migration transaction";
+  try {
+    await client.query("BEGIN");
+    step = "take the migration lock";
+    await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [t.lockKey]);
+    step = "create the schema";
+    // Under the lock: concurrent CREATE SCHEMA IF NOT EXISTS can otherwise fail on a unique index.
+    if (t.schema !== null) await client.query(`CREATE SCHEMA IF NOT EXISTS ${t.schema}`);
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${t.version} (
+  version integer PRIMARY KEY,
+  description text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)`,
+    );
+    step = "read the schema version";
+    const { rows } = await client.query<{ version: number }>(
+      `SELECT coalesce(max(version), 0)::integer AS version FROM ${t.version}`,
+    );
+    const from = rows[0]?.version ?? 0;
+    if (from > LATEST_SCHEMA_VERSION) {
+      throw new SubstrateError(
+        "corrupt",
+        `schema version ${from} is newer than this build of @leash/substrate-postgres understands (${LATEST_SCHEMA_VERSION}); upgrade it`,
+      );
+    }
+    let to = from;
+    for (const migration of MIGRATIONS) {
+      if (migration.version <= from || migration.version > target) continue;
+      step = `apply migration ${migration.version} (${migration.description})`;
+      for (const statement of migration.statements(t)) await client.query(statement);
+      await client.query(`INSERT INTO ${t.version} (version, description) VALUES ($1, $2)`, [
+        migration.version,
+        migration.description,
+      ]);
+      to = migration.version;
+    }
+    step = "commit the migration";
+    await client.query("COMMIT");
+    return { from, to };
+  } catch (error) {
+    await client.query("ROLLBACK").catch(() => undefined);
+    throw toSubstrateError(error, `migrate: ${step}`);
+  }
+}

@@ -1,0 +1,770 @@
+// PostgreSQL-specific tests on a real server: row locks across pools and processes, retries, migrations,
+// error codes. What every substrate shares is in postgres.contract.test.ts; nothing here is mocked.
+import { execFileSync, spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+import type { BudgetAccount, HitlRequest, Reservation, SessionRecord, Substrate } from "@leash/core";
+import { SubstrateError } from "@leash/core";
+import { Pool } from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tableNames } from "./codec.js";
+import { LATEST_SCHEMA_VERSION, openPostgresSubstrate, type PostgresSubstrate } from "./index.js";
+import { runMigrations } from "./migrations.js";
+
+const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const T0 = 1_000_000_000_000_000;
+/** A real epoch-nanosecond clock reading: an integral double above 2^53 (2026-11-30). */
+const EPOCH_NS = 1_796_012_406_975_000_000;
+const admin = new Pool({ connectionString: DB_URL, max: 4 });
+const schemas: string[] = [];
+const opened: Substrate[] = [];
+let counter = 0;
+
+beforeAll(async () => {
+  try {
+    await admin.query("SELECT 1");
+  } catch (error) {
+    throw new Error(
+      `PostgreSQL is not reachable at ${DB_URL} (set LEASH_TEST_PG_URL, or start it with ` +
+        `"pg_ctlcluster --skip-systemctl-redirect 15 main start"): ${String(error)}`,
+    );
+  }
+});
+
+afterAll(async () => {
+  await Promise.allSettled(opened.map((s) => s.close()));
+  for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await admin.end();
+});
+
+function freshSchema(): string {
+  const schema = `leash_pgtest_${process.pid}_${Date.now().toString(36)}_${counter++}`;
+  schemas.push(schema);
+  return schema;
+}
+
+async function open(schema: string, extra: { maxRetries?: number; poolSize?: number } = {}) {
+  const substrate = await openPostgresSubstrate({ url: DB_URL, schema, ...extra });
+  opened.push(substrate);
+  return substrate;
+}
+
+async function openMigrated(schema: string, extra: { maxRetries?: number; poolSize?: number } = {}) {
+  const substrate = await open(schema, extra);
+  await substrate.migrate();
+  return substrate;
+}
+
+const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord => ({
+  session_id: id,
+  agent_id: "agent-1",
+  organization_id: "org-1",
+  status: "ACTIVE",
+  config: { budget_usd: 10 },
+  state: { total_calls: 0, repeat_counts: {} },
+  call_count: 0,
+  created_ns: T0,
+  updated_ns: T0,
+  last_heartbeat_ns: null,
+  ...over,
+});
+
+const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount => ({
+  account_id: id,
+  scope: "session",
+  parent_id: null,
+  limit_usd: "1000",
+  spent_usd: "0",
+  reserved_usd: "0",
+  created_ns: T0,
+  updated_ns: T0,
+  ...over,
+});
+
+const reservation = (id: string, over: Partial<Reservation> = {}): Reservation => ({
+  reservation_id: id,
+  account_ids: ["a"],
+  session_id: "s1",
+  call_number: 1,
+  amount_usd: "0.25",
+  actual_usd: null,
+  status: "PENDING",
+  idempotency_key: null,
+  created_ns: T0,
+  expires_ns: T0 + 1000,
+  resolved_ns: null,
+  ...over,
+});
+
+const hitl = (id: string, over: Partial<HitlRequest> = {}): HitlRequest => ({
+  request_id: id,
+  session_id: "s1",
+  call_number: 1,
+  tool_name: "transfer",
+  nonce: 7,
+  args_digest: null,
+  reason: "hitl_all_calls",
+  status: "PENDING",
+  decision: null,
+  operator_id: null,
+  successor_nonce: null,
+  successor_args_digest: null,
+  created_ns: T0,
+  decided_ns: null,
+  ...over,
+});
+
+async function rejection(promise: Promise<unknown>): Promise<SubstrateError> {
+  const error = await promise.then(
+    () => expect.fail("expected a rejection"),
+    (e: unknown) => e,
+  );
+  expect(SubstrateError.isInstance(error), `expected a SubstrateError, got ${String(error)}`).toBe(true);
+  return error as SubstrateError;
+}
+
+/** Adds 1 to an account's integer spent_usd, yielding between the locked read and the write. */
+function increment(substrate: Substrate, accountId: string): Promise<number> {
+  return substrate.transaction(async (tx) => {
+    const row = (await tx.budgets.getAccount(accountId))!;
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    const next = BigInt(row.spent_usd) + 1n;
+    await tx.budgets.updateAccount({ ...row, spent_usd: String(next) });
+    return Number(next);
+  });
+}
+
+describe("row locks", () => {
+  it("100 concurrent get → update increments over two pools lose no update", {
+    timeout: 30_000,
+  }, async () => {
+    const schema = freshSchema();
+    const a = await openMigrated(schema);
+    const b = await openMigrated(schema);
+    await a.transaction((tx) => tx.budgets.insertAccount(account("hot")));
+    const seen = await Promise.all(Array.from({ length: 100 }, (_, i) => increment(i % 2 ? a : b, "hot")));
+    // Each transaction read a different predecessor: the writes happened one after another.
+    expect(seen.sort((x, y) => x - y)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+    expect((await b.transaction((tx) => tx.budgets.getAccount("hot")))?.spent_usd).toBe("100");
+  });
+
+  it("exactly one of 50 concurrent transactions over two pools adds a nonce", {
+    timeout: 30_000,
+  }, async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        (i % 2 ? a : b).transaction(async (tx) => {
+          await new Promise((resolve) => setTimeout(resolve, i % 3));
+          return tx.nonces.add("s1", "n-race", T0);
+        }),
+      ),
+    );
+    expect(results.filter(Boolean)).toHaveLength(1);
+    expect(await a.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
+  });
+
+  it("a locked get that finds nothing keeps the id absent: a concurrent insert waits for it", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    const events: string[] = [];
+    let seenAbsent!: () => void;
+    const absent = new Promise<void>((resolve) => {
+      seenAbsent = resolve;
+    });
+    const reader = a.transaction(async (tx) => {
+      const found = await tx.sessions.get("s-new");
+      seenAbsent();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      events.push("reader commits");
+      return found;
+    });
+    await absent;
+    const writer = b.transaction(async (tx) => {
+      await tx.sessions.insert(session("s-new"));
+      events.push("writer inserted");
+    });
+    expect(await reader).toBeNull();
+    await writer;
+    expect(events).toEqual(["reader commits", "writer inserted"]);
+  });
+
+  it("a locked get of an id another transaction is inserting waits, then sees the committed row", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    let inserted!: () => void;
+    const pending = new Promise<void>((resolve) => {
+      inserted = resolve;
+    });
+    const writer = a.transaction(async (tx) => {
+      await tx.hitl.insert(hitl("h-new"));
+      inserted();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    });
+    await pending;
+    const seen = await b.transaction((tx) => tx.hitl.get("h-new"));
+    await writer;
+    expect(seen).toEqual(hitl("h-new"));
+  });
+
+  it("store calls fn makes at once run one after another on the connection, without pg's queue warning", async () => {
+    const sub = await openMigrated(freshSchema());
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.message);
+    process.on("warning", onWarning);
+    try {
+      const results = await sub.transaction((tx) =>
+        Promise.all([
+          tx.sessions.insert(session("s1")),
+          tx.nonces.add("s1", "n1", T0),
+          tx.budgets.insertAccount(account("a")),
+          tx.sessions.get("s1"),
+          tx.nonces.count("s1"),
+        ]),
+      );
+      expect(results.slice(1)).toEqual([true, undefined, session("s1"), 1]);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.filter((m) => /client\.query/.test(m))).toEqual([]);
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
+
+  it("a nonce added by a transaction that rolls back can be added again", async () => {
+    const sub = await openMigrated(freshSchema());
+    const boom = new Error("boom");
+    await expect(
+      sub.transaction(async (tx) => {
+        expect(await tx.nonces.add("s1", "n", T0)).toBe(true);
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(await sub.transaction((tx) => tx.nonces.add("s1", "n", T0))).toBe(true);
+  });
+
+  it("4 child processes doing 100 increments each on one account end at exactly 400", {
+    timeout: 120_000,
+  }, async () => {
+    const root = fileURLToPath(new URL("..", import.meta.url));
+    const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+    // The workers import the compiled package, so build it from the current source first.
+    try {
+      execFileSync(process.execPath, [tsc, "-p", root, "--pretty", "false"], { stdio: "pipe" });
+    } catch (error) {
+      const output = String((error as { stdout?: unknown }).stdout ?? "");
+      throw new Error(`building dist for the worker processes failed:\n${output}`, { cause: error });
+    }
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("shared")));
+    const worker = fileURLToPath(new URL("./multiprocess.worker.mjs", import.meta.url));
+    const exits = await Promise.all(
+      Array.from(
+        { length: 4 },
+        () =>
+          new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
+            const child = spawn(process.execPath, [worker, DB_URL, schema, "shared", "100"], {
+              stdio: ["ignore", "ignore", "pipe"],
+            });
+            let stderr = "";
+            child.stderr.on("data", (chunk) => {
+              stderr += String(chunk);
+            });
+            child.on("error", reject);
+            child.on("close", (code) => resolve({ code, stderr }));
+          }),
+      ),
+    );
+    expect(exits).toEqual(Array.from({ length: 4 }, () => ({ code: 0, stderr: "" })));
+    expect((await sub.transaction((tx) => tx.budgets.getAccount("shared")))?.spent_usd).toBe("400");
+  });
+});
+
+describe("retries", () => {
+  /** Installs a trigger that raises `sqlstate` the first `times` times it fires (a sequence survives rollback). */
+  async function failTimes(schema: string, table: string, times: number, deferred = false) {
+    await admin.query(`CREATE SEQUENCE "${schema}".fail_seq`);
+    await admin.query(`CREATE FUNCTION "${schema}".fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('"${schema}".fail_seq') <= ${times} THEN
+    RAISE EXCEPTION 'forced serialization failure' USING ERRCODE = '40001';
+  END IF;
+  RETURN NEW;
+END $$`);
+    await admin.query(
+      deferred
+        ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".${table}
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`
+        : `CREATE TRIGGER fail_first BEFORE UPDATE ON "${schema}".${table}
+FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
+    );
+  }
+
+  it("retries the whole fn after SQLSTATE 40001 and commits once", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    await failTimes(schema, "leash_budget_accounts", 2);
+    let calls = 0;
+    const result = await sub.transaction(async (tx) => {
+      calls++;
+      await tx.nonces.add("s1", "n-retry", T0);
+      const row = (await tx.budgets.getAccount("a"))!;
+      await tx.budgets.updateAccount({ ...row, spent_usd: "1" });
+      return "done";
+    });
+    expect({ result, calls }).toEqual({ result: "done", calls: 3 });
+    const after = await sub.transaction(async (tx) => ({
+      spent: (await tx.budgets.getAccount("a"))?.spent_usd,
+      nonces: await tx.nonces.count("s1"),
+    }));
+    expect(after).toEqual({ spent: "1", nonces: 1 });
+  });
+
+  it("retries even when fn catches the serialization failure and returns normally", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    await failTimes(schema, "leash_budget_accounts", 1);
+    let calls = 0;
+    const outcome = await sub.transaction(async (tx) => {
+      calls++;
+      const row = (await tx.budgets.getAccount("a"))!;
+      try {
+        await tx.budgets.updateAccount({ ...row, spent_usd: "5" });
+        return "updated";
+      } catch {
+        return "swallowed";
+      }
+    });
+    expect({ outcome, calls }).toEqual({ outcome: "updated", calls: 2 });
+  });
+
+  it("retries a serialization failure raised at COMMIT (deferred trigger)", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await failTimes(schema, "leash_nonces", 1, true);
+    let calls = 0;
+    const added = await sub.transaction(async (tx) => {
+      calls++;
+      return tx.nonces.add("s1", "n-commit", T0);
+    });
+    expect({ added, calls }).toEqual({ added: true, calls: 2 });
+  });
+
+  it('gives up after maxRetries with code "serialization", keeping the cause', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema, { maxRetries: 2 });
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    await failTimes(schema, "leash_budget_accounts", 1_000);
+    let calls = 0;
+    const error = await rejection(
+      sub.transaction(async (tx) => {
+        calls++;
+        const row = (await tx.budgets.getAccount("a"))!;
+        await tx.budgets.updateAccount({ ...row, spent_usd: "1" });
+      }),
+    );
+    expect(error.code).toBe("serialization");
+    expect(calls).toBe(3);
+    const cause = error.cause as SubstrateError;
+    expect(cause.code).toBe("serialization");
+    expect((cause.cause as { code?: string }).code).toBe("40001");
+  });
+
+  it("a real deadlock (40P01) between two transactions is retried and both commit", {
+    timeout: 30_000,
+  }, async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction(async (tx) => {
+      await tx.budgets.insertAccount(account("x"));
+      await tx.budgets.insertAccount(account("y"));
+    });
+    let locked = 0;
+    let release!: () => void;
+    const bothLocked = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let calls = 0;
+    const crossing = (first: string, second: string) =>
+      sub.transaction(async (tx) => {
+        const attempt = ++calls;
+        const one = (await tx.budgets.getAccount(first))!;
+        if (attempt <= 2) {
+          // First attempts wait for each other, so each holds one row and asks for the other's.
+          if (++locked === 2) release();
+          await bothLocked;
+        }
+        const two = (await tx.budgets.getAccount(second))!;
+        await tx.budgets.updateAccount({ ...one, spent_usd: String(Number(one.spent_usd) + 1) });
+        await tx.budgets.updateAccount({ ...two, spent_usd: String(Number(two.spent_usd) + 1) });
+      });
+    await Promise.all([crossing("x", "y"), crossing("y", "x")]);
+    expect(calls).toBe(3);
+    const spent = await sub.transaction(async (tx) => [
+      (await tx.budgets.getAccount("x"))?.spent_usd,
+      (await tx.budgets.getAccount("y"))?.spent_usd,
+    ]);
+    expect(spent).toEqual(["2", "2"]);
+  });
+});
+
+describe("migrations", () => {
+  it("migrates a version-1 schema forward, keeping its data", async () => {
+    const schema = freshSchema();
+    const names = tableNames(schema);
+    const client = await admin.connect();
+    try {
+      expect(await runMigrations(client, names, 1)).toEqual({ from: 0, to: 1 });
+    } finally {
+      client.release();
+    }
+    const sub = await open(schema);
+    // Version 1 has everything but HITL, so the other stores already work on it.
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }));
+      await tx.nonces.add("s1", "n1", T0);
+      await tx.budgets.insertAccount(account("a", { spent_usd: "0.001" }));
+      await tx.budgets.insertReservation(reservation("r1"));
+    });
+    const hitlBefore = await rejection(sub.transaction((tx) => tx.hitl.list({})));
+    expect(hitlBefore.code).toBe("corrupt");
+    expect(hitlBefore.message).toMatch(/migrate\(\)/);
+
+    await sub.migrate();
+    const versions = await admin.query(
+      `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
+    );
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2]);
+    expect(LATEST_SCHEMA_VERSION).toBe(2);
+    const kept = await sub.transaction(async (tx) => ({
+      session: await tx.sessions.get("s1"),
+      nonce: await tx.nonces.has("s1", "n1"),
+      account: await tx.budgets.getAccount("a"),
+      expired: await tx.budgets.listExpired(T0 + 1000, 10),
+    }));
+    expect(kept).toEqual({
+      session: session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }),
+      nonce: true,
+      account: account("a", { spent_usd: "0.001" }),
+      expired: [reservation("r1")],
+    });
+    await sub.transaction((tx) => tx.hitl.insert(hitl("h1")));
+    expect(await sub.transaction((tx) => tx.hitl.get("h1"))).toEqual(hitl("h1"));
+  });
+
+  it("is idempotent and safe from 6 handles at once on an empty schema", { timeout: 30_000 }, async () => {
+    const schema = freshSchema();
+    const handles = await Promise.all(Array.from({ length: 6 }, () => open(schema, { poolSize: 2 })));
+    await Promise.all(handles.flatMap((h) => [h.migrate(), h.migrate()]));
+    await handles[0]!.migrate();
+    const { rows } = await admin.query(
+      `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
+    );
+    expect(rows.map((r) => r.version)).toEqual([1, 2]);
+    await handles[1]!.transaction((tx) => tx.sessions.insert(session("s1")));
+    expect(await handles[5]!.transaction((tx) => tx.sessions.get("s1"))).toEqual(session("s1"));
+  });
+
+  it('refuses a schema newer than this build with "corrupt"', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await admin.query(
+      `INSERT INTO "${schema}".leash_schema_version (version, description) VALUES (99, 'future')`,
+    );
+    const error = await rejection(sub.migrate());
+    expect(error.code).toBe("corrupt");
+    expect(error.message).toMatch(/newer/);
+  });
+});
+
+describe("error codes", () => {
+  it('duplicate inserts fail with "conflict" without aborting the transaction', async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1"));
+      await tx.budgets.insertAccount(account("a"));
+      await tx.budgets.insertReservation(reservation("r1"));
+      await tx.hitl.insert(hitl("h1"));
+    });
+    const codes = await sub.transaction(async (tx) => {
+      const caught: string[] = [];
+      for (const attempt of [
+        () => tx.sessions.insert(session("s1")),
+        () => tx.budgets.insertAccount(account("a")),
+        () => tx.budgets.insertReservation(reservation("r1")),
+        () => tx.hitl.insert(hitl("h1")),
+      ]) {
+        await attempt().catch((e: SubstrateError) => caught.push(e.code));
+      }
+      // PostgreSQL aborts a transaction on a failed statement; these must not have been one.
+      await tx.sessions.insert(session("s2"));
+      return caught;
+    });
+    expect(codes).toEqual(["conflict", "conflict", "conflict", "conflict"]);
+    expect(await sub.transaction((tx) => tx.sessions.get("s2"))).toEqual(session("s2"));
+  });
+
+  it('updates of unknown ids fail with "not_found"', async () => {
+    const sub = await openMigrated(freshSchema());
+    const codes = await Promise.all(
+      [
+        (tx: Parameters<Parameters<Substrate["transaction"]>[0]>[0]) => tx.sessions.update(session("x")),
+        (tx: Parameters<Parameters<Substrate["transaction"]>[0]>[0]) =>
+          tx.budgets.updateAccount(account("x")),
+        (tx: Parameters<Parameters<Substrate["transaction"]>[0]>[0]) =>
+          tx.budgets.updateReservation(reservation("x")),
+        (tx: Parameters<Parameters<Substrate["transaction"]>[0]>[0]) => tx.hitl.update(hitl("x")),
+      ].map(async (write) => (await rejection(sub.transaction(write))).code),
+    );
+    expect(codes).toEqual(["not_found", "not_found", "not_found", "not_found"]);
+  });
+
+  it("a statement error fn swallows still fails the transaction, and nothing commits", async () => {
+    const sub = await openMigrated(freshSchema());
+    const error = await rejection(
+      sub.transaction(async (tx) => {
+        await tx.sessions.insert(session("s1"));
+        // U+0000 cannot be stored in JSONB: the server rejects the statement and aborts the transaction.
+        await tx.sessions
+          .insert(session("s2", { state: { last_tool_name: "a\u0000b" } }))
+          .catch(() => undefined);
+        return "pretend all is well";
+      }),
+    );
+    expect(error.code).toBe("corrupt");
+    expect(await sub.transaction((tx) => tx.sessions.get("s1"))).toBeNull();
+  });
+
+  it('an unreachable server fails with "io", keeping the cause', async () => {
+    const error = await rejection(openPostgresSubstrate({ url: "postgres://postgres@127.0.0.1:1/test" }));
+    expect(error.code).toBe("io");
+    expect(error.message).toMatch(/127\.0\.0\.1:1\/test/);
+    expect((error.cause as { code?: string }).code).toBe("ECONNREFUSED");
+  });
+
+  it('a connection killed mid-transaction fails with "io"; the handle then works again', async () => {
+    const schema = freshSchema();
+    const app = `leash_io_${process.pid}_${counter++}`;
+    const pool = new Pool({ connectionString: DB_URL, max: 2, application_name: app });
+    try {
+      const sub = await openPostgresSubstrate({ pool, schema });
+      await sub.migrate();
+      const error = await rejection(
+        sub.transaction(async (tx) => {
+          await tx.sessions.insert(session("s1"));
+          await admin.query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'",
+            [app],
+          );
+          await tx.sessions.get("s1");
+        }),
+      );
+      expect(error.code).toBe("io");
+      expect(await sub.transaction((tx) => tx.sessions.get("s1"))).toBeNull();
+      await sub.close();
+      // The pool was the caller's: close() left it open.
+      expect((await pool.query("SELECT 1 AS one")).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('a closed handle rejects with "closed", and stores used after their transaction do too', async () => {
+    const sub = await openMigrated(freshSchema());
+    let escaped: Parameters<Parameters<Substrate["transaction"]>[0]>[0] | undefined;
+    await sub.transaction(async (tx) => {
+      escaped = tx;
+    });
+    expect((await rejection(escaped!.sessions.get("s1"))).code).toBe("closed");
+    await sub.close();
+    await sub.close();
+    expect((await rejection(sub.transaction((tx) => tx.sessions.get("s1")))).code).toBe("closed");
+    expect((await rejection(sub.migrate())).code).toBe("closed");
+  });
+
+  it('a schema that was never migrated fails with "corrupt" and says to migrate', async () => {
+    const sub = await open(freshSchema());
+    const error = await rejection(sub.transaction((tx) => tx.sessions.get("s1")));
+    expect(error.code).toBe("corrupt");
+    expect(error.message).toMatch(/migrate\(\)/);
+  });
+});
+
+describe("values", () => {
+  it("decimal strings come back verbatim, with an equal NUMERIC beside them for SQL", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    const samples = ["1e-7", "+1", "0.0010", "-0", ".5", "1E+3", "12345678901234567890.123456789"];
+    await sub.transaction(async (tx) => {
+      for (const [i, d] of samples.entries())
+        await tx.budgets.insertAccount(account(`d${i}`, { limit_usd: d }));
+    });
+    const back = await sub.transaction(async (tx) =>
+      Promise.all(samples.map(async (_, i) => (await tx.budgets.getAccount(`d${i}`))?.limit_usd)),
+    );
+    expect(back).toEqual(samples);
+    const { rows } = await admin.query(
+      `SELECT account_id, limit_usd_num::text AS n FROM "${schema}".leash_budget_accounts ORDER BY account_id`,
+    );
+    expect(rows.map((r) => r.n)).toEqual([
+      "0.0000001",
+      "1",
+      "0.0010",
+      "0",
+      "0.5",
+      "1000",
+      "12345678901234567890.123456789",
+    ]);
+  });
+
+  it('rejects a non-decimal amount and a fractional or oversize timestamp with "corrupt", before the server sees them', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    const codes = await sub.transaction(async (tx) => {
+      const caught: string[] = [];
+      await tx.budgets.insertAccount(account("a", { limit_usd: "1,5" })).catch((e) => caught.push(e.code));
+      await tx.budgets.insertAccount(account("b", { limit_usd: "NaN" })).catch((e) => caught.push(e.code));
+      await tx.sessions.insert(session("s", { created_ns: 1.5 })).catch((e) => caught.push(e.code));
+      await tx.sessions.insert(session("t", { updated_ns: 2 ** 63 })).catch((e) => caught.push(e.code));
+      // None reached PostgreSQL, so the transaction is still good.
+      await tx.sessions.insert(session("ok", { created_ns: 2 ** 53, updated_ns: -(2 ** 53) }));
+      await tx.sessions.insert(session("epoch", { created_ns: EPOCH_NS, updated_ns: 2 ** 63 - 1024 }));
+      return caught;
+    });
+    expect(codes).toEqual(["corrupt", "corrupt", "corrupt", "corrupt"]);
+    const ok = await sub.transaction((tx) => tx.sessions.get("ok"));
+    expect([ok?.created_ns, ok?.updated_ns]).toEqual([2 ** 53, -(2 ** 53)]);
+    const epoch = await sub.transaction((tx) => tx.sessions.get("epoch"));
+    expect([epoch?.created_ns, epoch?.updated_ns]).toEqual([EPOCH_NS, 2 ** 63 - 1024]);
+    // Stored as the double's exact integer value, so SQL sees what JavaScript sees.
+    const { rows } = await admin.query(
+      `SELECT created_ns::text AS ns FROM "${schema}".leash_sessions WHERE session_id = 'epoch'`,
+    );
+    expect(rows[0].ns).toBe(BigInt(EPOCH_NS).toString());
+  });
+
+  it("keeps nonces apart that a text column would merge: types, U+0000, lone surrogates", async () => {
+    const sub = await openMigrated(freshSchema());
+    const nonces = [7, "7", "a\u0000b", "a", "\ud800", "\ud801", "\ufffd", 1e21, "1e+21", -0.5];
+    const added = await sub.transaction(async (tx) =>
+      Promise.all(nonces.map((n) => tx.nonces.add("s1", n, T0))),
+    );
+    expect(added).toEqual(nonces.map(() => true));
+    const again = await sub.transaction(async (tx) =>
+      Promise.all(nonces.map((n) => tx.nonces.add("s1", n, T0))),
+    );
+    expect(again).toEqual(nonces.map(() => false));
+    await sub.transaction((tx) => tx.hitl.insert(hitl("h", { nonce: "\ud800", successor_nonce: 1e21 })));
+    const back = await sub.transaction((tx) => tx.hitl.get("h"));
+    expect([back?.nonce, back?.successor_nonce]).toEqual(["\ud800", 1e21]);
+  });
+
+  it("two schemas on one caller's pool stay apart (prepared statement names included)", async () => {
+    const pool = new Pool({ connectionString: DB_URL, max: 1 });
+    try {
+      const [s1, s2] = [freshSchema(), freshSchema()];
+      const a = await openPostgresSubstrate({ pool, schema: s1 });
+      const b = await openPostgresSubstrate({ pool, schema: s2, preparedStatements: false });
+      await a.migrate();
+      await b.migrate();
+      await a.transaction((tx) => tx.sessions.insert(session("only-in-a")));
+      await b.transaction((tx) => tx.sessions.insert(session("only-in-b")));
+      const lists = await Promise.all(
+        [a, b].map((s) => s.transaction(async (tx) => (await tx.sessions.list()).map((r) => r.session_id))),
+      );
+      expect(lists).toEqual([["only-in-a"], ["only-in-b"]]);
+      await a.close();
+      await b.close();
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe("pools", () => {
+  it("works on a caller's pool with and without pipeline mode, whatever fn does first", async () => {
+    for (const pipeline of [true, false]) {
+      const pool = new Pool({ connectionString: DB_URL, max: 2, pipeline });
+      try {
+        const sub = await openPostgresSubstrate({ pool, schema: freshSchema() });
+        await sub.migrate();
+        // First statement a write (BEGIN must be confirmed first), then a read (may follow BEGIN at once).
+        await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+        const read = await sub.transaction(async (tx) => {
+          const found = await tx.sessions.get("s1");
+          await tx.sessions.update({ ...found!, call_count: 1 });
+          return tx.sessions.get("s1");
+        });
+        expect(read?.call_count).toBe(1);
+        const boom = new Error("boom");
+        await expect(
+          sub.transaction(async (tx) => {
+            await tx.nonces.has("s1", "n");
+            await tx.nonces.add("s1", "n", T0);
+            throw boom;
+          }),
+        ).rejects.toBe(boom);
+        expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(0);
+        await sub.close();
+      } finally {
+        await pool.end();
+      }
+    }
+  });
+
+  it("without `schema`, tables go where the connection's search_path points", async () => {
+    const schema = freshSchema();
+    await admin.query(`CREATE SCHEMA "${schema}"`);
+    const pool = new Pool({ connectionString: DB_URL, max: 2, options: `-c search_path=${schema}` });
+    try {
+      const sub = await openPostgresSubstrate({ pool });
+      expect(sub.schema).toBeNull();
+      await sub.migrate();
+      await sub.migrate();
+      await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+      const { rows } = await admin.query(`SELECT session_id FROM "${schema}".leash_sessions`);
+      expect(rows).toEqual([{ session_id: "s1" }]);
+      await sub.close();
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("close() waits for running transactions, then refuses new ones", async () => {
+    const sub = await openMigrated(freshSchema());
+    const running = sub.transaction(async (tx) => {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await tx.sessions.insert(session("late"));
+      return "finished";
+    });
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    await sub.close();
+    await expect(running).resolves.toBe("finished");
+    expect((await rejection(sub.transaction(async () => undefined))).code).toBe("closed");
+    const check = await openMigrated(sub.schema!);
+    expect(await check.transaction((tx) => tx.sessions.get("late"))).toEqual(session("late"));
+  });
+});
+
+describe("options", () => {
+  it("rejects a bad schema name, both or neither of url and pool, and non-postgres URLs", async () => {
+    await expect(openPostgresSubstrate({ url: DB_URL, schema: 'x"; DROP TABLE y; --' })).rejects.toThrow(
+      TypeError,
+    );
+    await expect(openPostgresSubstrate({})).rejects.toThrow(/exactly one/);
+    await expect(openPostgresSubstrate({ url: "mysql://localhost/x" })).rejects.toThrow(/postgres:\/\//);
+    await expect(openPostgresSubstrate({ url: DB_URL, maxRetries: -1 })).rejects.toThrow(RangeError);
+  });
+
+  it("declares kind, capabilities and the port version", async () => {
+    const sub: PostgresSubstrate = await open(freshSchema());
+    expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
+      "postgres",
+      { multiProcess: true, durable: true },
+      "leash-substrate-v1",
+    ]);
+  });
+});

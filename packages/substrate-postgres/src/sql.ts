@@ -1,0 +1,191 @@
+// Every statement the stores run, built once per schema, with a stable prepared-statement name.
+// Only text lives here; parameters are encoded by codec.ts and bound by the stores.
+import type { TableNames } from "./codec.js";
+
+export interface Statement {
+  /** What the statement is for, for error messages ("sessions.get"). */
+  readonly op: string;
+  /** Prepared-statement name: derived from the text, so two schemas sharing a pool never collide. */
+  readonly name: string;
+  readonly text: string;
+  /**
+   * A SELECT: run by mistake outside a transaction it would leave nothing behind (its row and
+   * advisory locks end with it), which is what lets it travel right behind a BEGIN not yet confirmed.
+   */
+  readonly readOnly: boolean;
+}
+
+// FNV-1a: the name only has to differ when the text differs, within PostgreSQL's 63-byte limit.
+function fnv1a(text: string): string {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0).toString(16).padStart(8, "0");
+}
+
+function statement(op: string, text: string): Statement {
+  // Two 32-bit hashes of different spellings make an accidental collision negligible.
+  return {
+    op,
+    // PostgreSQL truncates names past 63 bytes, which could make two names one: keep well under.
+    name: `leash_${op.replace(/\W/g, "_").slice(0, 38)}_${fnv1a(text)}${fnv1a(`${text}\u0001`)}`,
+    text,
+    readOnly: /^SELECT\b/.test(text),
+  };
+}
+
+const SESSION_COLUMNS =
+  "session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns, last_heartbeat_ns";
+const ACCOUNT_COLUMNS =
+  "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns";
+const RESERVATION_COLUMNS =
+  "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
+const HITL_COLUMNS =
+  "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns";
+
+/**
+ * An insert that first takes the row's key lock (see keys.lock), so a transaction that found the id
+ * absent and locked that absence keeps it absent until it ends. ON CONFLICT turns a duplicate into
+ * an empty result instead of an error that would abort the caller's transaction.
+ */
+function insert(
+  op: string,
+  table: string,
+  columns: string,
+  values: readonly string[],
+  key: string,
+): Statement {
+  return statement(
+    op,
+    `INSERT INTO ${table} (${columns}) SELECT ${values.join(", ")}
+FROM (SELECT pg_advisory_xact_lock(hashtextextended(${key}, 0))) AS key_lock
+ON CONFLICT DO NOTHING RETURNING 1`,
+  );
+}
+
+const params = (count: number) => Array.from({ length: count }, (_, i) => `$${i + 1}`);
+
+/** Filters become separate statements so each gets a plan that can use its index. */
+function filtered(op: string, select: string, order: string, filters: readonly string[]) {
+  const variants = new Map<string, Statement>();
+  const count = 1 << filters.length;
+  for (let mask = 0; mask < count; mask++) {
+    const used = filters.filter((_, i) => mask & (1 << i));
+    const where =
+      used.length === 0 ? "" : ` WHERE ${used.map((column, i) => `${column} = $${i + 1}`).join(" AND ")}`;
+    variants.set(
+      used.join(","),
+      statement(`${op}(${used.join(",")})`, `${select}${where} ORDER BY ${order}`),
+    );
+  }
+  return (used: readonly string[]): Statement => variants.get(used.join(","))!;
+}
+
+export type Statements = ReturnType<typeof buildStatements>;
+
+export function buildStatements(t: TableNames) {
+  return {
+    keys: {
+      // Row locks cannot lock a row that does not exist. A locked get that finds nothing takes this
+      // transaction-scoped lock on the key instead, and inserts take it too: "absent" then stays
+      // true until the reader ends, as it would under a serial order. The key is namespaced text
+      // (schema, table, id) hashed to 64 bits; a collision only makes two keys wait for each other.
+      lock: statement("keys.lock", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
+    },
+    sessions: {
+      get: statement(
+        "sessions.get",
+        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE session_id = $1 FOR UPDATE`,
+      ),
+      insert: insert(
+        "sessions.insert",
+        t.sessions,
+        SESSION_COLUMNS,
+        params(10).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
+        "$11",
+      ),
+      update: statement(
+        "sessions.update",
+        `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
+call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE session_id = $1`,
+      ),
+      list: statement(
+        "sessions.list",
+        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} ORDER BY created_ns, session_id LIMIT $1`,
+      ),
+      listByStatus: statement(
+        "sessions.list(status)",
+        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE status = $1 ORDER BY created_ns, session_id LIMIT $2`,
+      ),
+    },
+    nonces: {
+      has: statement("nonces.has", `SELECT 1 FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`),
+      // ON CONFLICT makes a concurrent duplicate wait for the first insert's commit and then insert
+      // nothing, without the error that would abort the caller's transaction.
+      add: statement(
+        "nonces.add",
+        `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING RETURNING 1`,
+      ),
+      count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
+    },
+    accounts: {
+      get: statement(
+        "accounts.get",
+        `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
+      ),
+      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(8), "$9"),
+      update: statement(
+        "accounts.update",
+        `UPDATE ${t.accounts} SET scope = $2, parent_id = $3, limit_usd = $4, spent_usd = $5, reserved_usd = $6,
+created_ns = $7, updated_ns = $8 WHERE account_id = $1`,
+      ),
+    },
+    reservations: {
+      get: statement(
+        "reservations.get",
+        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE reservation_id = $1 FOR UPDATE`,
+      ),
+      insert: insert(
+        "reservations.insert",
+        t.reservations,
+        RESERVATION_COLUMNS,
+        params(11).map((p, i) => (i === 1 ? `${p}::text[]` : p)),
+        "$12",
+      ),
+      update: statement(
+        "reservations.update",
+        `UPDATE ${t.reservations} SET account_ids = $2::text[], session_id = $3, call_number = $4, amount_usd = $5,
+actual_usd = $6, status = $7, idempotency_key = $8, created_ns = $9, expires_ns = $10, resolved_ns = $11
+WHERE reservation_id = $1`,
+      ),
+      listExpired: statement(
+        "reservations.listExpired",
+        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE status = 'PENDING' AND expires_ns <= $1
+ORDER BY expires_ns, created_ns, reservation_id LIMIT $2`,
+      ),
+      list: filtered(
+        "reservations.list",
+        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations}`,
+        "created_ns, reservation_id",
+        ["session_id", "status"],
+      ),
+    },
+    hitl: {
+      get: statement("hitl.get", `SELECT ${HITL_COLUMNS} FROM ${t.hitl} WHERE request_id = $1 FOR UPDATE`),
+      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(14), "$15"),
+      update: statement(
+        "hitl.update",
+        `UPDATE ${t.hitl} SET session_id = $2, call_number = $3, tool_name = $4, nonce_json = $5, args_digest = $6,
+reason = $7, status = $8, decision = $9, operator_id = $10, successor_nonce_json = $11, successor_args_digest = $12,
+created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
+      ),
+      list: filtered("hitl.list", `SELECT ${HITL_COLUMNS} FROM ${t.hitl}`, "created_ns, request_id", [
+        "session_id",
+        "status",
+      ]),
+    },
+  };
+}
