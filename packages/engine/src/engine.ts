@@ -1,7 +1,7 @@
 // createEngine(): library mode — one substrate transaction per evaluate (load → decide → feedback →
 // reserve → commit → verdict). No verdict is returned before its transaction has committed.
 import { randomUUID } from "node:crypto";
-import { available, ensureAccount, expire, reserve, settle, toMoney } from "@leash/budget-guard";
+import { available, ensureAccount, expire, type Money, reserve, settle, toMoney } from "@leash/budget-guard";
 import {
   type Call,
   type Clock,
@@ -126,9 +126,11 @@ export function createEngine(options: EngineOptions): Engine {
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
     const state: State = { ...session.state, seen_nonces: seen ? [nonce] : [] };
+    let remainingBefore: Money | null = null;
     if (accountId !== null) {
+      remainingBefore = await available(tx, accountId);
       state.budget_initial_usd = config.budget_usd;
-      state.budget_remaining_usd = (await available(tx, accountId)).toNumber();
+      state.budget_remaining_usd = remainingBefore.toNumber();
     }
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
@@ -138,6 +140,7 @@ export function createEngine(options: EngineOptions): Engine {
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
+    let remainingAfter = remainingBefore;
     if (decision.verdict === "ALLOW") {
       if (hasNonce && !(await tx.nonces.add(session.session_id, nonce, nowNs))) {
         decision = { verdict: "DENY", reason: "policy_violation:duplicate_nonce" };
@@ -152,8 +155,12 @@ export function createEngine(options: EngineOptions): Engine {
           ttlNs,
         });
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
-        if (held.ok) reservation_id = held.reservation.reservation_id;
-        else decision = { verdict: "DENY", reason: held.code };
+        if (held.ok) {
+          reservation_id = held.reservation.reservation_id;
+          remainingAfter = held.availableAfter;
+        } else {
+          decision = { verdict: "DENY", reason: held.code };
+        }
       }
     }
 
@@ -186,7 +193,7 @@ export function createEngine(options: EngineOptions): Engine {
       }
     }
 
-    const remaining = accountId === null ? null : (await available(tx, accountId)).toFixed();
+    const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
     await tx.sessions.update({
       ...session,
       status: next.status ?? session.status,
