@@ -1,7 +1,15 @@
 // Record builders and a small seeded world for the contract tests: realistic, fully populated records.
 // They hold no assertions; any field can be overridden per test.
 
-import type { BudgetAccount, HitlRequest, Reservation, SessionRecord, Substrate } from "@leash/core";
+import { createHash } from "node:crypto";
+import type {
+  BudgetAccount,
+  ChainEntryRecord,
+  HitlRequest,
+  Reservation,
+  SessionRecord,
+  Substrate,
+} from "@leash/core";
 
 /**
  * The base timestamp of the suite, in nanoseconds. The port types every `*_ns` field as `number`, and a
@@ -132,4 +140,69 @@ export async function seedWorld(substrate: Substrate): Promise<void> {
       makeAccount(WORLD.sessionAccount, { scope: "session", parent_id: WORLD.agentAccount }),
     );
   });
+}
+
+/** `prev_hash` of the first chain entry. */
+export const GENESIS_PREV_HASH = "0".repeat(64);
+
+/** A UUIDv7-shaped id that encodes the seq, so a test can tell entries apart at a glance. */
+export function chainEntryId(seq: number): string {
+  return `01890000-0000-7000-8000-${seq.toString(16).padStart(12, "0")}`;
+}
+
+/**
+ * A chain entry whose hash really is SHA-256 over its body, and whose body is canonical-JSON-like text
+ * with non-ASCII in it. Substrates must not look inside: the body only has to come back byte for byte.
+ * Overriding `body` recomputes `entry_hash` unless that is overridden too.
+ */
+export function makeChainEntry(
+  seq: number,
+  prevHash: string,
+  overrides: Partial<ChainEntryRecord> = {},
+): ChainEntryRecord {
+  const createdNs = overrides.created_ns ?? T0 + seq * 1_000;
+  const sessionId = overrides.session_id === undefined ? WORLD.session1 : overrides.session_id;
+  const body =
+    overrides.body ??
+    `{"created_ns":${createdNs},"data":{"note":"ünï ✓ 😀 \\u2028","tool":"search"},"kind":"decision",` +
+      `"prev_hash":"${prevHash}","seq":${seq},"session_id":${JSON.stringify(sessionId)}}`;
+  return {
+    seq,
+    entry_id: chainEntryId(seq),
+    entry_hash: createHash("sha256").update(body, "utf8").digest("hex"),
+    prev_hash: prevHash,
+    body,
+    // 86 base64url characters, the length of an Ed25519 signature; not a real one.
+    signature: createHash("sha512").update(body, "utf8").digest("base64url"),
+    key_id: "key-2026-01",
+    kind: "decision",
+    session_id: sessionId,
+    created_ns: createdNs,
+    ...overrides,
+  };
+}
+
+/** `count` correctly linked entries starting at seq `from` after `prevHash`. */
+export function makeChain(count: number, from = 0, prevHash = GENESIS_PREV_HASH): ChainEntryRecord[] {
+  const entries: ChainEntryRecord[] = [];
+  for (let seq = from; seq < from + count; seq++) {
+    const entry = makeChainEntry(seq, entries.at(-1)?.entry_hash ?? prevHash);
+    entries.push(entry);
+  }
+  return entries;
+}
+
+/** What the engine enqueues for a chain entry. */
+export function outboxItemFor(entry: ChainEntryRecord): {
+  seq: number;
+  entry_id: string;
+  session_id: string | null;
+  created_ns: number;
+} {
+  return {
+    seq: entry.seq,
+    entry_id: entry.entry_id,
+    session_id: entry.session_id,
+    created_ns: entry.created_ns,
+  };
 }

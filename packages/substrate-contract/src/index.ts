@@ -3,14 +3,20 @@
 
 export { defineBudgetContract } from "./budget.js";
 export { budgetStoreContract } from "./budget-store.js";
+export { chainStoreContract } from "./chain.js";
 export { concurrencyContract } from "./concurrency.js";
 export { conventionsContract } from "./conventions.js";
 export {
+  chainEntryId,
+  GENESIS_PREV_HASH,
   MAX_SAFE_NS,
   makeAccount,
+  makeChain,
+  makeChainEntry,
   makeHitlRequest,
   makeReservation,
   makeSession,
+  outboxItemFor,
   seedWorld,
   T0,
   WORLD,
@@ -28,6 +34,7 @@ export { hitlStoreContract } from "./hitl.js";
 export { migrationContract } from "./migrations.js";
 export { nonceStoreContract } from "./nonces.js";
 export type { SubstrateContractOptions } from "./options.js";
+export { outboxStoreContract } from "./outbox.js";
 export { sessionStoreContract } from "./sessions.js";
 export { defineSubstrateContract } from "./suite.js";
 export { transactionContract } from "./transactions.js";

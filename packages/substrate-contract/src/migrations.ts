@@ -28,8 +28,19 @@ export function migrationContract(opts: SubstrateContractOptions): void {
         reservations: await tx.budgets.listReservations({}),
         hitl: await tx.hitl.list({}),
         expired: await tx.budgets.listExpired(Number.MAX_SAFE_INTEGER, 10),
+        head: await tx.chain.head(),
+        entries: await tx.chain.count(),
+        outbox: await tx.outbox.counts(),
       }));
-      expect(empty).toEqual({ sessions: [], reservations: [], hitl: [], expired: [] });
+      expect(empty).toEqual({
+        sessions: [],
+        reservations: [],
+        hitl: [],
+        expired: [],
+        head: null,
+        entries: 0,
+        outbox: { PENDING: 0, DELIVERED: 0, DEAD: 0 },
+      });
       await seedWorld(sub);
       expect(await sub.transaction((tx) => tx.sessions.get(WORLD.session1))).toEqual(
         makeSession(WORLD.session1),

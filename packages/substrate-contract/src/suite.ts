@@ -4,12 +4,14 @@
 import { describe } from "vitest";
 import { defineBudgetContract } from "./budget.js";
 import { budgetStoreContract } from "./budget-store.js";
+import { chainStoreContract } from "./chain.js";
 import { concurrencyContract } from "./concurrency.js";
 import { conventionsContract } from "./conventions.js";
 import { hitlStoreContract } from "./hitl.js";
 import { migrationContract } from "./migrations.js";
 import { nonceStoreContract } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
+import { outboxStoreContract } from "./outbox.js";
 import { sessionStoreContract } from "./sessions.js";
 import { transactionContract } from "./transactions.js";
 import { valuesContract } from "./values.js";
@@ -27,6 +29,8 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     nonceStoreContract(opts);
     budgetStoreContract(opts);
     hitlStoreContract(opts);
+    chainStoreContract(opts);
+    outboxStoreContract(opts);
     valuesContract(opts);
     transactionContract(opts);
     concurrencyContract(opts);

@@ -82,7 +82,12 @@ describe("memory substrate", () => {
     });
     expect(await codeOf(leaked!.sessions.insert(session("late")))).toBe("closed");
     expect(await codeOf(leaked!.nonces.add("late", 1, 1))).toBe("closed");
+    expect(await codeOf(leaked!.chain.head())).toBe("closed");
+    expect(
+      await codeOf(leaked!.outbox.enqueue({ seq: 0, entry_id: "e", session_id: null, created_ns: 1 })),
+    ).toBe("closed");
     expect(await sub.transaction((tx) => tx.sessions.get("late"))).toBeNull();
+    expect(await sub.transaction((tx) => tx.outbox.counts())).toEqual({ PENDING: 0, DELIVERED: 0, DEAD: 0 });
   });
 
   it("close() refuses new work at once and resolves after queued transactions finish", async () => {

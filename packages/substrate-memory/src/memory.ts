@@ -5,10 +5,15 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import {
   type BudgetAccount,
   type BudgetStore,
+  type ChainEntryRecord,
+  type ChainStore,
   type HitlRequest,
   type HitlStore,
   type Nonce,
   type NonceStore,
+  type OutboxItem,
+  type OutboxStatus,
+  type OutboxStore,
   type Reservation,
   type SessionRecord,
   type SessionStore,
@@ -18,7 +23,15 @@ import {
   SubstrateError,
   type SubstrateTx,
 } from "@leash/core";
-import { createDataSet, type DataSet, nonceKey, OverlayNonces, OverlayTable } from "./overlay.js";
+import {
+  createDataSet,
+  type DataSet,
+  nonceKey,
+  OverlayChain,
+  OverlayNonces,
+  OverlayTable,
+  outboxKey,
+} from "./overlay.js";
 
 export interface MemorySubstrateOptions {
   /**
@@ -133,6 +146,8 @@ class MemoryTransaction {
   readonly #reservations: OverlayTable<Reservation>;
   readonly #hitl: OverlayTable<HitlRequest>;
   readonly #nonces: OverlayNonces;
+  readonly #chain: OverlayChain;
+  readonly #outbox: OverlayTable<OutboxItem>;
   #ended = false;
   readonly stores: SubstrateTx;
 
@@ -142,11 +157,15 @@ class MemoryTransaction {
     this.#reservations = new OverlayTable(data.reservations);
     this.#hitl = new OverlayTable(data.hitl);
     this.#nonces = new OverlayNonces(data.nonces);
+    this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
+    this.#outbox = new OverlayTable(data.outbox);
     this.stores = Object.freeze({
       sessions: this.#sessionStore(),
       nonces: this.#nonceStore(),
       budgets: this.#budgetStore(),
       hitl: this.#hitlStore(),
+      chain: this.#chainStore(),
+      outbox: this.#outboxStore(),
     });
   }
 
@@ -157,6 +176,8 @@ class MemoryTransaction {
     this.#reservations.commit();
     this.#hitl.commit();
     this.#nonces.commit();
+    this.#chain.commit();
+    this.#outbox.commit();
   }
 
   /** Uncommitted writes are simply dropped with the overlay: that is the whole rollback. */
@@ -302,6 +323,118 @@ class MemoryTransaction {
       },
     };
   }
+
+  // Transactions on one data set run one at a time, so the head is locked simply by being inside one.
+  #chainStore(): ChainStore {
+    const chain = this.#chain;
+    return {
+      head: async () => {
+        this.#live();
+        const last = chain.at(chain.length - 1);
+        return last === undefined ? null : { seq: last.seq, entry_hash: last.entry_hash };
+      },
+      append: async (entry) => {
+        this.#live();
+        checkBody(entry.body);
+        // Only the next seq is accepted: an earlier one is taken, a later one would leave a gap.
+        if (entry.seq !== chain.length) throw chainConflict(entry.seq, chain.length - 1);
+        if (chain.hasEntryId(entry.entry_id)) throw conflict("chain entry", entry.entry_id);
+        chain.push(copy(entry));
+      },
+      range: async (fromSeq, limit) => {
+        this.#live();
+        const rows: ChainEntryRecord[] = [];
+        for (let seq = Math.max(0, Math.ceil(fromSeq)); seq < chain.length && rows.length < limit; seq++) {
+          rows.push(copy(chain.at(seq) as ChainEntryRecord));
+        }
+        return rows;
+      },
+      count: async () => {
+        this.#live();
+        return chain.length;
+      },
+    };
+  }
+
+  #outboxStore(): OutboxStore {
+    const table = this.#outbox;
+    /** The item `relayId` holds the lease on, or undefined: PENDING and claimed by it. */
+    const held = (relayId: string, seq: number): OutboxItem | undefined => {
+      const item = table.get(outboxKey(seq));
+      return item?.status === "PENDING" && item.claimed_by === relayId ? item : undefined;
+    };
+    return {
+      enqueue: async (item) => {
+        this.#live();
+        const key = outboxKey(item.seq);
+        if (table.has(key)) throw conflict("outbox item", key);
+        table.set(key, {
+          seq: item.seq,
+          entry_id: item.entry_id,
+          session_id: item.session_id,
+          status: "PENDING",
+          attempts: 0,
+          claimed_by: null,
+          lease_until_ns: null,
+          last_error: null,
+          created_ns: item.created_ns,
+        });
+      },
+      claim: async ({ relayId, limit, nowNs, leaseNs }) => {
+        this.#live();
+        // The sum is taken as a double here, as in every substrate, so all of them store the same lease end.
+        const leaseUntil = nowNs + leaseNs;
+        const free = [...table.values()]
+          .filter((i) => i.status === "PENDING" && (i.lease_until_ns === null || i.lease_until_ns <= nowNs))
+          .sort(bySeq);
+        return limited(free, limit).map((item) => {
+          const claimed: OutboxItem = {
+            ...item,
+            claimed_by: relayId,
+            lease_until_ns: leaseUntil,
+            attempts: item.attempts + 1,
+          };
+          table.set(outboxKey(item.seq), claimed);
+          return copy(claimed);
+        });
+      },
+      ack: async (relayId, seqs) => {
+        this.#live();
+        let acked = 0;
+        for (const seq of new Set(seqs)) {
+          const item = held(relayId, seq);
+          if (item === undefined) continue;
+          table.set(outboxKey(seq), { ...item, status: "DELIVERED", lease_until_ns: null });
+          acked++;
+        }
+        return acked;
+      },
+      fail: async (relayId, seq, error, dead) => {
+        this.#live();
+        const item = held(relayId, seq);
+        if (item === undefined) return;
+        table.set(
+          outboxKey(seq),
+          dead
+            ? { ...item, status: "DEAD", lease_until_ns: null, last_error: error }
+            : { ...item, claimed_by: null, lease_until_ns: null, last_error: error },
+        );
+      },
+      list: async (filter) => {
+        this.#live();
+        const rows = [...table.values()]
+          .filter((i) => filter.status === undefined || i.status === filter.status)
+          .sort(bySeq);
+        return limited(rows, filter.limit).map((row) => copy(row));
+      },
+      counts: async () => {
+        this.#live();
+        const counts: Record<OutboxStatus, number> = { PENDING: 0, DELIVERED: 0, DEAD: 0 };
+        for (const item of table.values()) counts[item.status]++;
+        return counts;
+      },
+    };
+  }
 }
 
 function copyOrNull<T>(value: T | undefined): T | null {
@@ -318,6 +451,34 @@ function oldestFirst(a: Reservation, b: Reservation): number {
     a.expires_ns - b.expires_ns ||
     a.created_ns - b.created_ns ||
     (a.reservation_id < b.reservation_id ? -1 : a.reservation_id > b.reservation_id ? 1 : 0)
+  );
+}
+
+function bySeq(a: OutboxItem, b: OutboxItem): number {
+  return a.seq - b.seq;
+}
+
+/** A lone surrogate: high without low, or low without high. No `u` flag, so it sees UTF-16 code units. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * The body is hashed, so it must come back byte for byte from every substrate. A lone surrogate would
+ * reach SQLite and PostgreSQL as U+FFFD and U+0000 cannot be stored in PostgreSQL text: all refuse them
+ * alike (canonical JSON never holds either raw), this one included, so no substrate keeps what others cannot.
+ */
+function checkBody(body: string): void {
+  if (typeof body !== "string" || LONE_SURROGATE.test(body) || body.includes("\u0000")) {
+    throw new TypeError("chain entry body must be well-formed Unicode text without U+0000");
+  }
+}
+
+function chainConflict(seq: number, headSeq: number): SubstrateError {
+  const head = headSeq < 0 ? "the chain is empty" : `the head is at ${headSeq}`;
+  return new SubstrateError(
+    "conflict",
+    seq <= headSeq
+      ? `chain seq ${seq} is taken (${head})`
+      : `chain seq ${seq} is not the next one (${head}): appending it would leave a gap`,
   );
 }
 

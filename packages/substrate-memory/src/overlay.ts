@@ -1,7 +1,15 @@
 // The committed data of one memory location, and the transaction-local overlay that makes a transaction atomic.
 // It neither copies records nor serializes transactions: memory.ts clones at the boundary and queues.
 
-import type { BudgetAccount, HitlRequest, Nonce, Reservation, SessionRecord } from "@leash/core";
+import type {
+  BudgetAccount,
+  ChainEntryRecord,
+  HitlRequest,
+  Nonce,
+  OutboxItem,
+  Reservation,
+  SessionRecord,
+} from "@leash/core";
 
 /** Everything committed at one location; all handles opened on the same shared key hold the same object. */
 export interface DataSet {
@@ -11,6 +19,11 @@ export interface DataSet {
   readonly hitl: Map<string, HitlRequest>;
   /** session id → nonce key (see `nonceKey`) → the `atNs` it was recorded at. */
   readonly nonces: Map<string, Map<string, number>>;
+  /** The committed chain: entry `seq` sits at index `seq`, because append only ever takes the next seq. */
+  readonly chain: ChainEntryRecord[];
+  readonly chainEntryIds: Set<string>;
+  /** Outbox items by `outboxKey(seq)`. */
+  readonly outbox: Map<string, OutboxItem>;
   /** Tail of the transaction queue: the next transaction starts when this settles. */
   tail: Promise<void>;
   /** Token of the transaction running now, so a nested transaction fails instead of deadlocking. */
@@ -24,6 +37,9 @@ export function createDataSet(): DataSet {
     reservations: new Map(),
     hitl: new Map(),
     nonces: new Map(),
+    chain: [],
+    chainEntryIds: new Set(),
+    outbox: new Map(),
     tail: Promise.resolve(),
     active: null,
   };
@@ -35,6 +51,11 @@ export function createDataSet(): DataSet {
  */
 export function nonceKey(nonce: Nonce): string {
   return `${typeof nonce}:${String(nonce)}`;
+}
+
+/** Outbox keys are strings (OverlayTable's key type); String() of an integral number is exact and unique. */
+export function outboxKey(seq: number): string {
+  return String(seq);
 }
 
 /** One table seen through a transaction: reads fall through to the committed map, writes stay here. */
@@ -104,6 +125,47 @@ export class OverlayNonces {
         this.#base.set(sessionId, committed);
       }
       for (const [key, atNs] of added) committed.set(key, atNs);
+    }
+  }
+}
+
+/**
+ * The chain seen through a transaction: committed entries, then the ones this transaction appended.
+ * Append-only and gapless, so an entry's index is its seq and rollback is dropping `#added`.
+ */
+export class OverlayChain {
+  readonly #base: ChainEntryRecord[];
+  readonly #baseIds: Set<string>;
+  readonly #added: ChainEntryRecord[] = [];
+  readonly #addedIds = new Set<string>();
+
+  constructor(base: ChainEntryRecord[], baseIds: Set<string>) {
+    this.#base = base;
+    this.#baseIds = baseIds;
+  }
+
+  get length(): number {
+    return this.#base.length + this.#added.length;
+  }
+
+  at(seq: number): ChainEntryRecord | undefined {
+    return seq < this.#base.length ? this.#base[seq] : this.#added[seq - this.#base.length];
+  }
+
+  hasEntryId(entryId: string): boolean {
+    return this.#baseIds.has(entryId) || this.#addedIds.has(entryId);
+  }
+
+  /** The caller has checked that `entry.seq` is `length` and its entry_id is new. */
+  push(entry: ChainEntryRecord): void {
+    this.#added.push(entry);
+    this.#addedIds.add(entry.entry_id);
+  }
+
+  commit(): void {
+    for (const entry of this.#added) {
+      this.#base.push(entry);
+      this.#baseIds.add(entry.entry_id);
     }
   }
 }

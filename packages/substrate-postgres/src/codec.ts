@@ -17,6 +17,10 @@ export interface TableNames {
   readonly accounts: string;
   readonly reservations: string;
   readonly hitl: string;
+  readonly chain: string;
+  /** One row (id 1) holding the newest entry's seq and hash: the lock every appender queues on. */
+  readonly chainHead: string;
+  readonly outbox: string;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
@@ -40,6 +44,9 @@ export function tableNames(schema: string | undefined): TableNames {
     accounts: table("leash_budget_accounts"),
     reservations: table("leash_reservations"),
     hitl: table("leash_hitl_requests"),
+    chain: table("leash_chain"),
+    chainHead: table("leash_chain_head"),
+    outbox: table("leash_outbox"),
   };
 }
 
@@ -139,6 +146,22 @@ export function encodeJson(value: unknown, field: string): string {
 
 export function encodeText(value: string, field: string): string {
   if (typeof value !== "string") throw invalid(`${field} must be a string, got ${typeof value}`);
+  return value;
+}
+
+/** A lone surrogate: high without low, or low without high. No `u` flag, so it sees UTF-16 code units. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * A chain entry's body is hashed, so it must come back byte for byte: PostgreSQL text refuses U+0000
+ * (after the statement has aborted the transaction) and pg sends a lone surrogate as U+FFFD. Both are
+ * refused here, before the server sees them, and alike in every substrate (canonical JSON holds neither raw).
+ */
+export function encodeBody(value: string, field: string): string {
+  encodeText(value, field);
+  if (LONE_SURROGATE.test(value) || value.includes("\u0000")) {
+    throw invalid(`${field} must be well-formed Unicode text without U+0000`);
+  }
   return value;
 }
 

@@ -96,6 +96,49 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX leash_hitl_requests_status ON ${t.hitl} (status, created_ns)`,
     ],
   },
+  {
+    version: 3,
+    description: "the audit chain, its head row and the outbox",
+    statements: (t) => [
+      // body is text, never jsonb: it is hashed and signed, and jsonb would reorder keys and respell numbers.
+      `CREATE TABLE ${t.chain} (
+  seq bigint PRIMARY KEY,
+  entry_id text NOT NULL UNIQUE,
+  entry_hash text NOT NULL,
+  prev_hash text NOT NULL,
+  body text NOT NULL,
+  signature text NOT NULL,
+  key_id text NOT NULL,
+  kind text NOT NULL,
+  session_id text,
+  created_ns bigint NOT NULL
+)`,
+      `CREATE INDEX leash_chain_session ON ${t.chain} (session_id, seq)`,
+      // A row lock can only be taken on a row: appenders queue on this one (FOR UPDATE), created here so
+      // that even the first append of an empty chain has something to lock. seq is null while it is empty.
+      `CREATE TABLE ${t.chainHead} (
+  id smallint PRIMARY KEY CHECK (id = 1),
+  seq bigint,
+  entry_hash text,
+  CHECK ((seq IS NULL) = (entry_hash IS NULL))
+)`,
+      `INSERT INTO ${t.chainHead} (id, seq, entry_hash) VALUES (1, NULL, NULL)`,
+      `CREATE TABLE ${t.outbox} (
+  seq bigint PRIMARY KEY,
+  entry_id text NOT NULL,
+  session_id text,
+  status text NOT NULL,
+  attempts integer NOT NULL,
+  claimed_by text,
+  lease_until_ns bigint,
+  last_error text,
+  created_ns bigint NOT NULL
+)`,
+      // Claims scan PENDING by seq; list and counts filter by status.
+      `CREATE INDEX leash_outbox_claim ON ${t.outbox} (status, seq)`,
+      `CREATE INDEX leash_outbox_session ON ${t.outbox} (session_id, seq)`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -3,7 +3,14 @@
 import { execFileSync, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
-import type { BudgetAccount, HitlRequest, Reservation, SessionRecord, Substrate } from "@leash/core";
+import type {
+  BudgetAccount,
+  ChainEntryRecord,
+  HitlRequest,
+  Reservation,
+  SessionRecord,
+  Substrate,
+} from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -111,6 +118,23 @@ const hitl = (id: string, over: Partial<HitlRequest> = {}): HitlRequest => ({
   successor_args_digest: null,
   created_ns: T0,
   decided_ns: null,
+  ...over,
+});
+
+const ZEROS = "0".repeat(64);
+
+/** A chain entry; the store does not check hashes, so a recognizable fake hash per seq will do. */
+const entry = (seq: number, prevHash: string, over: Partial<ChainEntryRecord> = {}): ChainEntryRecord => ({
+  seq,
+  entry_id: `e-${seq}`,
+  entry_hash: seq.toString(16).padStart(64, "a"),
+  prev_hash: prevHash,
+  body: `{"seq":${seq},"b":1,"a":1.0}`,
+  signature: "sig",
+  key_id: "k1",
+  kind: "decision",
+  session_id: "s1",
+  created_ns: EPOCH_NS,
   ...over,
 });
 
@@ -243,7 +267,7 @@ describe("row locks", () => {
     expect(await sub.transaction((tx) => tx.nonces.add("s1", "n", T0))).toBe(true);
   });
 
-  it("4 child processes doing 100 increments each on one account end at exactly 400", {
+  it("4 child processes doing 100 increments and appends each end at exactly 400, with a gapless chain", {
     timeout: 120_000,
   }, async () => {
     const root = fileURLToPath(new URL("..", import.meta.url));
@@ -278,6 +302,144 @@ describe("row locks", () => {
     );
     expect(exits).toEqual(Array.from({ length: 4 }, () => ({ code: 0, stderr: "" })));
     expect((await sub.transaction((tx) => tx.budgets.getAccount("shared")))?.spent_usd).toBe("400");
+    const chain = await sub.transaction((tx) => tx.chain.range(0, 1000));
+    expect(chain.map((e) => e.seq)).toEqual(Array.from({ length: 400 }, (_, i) => i));
+    for (const [i, e] of chain.entries())
+      expect(e.prev_hash).toBe(i === 0 ? ZEROS : chain[i - 1]!.entry_hash);
+  });
+});
+
+describe("chain head and outbox leases", () => {
+  it("head() holds the head row: a second appender's head() waits for the first's commit, then sees its entry", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    const events: string[] = [];
+    let headRead!: () => void;
+    const locked = new Promise<void>((resolve) => {
+      headRead = resolve;
+    });
+    const first = a.transaction(async (tx) => {
+      const head = await tx.chain.head();
+      headRead();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await tx.chain.append(entry(0, ZEROS));
+      events.push("first appends and commits");
+      return head;
+    });
+    await locked;
+    const second = b.transaction(async (tx) => {
+      const head = await tx.chain.head();
+      events.push("second read the head");
+      await tx.chain.append(entry(head!.seq + 1, head!.entry_hash));
+      return head;
+    });
+    expect(await first).toBeNull();
+    expect(await second).toEqual({ seq: 0, entry_hash: entry(0, ZEROS).entry_hash });
+    expect(events).toEqual(["first appends and commits", "second read the head"]);
+    const { rows } = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
+    expect(rows).toEqual([{ id: 1, seq: "1", entry_hash: entry(1, "").entry_hash }]);
+  });
+
+  it("an append that did not read head() first still queues on the head row and conflicts instead of forking", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    await a.transaction((tx) => tx.chain.append(entry(0, ZEROS)));
+    let appended!: () => void;
+    const holding = new Promise<void>((resolve) => {
+      appended = resolve;
+    });
+    const first = a.transaction(async (tx) => {
+      await tx.chain.append(entry(1, entry(0, ZEROS).entry_hash));
+      appended();
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    });
+    await holding;
+    // Same seq, different entry: it waits for the first to commit, then finds seq 1 taken.
+    const error = await rejection(
+      b.transaction((tx) => tx.chain.append(entry(1, entry(0, ZEROS).entry_hash, { entry_id: "rival" }))),
+    );
+    await first;
+    expect(error.code).toBe("conflict");
+    expect(error.message).toMatch(/seq 1 is taken/);
+    expect((await b.transaction((tx) => tx.chain.range(0, 10))).map((e) => e.entry_id)).toEqual([
+      "e-0",
+      "e-1",
+    ]);
+  });
+
+  it("stores body as text (not jsonb), byte for byte as given, and refuses U+0000 before the server sees it", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    const body = '{"b":1,"a":1.0,"c":1e2,"ü":"😀"}';
+    const code = await sub.transaction(async (tx) => {
+      const refused = await tx.chain.append(entry(0, ZEROS, { body: "a\u0000b" })).catch((e) => e.code);
+      // Refused client-side, so the transaction is still good.
+      await tx.chain.append(entry(0, ZEROS, { body }));
+      return refused;
+    });
+    expect(code).toBe("corrupt");
+    const { rows } = await admin.query(
+      `SELECT data_type FROM information_schema.columns
+       WHERE table_schema = $1 AND table_name = 'leash_chain' AND column_name = 'body'`,
+      [schema],
+    );
+    expect(rows).toEqual([{ data_type: "text" }]);
+    const stored = await admin.query(
+      `SELECT body, encode(convert_to(body, 'UTF8'), 'hex') AS hex FROM "${schema}".leash_chain`,
+    );
+    expect(stored.rows[0].body).toBe(body);
+    expect(stored.rows[0].hex).toBe(Buffer.from(body, "utf8").toString("hex"));
+  });
+
+  it('a missing head row is reported as "corrupt", not as an empty chain', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await admin.query(`DELETE FROM "${schema}".leash_chain_head`);
+    expect((await rejection(sub.transaction((tx) => tx.chain.head()))).code).toBe("corrupt");
+    expect((await rejection(sub.transaction((tx) => tx.chain.append(entry(0, ZEROS))))).code).toBe("corrupt");
+    expect(await sub.transaction((tx) => tx.chain.count())).toBe(0);
+  });
+
+  it("claim skips rows another relay's open claim has locked instead of waiting for it (SKIP LOCKED)", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    await a.transaction(async (tx) => {
+      for (let seq = 0; seq < 6; seq++)
+        await tx.outbox.enqueue({ seq, entry_id: `e-${seq}`, session_id: null, created_ns: T0 });
+    });
+    let claimed!: () => void;
+    let release!: () => void;
+    const holding = new Promise<void>((resolve) => {
+      claimed = resolve;
+    });
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = a.transaction(async (tx) => {
+      const items = await tx.outbox.claim({ relayId: "relay-a", limit: 3, nowNs: T0, leaseNs: 1e9 });
+      claimed();
+      await released;
+      return items.map((i) => i.seq);
+    });
+    await holding;
+    // relay-a's transaction is still open: without SKIP LOCKED this would wait for it (and then deadlock the test).
+    const fast = await b.transaction(async (tx) =>
+      (await tx.outbox.claim({ relayId: "relay-b", limit: 10, nowNs: T0, leaseNs: 1e9 })).map((i) => i.seq),
+    );
+    release();
+    expect(fast).toEqual([3, 4, 5]);
+    expect(await slow).toEqual([0, 1, 2]);
+    const { rows } = await admin.query(
+      `SELECT seq, claimed_by, attempts FROM "${schema}".leash_outbox ORDER BY seq`,
+    );
+    expect(rows.map((r) => [Number(r.seq), r.claimed_by, r.attempts])).toEqual([
+      [0, "relay-a", 1],
+      [1, "relay-a", 1],
+      [2, "relay-a", 1],
+      [3, "relay-b", 1],
+      [4, "relay-b", 1],
+      [5, "relay-b", 1],
+    ]);
   });
 });
 
@@ -437,8 +599,8 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2]);
-    expect(LATEST_SCHEMA_VERSION).toBe(2);
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3]);
+    expect(LATEST_SCHEMA_VERSION).toBe(3);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s1"),
       nonce: await tx.nonces.has("s1", "n1"),
@@ -455,6 +617,62 @@ describe("migrations", () => {
     expect(await sub.transaction((tx) => tx.hitl.get("h1"))).toEqual(hitl("h1"));
   });
 
+  it("migrates a version-2 schema holding data to version 3: rows kept, an empty chain with its head row", async () => {
+    const schema = freshSchema();
+    const names = tableNames(schema);
+    const client = await admin.connect();
+    try {
+      expect(await runMigrations(client, names, 2)).toEqual({ from: 0, to: 2 });
+    } finally {
+      client.release();
+    }
+    const sub = await open(schema);
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1", { created_ns: EPOCH_NS }));
+      await tx.nonces.add("s1", 7, T0);
+      await tx.budgets.insertAccount(account("a", { spent_usd: "0.001" }));
+      await tx.hitl.insert(hitl("h1", { nonce: "7" }));
+    });
+    const chainBefore = await rejection(sub.transaction((tx) => tx.chain.head()));
+    expect(chainBefore.code).toBe("corrupt");
+    expect(chainBefore.message).toMatch(/migrate\(\)/);
+
+    await sub.migrate();
+    const versions = await admin.query(
+      `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
+    );
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3]);
+    const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
+    expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
+    const kept = await sub.transaction(async (tx) => ({
+      session: await tx.sessions.get("s1"),
+      nonces: [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")],
+      account: await tx.budgets.getAccount("a"),
+      hitl: await tx.hitl.get("h1"),
+      head: await tx.chain.head(),
+      outbox: await tx.outbox.counts(),
+    }));
+    expect(kept).toEqual({
+      session: session("s1", { created_ns: EPOCH_NS }),
+      nonces: [true, false],
+      account: account("a", { spent_usd: "0.001" }),
+      hitl: hitl("h1", { nonce: "7" }),
+      head: null,
+      outbox: { PENDING: 0, DELIVERED: 0, DEAD: 0 },
+    });
+    await sub.transaction(async (tx) => {
+      await tx.chain.append(entry(0, ZEROS));
+      await tx.outbox.enqueue({ seq: 0, entry_id: "e-0", session_id: "s1", created_ns: EPOCH_NS });
+    });
+    expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual([entry(0, ZEROS)]);
+    // Migrating again neither re-creates the head row nor resets it.
+    await sub.migrate();
+    expect(await sub.transaction((tx) => tx.chain.head())).toEqual({
+      seq: 0,
+      entry_hash: entry(0, ZEROS).entry_hash,
+    });
+  });
+
   it("is idempotent and safe from 6 handles at once on an empty schema", { timeout: 30_000 }, async () => {
     const schema = freshSchema();
     const handles = await Promise.all(Array.from({ length: 6 }, () => open(schema, { poolSize: 2 })));
@@ -463,7 +681,9 @@ describe("migrations", () => {
     const { rows } = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(rows.map((r) => r.version)).toEqual([1, 2]);
+    expect(rows.map((r) => r.version)).toEqual([1, 2, 3]);
+    const heads = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".leash_chain_head`);
+    expect(heads.rows).toEqual([{ n: 1 }]);
     await handles[1]!.transaction((tx) => tx.sessions.insert(session("s1")));
     expect(await handles[5]!.transaction((tx) => tx.sessions.get("s1"))).toEqual(session("s1"));
   });
@@ -764,7 +984,7 @@ describe("options", () => {
     expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
       "postgres",
       { multiProcess: true, durable: true },
-      "leash-substrate-v1",
+      "leash-substrate-v2",
     ]);
   });
 });

@@ -42,6 +42,10 @@ const ACCOUNT_COLUMNS =
   "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns";
 const RESERVATION_COLUMNS =
   "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
+const CHAIN_COLUMNS =
+  "seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns";
+const OUTBOX_COLUMNS =
+  "seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns, last_error, created_ns";
 const HITL_COLUMNS =
   "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns";
 
@@ -186,6 +190,79 @@ created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
         "session_id",
         "status",
       ]),
+    },
+    chain: {
+      // The head row, locked until the transaction ends: of two transactions that want to append,
+      // the second waits here and then reads the head the first one left.
+      head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
+      // One round trip: lock the head (already held when the caller read head() first), insert only
+      // the next seq, and move the head only when the insert happened. An earlier seq, a later one
+      // or a taken entry_id inserts nothing and moves nothing, without an error that would abort
+      // the caller's transaction; the answer says which (heads = 0: the head row is missing).
+      append: statement(
+        "chain.append",
+        `WITH head AS (
+  SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
+), added AS (
+  INSERT INTO ${t.chain} (${CHAIN_COLUMNS})
+  SELECT $1::bigint, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint FROM head
+  WHERE coalesce(head.seq, -1) = $1::bigint - 1
+  ON CONFLICT DO NOTHING
+  RETURNING seq, entry_hash
+), moved AS (
+  UPDATE ${t.chainHead} AS h SET seq = added.seq, entry_hash = added.entry_hash FROM added
+  WHERE h.id = 1 RETURNING 1
+)
+SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
+  (SELECT count(*) FROM moved) AS moved`,
+      ),
+      range: statement(
+        "chain.range",
+        `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,
+      ),
+      count: statement("chain.count", `SELECT count(*) AS count FROM ${t.chain}`),
+    },
+    outbox: {
+      // No key lock as for the other inserts: nothing reads an absent outbox item under lock, and
+      // ON CONFLICT makes a concurrent duplicate wait for the first one's outcome.
+      enqueue: statement(
+        "outbox.enqueue",
+        `INSERT INTO ${t.outbox} (seq, entry_id, session_id, status, attempts, created_ns)
+VALUES ($1, $2, $3, 'PENDING', 0, $4) ON CONFLICT DO NOTHING RETURNING 1`,
+      ),
+      // SKIP LOCKED: rows another relay is claiming (or acking) right now are passed over rather
+      // than waited for, and once that relay commits they carry a live lease and no longer qualify.
+      claim: statement(
+        "outbox.claim",
+        `UPDATE ${t.outbox} SET claimed_by = $1, lease_until_ns = $2, attempts = attempts + 1
+WHERE seq IN (
+  SELECT seq FROM ${t.outbox}
+  WHERE status = 'PENDING' AND (lease_until_ns IS NULL OR lease_until_ns <= $3)
+  ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED)
+RETURNING ${OUTBOX_COLUMNS}`,
+      ),
+      ack: statement(
+        "outbox.ack",
+        `UPDATE ${t.outbox} SET status = 'DELIVERED', lease_until_ns = NULL
+WHERE seq = ANY($2::bigint[]) AND status = 'PENDING' AND claimed_by = $1`,
+      ),
+      // Released at once: backoff is the relay's to decide, not the store's.
+      retry: statement(
+        "outbox.fail(retry)",
+        `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3
+WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
+      ),
+      dead: statement(
+        "outbox.fail(dead)",
+        `UPDATE ${t.outbox} SET status = 'DEAD', lease_until_ns = NULL, last_error = $3
+WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
+      ),
+      list: statement("outbox.list", `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} ORDER BY seq LIMIT $1`),
+      listByStatus: statement(
+        "outbox.list(status)",
+        `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} WHERE status = $1 ORDER BY seq LIMIT $2`,
+      ),
+      counts: statement("outbox.counts", `SELECT status, count(*) AS count FROM ${t.outbox} GROUP BY status`),
     },
   };
 }

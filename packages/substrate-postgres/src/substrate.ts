@@ -6,11 +6,13 @@ import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
 import { PostgresBudgetStore } from "./budgets.js";
+import { PostgresChainStore } from "./chain.js";
 import { type TableNames, tableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 import { PostgresHitlStore } from "./hitl.js";
 import { runMigrations } from "./migrations.js";
 import { PostgresNonceStore } from "./nonces.js";
+import { PostgresOutboxStore } from "./outbox.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statements } from "./sql.js";
 import { TxContext } from "./tx.js";
@@ -297,6 +299,8 @@ export class PostgresSubstrate implements Substrate {
       nonces: new PostgresNonceStore(ctx, this.sql.nonces),
       budgets: new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations),
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
+      chain: new PostgresChainStore(ctx, this.sql.chain),
+      outbox: new PostgresOutboxStore(ctx, this.sql.outbox),
     };
   }
 }

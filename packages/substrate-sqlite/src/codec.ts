@@ -3,9 +3,12 @@
 
 import type {
   BudgetAccount,
+  ChainEntryRecord,
   HitlRequest,
   HitlRequestStatus,
   Nonce,
+  OutboxItem,
+  OutboxStatus,
   Reason,
   Reservation,
   ReservationStatus,
@@ -32,12 +35,12 @@ function optionalInteger(field: string, value: number | null | undefined): numbe
   return value === null || value === undefined ? null : checkedInteger(field, value);
 }
 
-function text(field: string, value: string): string {
+export function text(field: string, value: string): string {
   if (typeof value !== "string") throw new TypeError(`${field} must be a string, got ${typeof value}`);
   return value;
 }
 
-function optionalText(field: string, value: string | null | undefined): string | null {
+export function optionalText(field: string, value: string | null | undefined): string | null {
   return value === null || value === undefined ? null : text(field, value);
 }
 
@@ -267,5 +270,95 @@ export function rowToHitl(row: HitlRow): HitlRequest {
     successor_args_digest: row.successor_args_digest,
     created_ns: row.created_ns,
     decided_ns: row.decided_ns,
+  };
+}
+
+// ---- chain entries --------------------------------------------------------------------------
+
+export interface ChainRow {
+  seq: number;
+  entry_id: string;
+  entry_hash: string;
+  prev_hash: string;
+  body: string;
+  signature: string;
+  key_id: string;
+  kind: string;
+  session_id: string | null;
+  created_ns: number;
+}
+
+/** A lone surrogate: high without low, or low without high. No `u` flag, so it sees UTF-16 code units. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * The body is hashed, so it must come back byte for byte. SQLite stores UTF-8, into which a lone
+ * surrogate goes as U+FFFD; U+0000 would survive here but not in PostgreSQL. Both are refused in
+ * every substrate alike (canonical JSON never holds either raw), rather than kept by some.
+ */
+function body(value: string): string {
+  text("body", value);
+  if (LONE_SURROGATE.test(value) || value.includes("\u0000")) {
+    throw new TypeError("body must be well-formed Unicode text without U+0000");
+  }
+  return value;
+}
+
+export function chainToRow(e: ChainEntryRecord): ChainRow {
+  return {
+    seq: checkedInteger("seq", e.seq),
+    entry_id: text("entry_id", e.entry_id),
+    entry_hash: text("entry_hash", e.entry_hash),
+    prev_hash: text("prev_hash", e.prev_hash),
+    body: body(e.body),
+    signature: text("signature", e.signature),
+    key_id: text("key_id", e.key_id),
+    kind: text("kind", e.kind),
+    session_id: optionalText("session_id", e.session_id),
+    created_ns: checkedInteger("created_ns", e.created_ns),
+  };
+}
+
+/** Rows already have the record's shape; copying keeps a statement's row object out of callers' hands. */
+export function rowToChain(row: ChainRow): ChainEntryRecord {
+  return {
+    seq: row.seq,
+    entry_id: row.entry_id,
+    entry_hash: row.entry_hash,
+    prev_hash: row.prev_hash,
+    body: row.body,
+    signature: row.signature,
+    key_id: row.key_id,
+    kind: row.kind,
+    session_id: row.session_id,
+    created_ns: row.created_ns,
+  };
+}
+
+// ---- outbox ---------------------------------------------------------------------------------
+
+export interface OutboxRow {
+  seq: number;
+  entry_id: string;
+  session_id: string | null;
+  status: string;
+  attempts: number;
+  claimed_by: string | null;
+  lease_until_ns: number | null;
+  last_error: string | null;
+  created_ns: number;
+}
+
+export function rowToOutbox(row: OutboxRow): OutboxItem {
+  return {
+    seq: row.seq,
+    entry_id: row.entry_id,
+    session_id: row.session_id,
+    status: row.status as OutboxStatus,
+    attempts: row.attempts,
+    claimed_by: row.claimed_by,
+    lease_until_ns: row.lease_until_ns,
+    last_error: row.last_error,
+    created_ns: row.created_ns,
   };
 }

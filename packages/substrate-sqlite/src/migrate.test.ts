@@ -3,7 +3,7 @@
 import { SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { freshDbPath, reservation, session, T0 } from "../test/support.js";
+import { freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
 import { MIGRATIONS, SCHEMA_VERSION } from "./schema.js";
 import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
 
@@ -70,6 +70,33 @@ const VERSION_1_LAYOUT = `
   ) STRICT;
 `;
 
+/** What version 2 added to version 1, typed out by hand for the same reason. */
+const VERSION_2_ADDITIONS = `
+  INSERT INTO leash_schema_version VALUES (2, 'list indexes', 0);
+  CREATE INDEX leash_sessions_by_status ON leash_sessions (status, created_ns);
+  CREATE INDEX leash_reservations_pending_by_expiry ON leash_reservations (expires_ns, created_ns)
+    WHERE status = 'PENDING';
+  CREATE INDEX leash_reservations_by_session ON leash_reservations (session_id, created_ns);
+  CREATE INDEX leash_hitl_requests_by_session ON leash_hitl_requests (session_id, created_ns);
+  CREATE INDEX leash_hitl_requests_by_status ON leash_hitl_requests (status, created_ns);
+`;
+
+const VERSION_2_INDEXES = [
+  "leash_hitl_requests_by_session",
+  "leash_hitl_requests_by_status",
+  "leash_reservations_by_session",
+  "leash_reservations_pending_by_expiry",
+  "leash_sessions_by_status",
+];
+
+const ALL_INDEXES = [
+  "leash_chain_by_session",
+  ...VERSION_2_INDEXES.slice(0, 2),
+  "leash_outbox_by_session",
+  "leash_outbox_by_status",
+  ...VERSION_2_INDEXES.slice(2),
+];
+
 describe("migrations", () => {
   it("the list is strictly increasing from 1 and SCHEMA_VERSION is its last", () => {
     expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
@@ -99,14 +126,8 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.sessions.get("s-old"))).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2]);
-    expect(indexes(path)).toEqual([
-      "leash_hitl_requests_by_session",
-      "leash_hitl_requests_by_status",
-      "leash_reservations_by_session",
-      "leash_reservations_pending_by_expiry",
-      "leash_sessions_by_status",
-    ]);
+    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-old"),
       nonces: [
@@ -119,7 +140,71 @@ describe("migrations", () => {
     expect(kept).toEqual({ session: s, nonces: [true, true, 2], expired: [reservation("r-old")] });
 
     await sub.migrate();
+    expect(versions(path)).toEqual([1, 2, 3]);
+  });
+
+  it("upgrades a version-2 database holding data to version 3: rows kept, chain and outbox start empty", async () => {
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec(VERSION_1_LAYOUT);
+    old.exec(VERSION_2_ADDITIONS);
+    const s = session("s-v2", { call_count: 4, last_heartbeat_ns: T0 + 9 });
+    old
+      .prepare(
+        `INSERT INTO leash_sessions VALUES (?, 'agent-1', 'org-1', 'ACTIVE', ?, ?, 4, ${T0}, ${T0}, ${T0 + 9})`,
+      )
+      .run(s.session_id, JSON.stringify(s.config), JSON.stringify(s.state));
+    old.prepare(`INSERT INTO leash_nonces VALUES ('s-v2', 'n:7', ${T0})`).run();
+    old
+      .prepare(
+        `INSERT INTO leash_hitl_requests VALUES ('h-v2', 'sess-1', 4, 'wire_transfer', 'n:7', ?, 'hitl_all_calls',
+           'PENDING', NULL, NULL, NULL, NULL, ${T0}, NULL)`,
+      )
+      .run("ab".repeat(32));
+    old.close();
     expect(versions(path)).toEqual([1, 2]);
+    expect(indexes(path)).toEqual(VERSION_2_INDEXES);
+
+    const sub = await openAt(path);
+    await expect(sub.transaction((tx) => tx.chain.head())).rejects.toThrow(/call migrate\(\) first/);
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(indexes(path)).toEqual(ALL_INDEXES);
+    const kept = await sub.transaction(async (tx) => ({
+      session: await tx.sessions.get("s-v2"),
+      nonce: await tx.nonces.has("s-v2", 7),
+      hitl: await tx.hitl.list({ status: "PENDING" }),
+      head: await tx.chain.head(),
+      entries: await tx.chain.count(),
+      outbox: await tx.outbox.counts(),
+    }));
+    expect(kept).toEqual({
+      session: s,
+      nonce: true,
+      hitl: [hitlRequest("h-v2")],
+      head: null,
+      entries: 0,
+      outbox: { PENDING: 0, DELIVERED: 0, DEAD: 0 },
+    });
+    const entry = {
+      seq: 0,
+      entry_id: "e0",
+      entry_hash: "cd".repeat(32),
+      prev_hash: "0".repeat(64),
+      body: '{"b":1,"a":"ü"}',
+      signature: "sig",
+      key_id: "k1",
+      kind: "decision",
+      session_id: "s-v2",
+      created_ns: T0,
+    };
+    await sub.transaction(async (tx) => {
+      await tx.chain.append(entry);
+      await tx.outbox.enqueue({ seq: 0, entry_id: "e0", session_id: "s-v2", created_ns: T0 });
+    });
+    expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual([entry]);
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2, 3]);
   });
 
   it("migrates a version-0 database (none of Leash's tables) without touching the tables already there", async () => {
@@ -132,7 +217,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await sub.migrate();
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    expect(versions(path)).toEqual([1, 2]);
+    expect(versions(path)).toEqual([1, 2, 3]);
     const after = new Database(path, { readonly: true });
     expect(after.prepare("SELECT body FROM app_notes").pluck().get()).toBe("kept");
     after.close();
@@ -154,7 +239,7 @@ describe("migrations", () => {
     );
     expect(SubstrateError.isInstance(error) && error.code).toBe("corrupt");
     await expect(second.transaction(async () => 1)).rejects.toMatchObject({ code: "corrupt" });
-    expect(versions(path)).toEqual([1, 2, SCHEMA_VERSION + 1]);
+    expect(versions(path)).toEqual([1, 2, 3, SCHEMA_VERSION + 1]);
   });
 
   it("a failing migration rolls back entirely, leaving the older version in place", async () => {
@@ -174,6 +259,6 @@ describe("migrations", () => {
     const path = freshDbPath();
     const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
     await Promise.all(subs.flatMap((sub) => [sub.migrate(), sub.migrate()]));
-    expect(versions(path)).toEqual([1, 2]);
+    expect(versions(path)).toEqual([1, 2, 3]);
   });
 });

@@ -52,7 +52,7 @@ beforeAll(() => {
 }, 120_000);
 
 describe("several processes on one file", () => {
-  it(`${PROCESSES} processes × ${TRANSACTIONS} get → update increments lose nothing and accept each nonce once`, async () => {
+  it(`${PROCESSES} processes × ${TRANSACTIONS} get → update increments lose nothing, accept each nonce once and chain gaplessly`, async () => {
     const path = freshDbPath();
     // Migration and account creation race as the processes boot; the increments start together.
     const startAt = Date.now() + 1500;
@@ -73,9 +73,21 @@ describe("several processes on one file", () => {
       .pluck()
       .get();
     const versions = db.prepare("SELECT version FROM leash_schema_version ORDER BY version").pluck().all();
+    const chain = db
+      .prepare("SELECT seq, entry_hash, prev_hash FROM leash_chain ORDER BY seq")
+      .all() as Array<{
+      seq: number;
+      entry_hash: string;
+      prev_hash: string;
+    }>;
     db.close();
     expect(spent).toBe(String(PROCESSES * TRANSACTIONS));
     expect(nonces).toBe(TRANSACTIONS);
-    expect(versions).toEqual([1, 2]);
+    expect(versions).toEqual([1, 2, 3]);
+    // Every transaction appended after the head it read, across processes: one gapless, linked chain.
+    expect(chain.map((e) => e.seq)).toEqual(Array.from({ length: PROCESSES * TRANSACTIONS }, (_, i) => i));
+    for (const [i, e] of chain.entries()) {
+      expect(e.prev_hash).toBe(i === 0 ? "0".repeat(64) : chain[i - 1]!.entry_hash);
+    }
   }, 60_000);
 });

@@ -97,6 +97,41 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX leash_hitl_requests_by_status ON leash_hitl_requests (status, created_ns);
     `,
   },
+  {
+    // The audit log and its outbox. No head table, unlike PostgreSQL: every transaction holds the
+    // database write lock (BEGIN IMMEDIATE), so reading the highest seq already locks the head.
+    // body is TEXT and never JSON-normalized: it is hashed and signed byte for byte.
+    version: 3,
+    name: "chain and outbox",
+    sql: `
+      CREATE TABLE leash_chain (
+        seq INTEGER NOT NULL PRIMARY KEY,
+        entry_id TEXT NOT NULL UNIQUE,
+        entry_hash TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        body TEXT NOT NULL,
+        signature TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        session_id TEXT,
+        created_ns INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX leash_chain_by_session ON leash_chain (session_id, seq);
+      CREATE TABLE leash_outbox (
+        seq INTEGER NOT NULL PRIMARY KEY,
+        entry_id TEXT NOT NULL,
+        session_id TEXT,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        claimed_by TEXT,
+        lease_until_ns INTEGER,
+        last_error TEXT,
+        created_ns INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX leash_outbox_by_status ON leash_outbox (status, seq);
+      CREATE INDEX leash_outbox_by_session ON leash_outbox (session_id, seq);
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

@@ -1,14 +1,19 @@
-// The four stores a SQLite transaction hands out, over prepared statements cached per connection.
+// The six stores a SQLite transaction hands out, over prepared statements cached per connection.
 // They run inside a transaction the substrate opened; they never BEGIN, COMMIT or lock by themselves.
 
 import type {
   BudgetAccount,
   BudgetStore,
+  ChainEntryRecord,
+  ChainStore,
   HitlRequest,
   HitlRequestStatus,
   HitlStore,
   Nonce,
   NonceStore,
+  OutboxItem,
+  OutboxStatus,
+  OutboxStore,
   Reservation,
   ReservationStatus,
   SessionRecord,
@@ -21,18 +26,25 @@ import type Database from "better-sqlite3";
 import {
   type AccountRow,
   accountToRow,
+  type ChainRow,
+  chainToRow,
   checkedInteger,
   encodeNonce,
   type HitlRow,
   hitlToRow,
+  type OutboxRow,
+  optionalText,
   type ReservationRow,
   reservationToRow,
   rowToAccount,
+  rowToChain,
   rowToHitl,
+  rowToOutbox,
   rowToReservation,
   rowToSession,
   type SessionRow,
   sessionToRow,
+  text,
 } from "./codec.js";
 import { isDriverError, toSubstrateError } from "./errors.js";
 
@@ -65,12 +77,16 @@ export class SqliteTx implements SubstrateTx {
   readonly nonces: NonceStore;
   readonly budgets: BudgetStore;
   readonly hitl: HitlStore;
+  readonly chain: ChainStore;
+  readonly outbox: OutboxStore;
 
   constructor(readonly statements: StatementCache) {
     this.sessions = new Sessions(this);
     this.nonces = new Nonces(this);
     this.budgets = new Budgets(this);
     this.hitl = new Hitl(this);
+    this.chain = new Chain(this);
+    this.outbox = new Outbox(this);
   }
 
   finish(): void {
@@ -318,6 +334,172 @@ class Hitl implements HitlStore {
     );
     const rows = this.tx.exec("hitl.list", (st) => st(sql).all(...params)) as HitlRow[];
     return rows.map(rowToHitl);
+  }
+}
+
+const CHAIN_HEAD = "SELECT seq, entry_hash FROM leash_chain ORDER BY seq DESC LIMIT 1";
+
+class Chain implements ChainStore {
+  constructor(readonly tx: SqliteTx) {}
+
+  async head(): Promise<{ seq: number; entry_hash: string } | null> {
+    // The transaction holds the database write lock (BEGIN IMMEDIATE) from its start, so no other
+    // connection can append until it ends: the head is locked without asking.
+    const row = this.tx.exec("chain.head", (st) => st(CHAIN_HEAD).get()) as
+      | { seq: number; entry_hash: string }
+      | undefined;
+    return row === undefined ? null : { seq: row.seq, entry_hash: row.entry_hash };
+  }
+
+  async append(entry: ChainEntryRecord): Promise<void> {
+    const row = chainToRow(entry);
+    this.tx.exec("chain.append", (st) => {
+      const head = st(CHAIN_HEAD).get() as { seq: number } | undefined;
+      const headSeq = head?.seq ?? -1;
+      // Only the next seq: an earlier one is taken, a later one would leave a gap in the chain.
+      if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
+      const { changes } = st(
+        `INSERT INTO leash_chain (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind,
+           session_id, created_ns)
+         VALUES (@seq, @entry_id, @entry_hash, @prev_hash, @body, @signature, @key_id, @kind,
+           @session_id, @created_ns)
+         ON CONFLICT DO NOTHING`,
+      ).run(row);
+      if (changes === 0) {
+        throw new SubstrateError("conflict", `chain entry ${JSON.stringify(row.entry_id)} already exists`);
+      }
+    });
+  }
+
+  async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
+    const from = checkedInteger("fromSeq", fromSeq);
+    const max = limitOf(limit);
+    const rows = this.tx.exec("chain.range", (st) =>
+      st("SELECT * FROM leash_chain WHERE seq >= ? ORDER BY seq LIMIT ?").all(from, max),
+    ) as ChainRow[];
+    return rows.map(rowToChain);
+  }
+
+  async count(): Promise<number> {
+    const row = this.tx.exec("chain.count", (st) => st("SELECT COUNT(*) AS n FROM leash_chain").get()) as {
+      n: number;
+    };
+    return row.n;
+  }
+}
+
+function chainConflict(seq: number, headSeq: number): SubstrateError {
+  const head = headSeq < 0 ? "the chain is empty" : `the head is at ${headSeq}`;
+  return new SubstrateError(
+    "conflict",
+    seq <= headSeq
+      ? `chain seq ${seq} is taken (${head})`
+      : `chain seq ${seq} is not the next one (${head}): appending it would leave a gap`,
+  );
+}
+
+// "Holds the lease" everywhere below: still PENDING and still claimed by this relay. The lease end
+// is not checked there (ack and fail take no clock); a lease that expired but that no other relay
+// has taken over is still the relay's to settle.
+class Outbox implements OutboxStore {
+  constructor(readonly tx: SqliteTx) {}
+
+  async enqueue(item: { seq: number; entry_id: string; session_id: string | null; created_ns: number }) {
+    const seq = checkedInteger("seq", item.seq);
+    const entryId = text("entry_id", item.entry_id);
+    const sessionId = optionalText("session_id", item.session_id);
+    const createdNs = checkedInteger("created_ns", item.created_ns);
+    const { changes } = this.tx.exec("outbox.enqueue", (st) =>
+      st(
+        `INSERT INTO leash_outbox (seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns,
+           last_error, created_ns)
+         VALUES (?, ?, ?, 'PENDING', 0, NULL, NULL, NULL, ?) ON CONFLICT DO NOTHING`,
+      ).run(seq, entryId, sessionId, createdNs),
+    );
+    if (changes === 0) throw new SubstrateError("conflict", `outbox item ${seq} is already queued`);
+  }
+
+  async claim(options: {
+    relayId: string;
+    limit: number;
+    nowNs: number;
+    leaseNs: number;
+  }): Promise<OutboxItem[]> {
+    const relayId = text("relayId", options.relayId);
+    const now = checkedInteger("nowNs", options.nowNs);
+    // Summed as doubles, as in every substrate, so all of them store the same lease end.
+    const leaseUntil = checkedInteger(
+      "nowNs + leaseNs",
+      options.nowNs + checkedInteger("leaseNs", options.leaseNs),
+    );
+    const max = limitOf(options.limit);
+    // Holding the write lock, no other relay can claim between the SELECT and the UPDATE.
+    const rows = this.tx.exec("outbox.claim", (st) =>
+      st(
+        `UPDATE leash_outbox SET claimed_by = ?, lease_until_ns = ?, attempts = attempts + 1
+         WHERE seq IN (
+           SELECT seq FROM leash_outbox
+           WHERE status = 'PENDING' AND (lease_until_ns IS NULL OR lease_until_ns <= ?)
+           ORDER BY seq LIMIT ?)
+         RETURNING *`,
+      ).all(relayId, leaseUntil, now, max),
+    ) as OutboxRow[];
+    // RETURNING gives no order guarantee.
+    return rows.map(rowToOutbox).sort((a, b) => a.seq - b.seq);
+  }
+
+  async ack(relayId: string, seqs: number[]): Promise<number> {
+    const relay = text("relayId", relayId);
+    const distinct = [...new Set(seqs.map((seq) => checkedInteger("seq", seq)))];
+    // One cached single-row UPDATE per seq: in-process, that costs less than building an IN list, and
+    // binding each seq as a number avoids JSON text, whose digits above 2^53 need not equal the double.
+    return this.tx.exec("outbox.ack", (st) => {
+      const update = st(
+        `UPDATE leash_outbox SET status = 'DELIVERED', lease_until_ns = NULL
+         WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
+      );
+      let acked = 0;
+      for (const seq of distinct) acked += update.run(seq, relay).changes;
+      return acked;
+    });
+  }
+
+  async fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void> {
+    const relay = text("relayId", relayId);
+    const at = checkedInteger("seq", seq);
+    const reason = text("error", error);
+    this.tx.exec("outbox.fail", (st) =>
+      (dead
+        ? st(
+            `UPDATE leash_outbox SET status = 'DEAD', lease_until_ns = NULL, last_error = ?
+             WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
+          )
+        : // Released at once: backoff is the relay's to decide, not the store's.
+          st(
+            `UPDATE leash_outbox SET claimed_by = NULL, lease_until_ns = NULL, last_error = ?
+             WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
+          )
+      ).run(reason, at, relay),
+    );
+  }
+
+  async list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]> {
+    const max = limitOf(filter.limit);
+    const rows = this.tx.exec("outbox.list", (st) =>
+      filter.status === undefined
+        ? st("SELECT * FROM leash_outbox ORDER BY seq LIMIT ?").all(max)
+        : st("SELECT * FROM leash_outbox WHERE status = ? ORDER BY seq LIMIT ?").all(filter.status, max),
+    ) as OutboxRow[];
+    return rows.map(rowToOutbox);
+  }
+
+  async counts(): Promise<Record<OutboxStatus, number>> {
+    const rows = this.tx.exec("outbox.counts", (st) =>
+      st("SELECT status, COUNT(*) AS n FROM leash_outbox GROUP BY status").all(),
+    ) as Array<{ status: OutboxStatus; n: number }>;
+    const counts: Record<OutboxStatus, number> = { PENDING: 0, DELIVERED: 0, DEAD: 0 };
+    for (const { status, n } of rows) counts[status] = n;
+    return counts;
   }
 }
 

@@ -1,5 +1,6 @@
-// Child process for multiprocess.test.ts: migrates, then increments one shared account and claims shared nonces.
-// It asserts nothing; it prints what it saw as JSON and the parent checks the totals. Runs the built dist.
+// Child process for multiprocess.test.ts: migrates, then increments one shared account, claims shared nonces
+// and appends to the shared chain. It asserts nothing; it prints what it saw as JSON and the parent checks the totals. Runs the built dist.
+import { createHash } from "node:crypto";
 import { openSqliteSubstrate } from "../dist/index.js";
 
 const [path, transactionsArg, callersArg, startAtArg] = process.argv.slice(2);
@@ -46,7 +47,25 @@ async function caller() {
       account.updated_ns = NS + i;
       await tx.budgets.updateAccount(account);
       // All workers claim the same nonces 0..n-1: across processes each must be accepted exactly once.
-      return tx.nonces.add("shared-session", i, NS + i);
+      const won = await tx.nonces.add("shared-session", i, NS + i);
+      // And all append to one chain: head() must hold off every other process until this commits.
+      const head = await tx.chain.head();
+      await new Promise((resolve) => setImmediate(resolve));
+      const seq = head === null ? 0 : head.seq + 1;
+      const body = JSON.stringify({ pid: process.pid, i, seq });
+      await tx.chain.append({
+        seq,
+        entry_id: `${process.pid}-${i}`,
+        entry_hash: createHash("sha256").update(body).digest("hex"),
+        prev_hash: head?.entry_hash ?? "0".repeat(64),
+        body,
+        signature: "-",
+        key_id: "k",
+        kind: "decision",
+        session_id: null,
+        created_ns: NS + i,
+      });
+      return won;
     });
     if (won) nonceWins++;
   }

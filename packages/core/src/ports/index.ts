@@ -1,2 +1,3 @@
+export * from "./audit.js";
 export * from "./clock.js";
 export * from "./substrate.js";

@@ -1,9 +1,10 @@
 // The storage port: what every substrate (memory, SQLite, PostgreSQL) MUST provide to the engine.
 // Types and guarantees only; implementations live in the substrate packages, never in core.
 import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
+import type { ChainStore, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v1" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v2" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (DESIGN.md §6). */
 export type DecimalString = string;
@@ -136,6 +137,8 @@ export interface SubstrateTx {
   readonly nonces: NonceStore;
   readonly budgets: BudgetStore;
   readonly hitl: HitlStore;
+  readonly chain: ChainStore;
+  readonly outbox: OutboxStore;
 }
 
 /**

@@ -1,0 +1,79 @@
+// The audit ports: where the hash-chained log and its outbox live inside a substrate transaction.
+// Storage only: hashing, signing and verifying belong to @leash/chain, delivery to @leash/relay.
+
+/**
+ * One stored chain entry. `body` is the exact canonical JSON that was hashed and signed; the other
+ * fields are copies of what it says, kept as columns so stores can index and filter them.
+ */
+export interface ChainEntryRecord {
+  /** 0-based position in the chain; gapless. */
+  seq: number;
+  /** UUIDv7 of the entry. */
+  entry_id: string;
+  /** Lowercase hex SHA-256 over `body`. */
+  entry_hash: string;
+  /** `entry_hash` of entry seq − 1, or 64 zeros for the first entry. */
+  prev_hash: string;
+  /** The signed canonical JSON, byte for byte as hashed. */
+  body: string;
+  /** Ed25519 signature (base64url) made with the key `key_id` names. */
+  signature: string;
+  key_id: string;
+  /** What the entry records: "decision", "post_exec", "hitl_decision", "expiry", "reset", "key_rotation", … */
+  kind: string;
+  session_id: string | null;
+  created_ns: number;
+}
+
+export interface ChainStore {
+  /**
+   * The newest entry's position and hash, or null for an empty chain. MUST lock the head for the
+   * rest of the transaction (PostgreSQL: a head row FOR UPDATE), so two transactions can never
+   * both append after the same entry.
+   */
+  head(): Promise<{ seq: number; entry_hash: string } | null>;
+  /** MUST fail with SubstrateError "conflict" when `seq` is taken; MUST move the head to this entry. */
+  append(entry: ChainEntryRecord): Promise<void>;
+  /** Entries with seq >= fromSeq in ascending order, at most `limit`. */
+  range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]>;
+  /** Number of stored entries. */
+  count(): Promise<number>;
+}
+
+export type OutboxStatus = "PENDING" | "DELIVERED" | "DEAD";
+
+/** One entry waiting to leave the machine (transactional outbox). */
+export interface OutboxItem {
+  seq: number;
+  entry_id: string;
+  session_id: string | null;
+  status: OutboxStatus;
+  attempts: number;
+  /** Which relay holds the lease, until `lease_until_ns`. */
+  claimed_by: string | null;
+  lease_until_ns: number | null;
+  last_error: string | null;
+  created_ns: number;
+}
+
+export interface OutboxStore {
+  /** Called in the transaction that appends the entry. MUST fail "conflict" when seq is already queued. */
+  enqueue(item: {
+    seq: number;
+    entry_id: string;
+    session_id: string | null;
+    created_ns: number;
+  }): Promise<void>;
+  /**
+   * Leases up to `limit` PENDING items, lowest seq first, whose lease is free or expired, to `relayId`
+   * until nowNs + leaseNs, and increments their attempts. Two relays MUST never hold the same item at
+   * once (PostgreSQL: FOR UPDATE SKIP LOCKED).
+   */
+  claim(options: { relayId: string; limit: number; nowNs: number; leaseNs: number }): Promise<OutboxItem[]>;
+  /** Marks items DELIVERED, only where `relayId` still holds the lease; returns how many. */
+  ack(relayId: string, seqs: number[]): Promise<number>;
+  /** Returns a leased item to PENDING (or DEAD with the reason), only where `relayId` holds it. */
+  fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void>;
+  list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]>;
+  counts(): Promise<Record<OutboxStatus, number>>;
+}

@@ -1,0 +1,115 @@
+// The chain store on leash_chain and its one-row head table leash_chain_head; bodies stay the exact text given.
+// It never hashes, signs or verifies (that is @leash/chain): it keeps the chain gapless and appenders in line.
+import type { ChainEntryRecord, ChainStore } from "@leash/core";
+import { SubstrateError } from "@leash/core";
+import {
+  decodeInt,
+  decodeOptionalInt,
+  encodeBody,
+  encodeInt,
+  encodeLimit,
+  encodeOptionalText,
+  encodeText,
+} from "./codec.js";
+import type { Statements } from "./sql.js";
+import type { TxContext } from "./tx.js";
+
+interface ChainRow {
+  seq: unknown;
+  entry_id: string;
+  entry_hash: string;
+  prev_hash: string;
+  body: string;
+  signature: string;
+  key_id: string;
+  kind: string;
+  session_id: string | null;
+  created_ns: unknown;
+}
+
+function fromRow(row: ChainRow): ChainEntryRecord {
+  return {
+    seq: decodeInt(row.seq, "seq"),
+    entry_id: row.entry_id,
+    entry_hash: row.entry_hash,
+    prev_hash: row.prev_hash,
+    body: row.body,
+    signature: row.signature,
+    key_id: row.key_id,
+    kind: row.kind,
+    session_id: row.session_id,
+    created_ns: decodeInt(row.created_ns, "created_ns"),
+  };
+}
+
+function toParams(entry: ChainEntryRecord): unknown[] {
+  return [
+    encodeInt(entry.seq, "seq"),
+    encodeText(entry.entry_id, "entry_id"),
+    encodeText(entry.entry_hash, "entry_hash"),
+    encodeText(entry.prev_hash, "prev_hash"),
+    encodeBody(entry.body, "body"),
+    encodeText(entry.signature, "signature"),
+    encodeText(entry.key_id, "key_id"),
+    encodeText(entry.kind, "kind"),
+    encodeOptionalText(entry.session_id, "session_id"),
+    encodeInt(entry.created_ns, "created_ns"),
+  ];
+}
+
+function missingHead(): SubstrateError {
+  return new SubstrateError(
+    "corrupt",
+    "leash_chain_head has no row: the chain head was deleted (migrate() creates it; nothing else may remove it)",
+  );
+}
+
+export class PostgresChainStore implements ChainStore {
+  constructor(
+    private readonly tx: TxContext,
+    private readonly sql: Statements["chain"],
+  ) {}
+
+  async head(): Promise<{ seq: number; entry_hash: string } | null> {
+    const { rows } = await this.tx.query<{ seq: unknown; entry_hash: string | null }>(this.sql.head, []);
+    const row = rows[0];
+    if (row === undefined) throw missingHead();
+    const seq = decodeOptionalInt(row.seq, "leash_chain_head.seq");
+    return seq === null || row.entry_hash === null ? null : { seq, entry_hash: row.entry_hash };
+  }
+
+  async append(entry: ChainEntryRecord): Promise<void> {
+    const { rows } = await this.tx.query<{ heads: unknown; head_seq: unknown; moved: unknown }>(
+      this.sql.append,
+      toParams(entry),
+    );
+    const result = rows[0];
+    if (result === undefined || decodeInt(result.heads, "heads") === 0) throw missingHead();
+    if (decodeInt(result.moved, "moved") === 1) return;
+    const headSeq = decodeOptionalInt(result.head_seq, "leash_chain_head.seq") ?? -1;
+    const head = headSeq < 0 ? "the chain is empty" : `the head is at ${headSeq}`;
+    if (entry.seq <= headSeq) {
+      throw new SubstrateError("conflict", `chain seq ${entry.seq} is taken (${head})`);
+    }
+    if (entry.seq > headSeq + 1) {
+      throw new SubstrateError(
+        "conflict",
+        `chain seq ${entry.seq} is not the next one (${head}): appending it would leave a gap`,
+      );
+    }
+    throw new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
+  }
+
+  async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
+    const { rows } = await this.tx.query<ChainRow>(this.sql.range, [
+      encodeInt(fromSeq, "fromSeq"),
+      encodeLimit(Math.max(0, limit)),
+    ]);
+    return rows.map(fromRow);
+  }
+
+  async count(): Promise<number> {
+    const { rows } = await this.tx.query<{ count: unknown }>(this.sql.count, []);
+    return decodeInt(rows[0]?.count ?? 0, "count");
+  }
+}

@@ -1,0 +1,111 @@
+// The outbox store on leash_outbox: entries waiting for a relay, leased with FOR UPDATE SKIP LOCKED.
+// Delivery, backoff and sinks are @leash/relay's; here only who holds which item, and until when.
+import type { OutboxItem, OutboxStatus, OutboxStore } from "@leash/core";
+import { SubstrateError } from "@leash/core";
+import {
+  decodeInt,
+  decodeOptionalInt,
+  encodeInt,
+  encodeLimit,
+  encodeOptionalText,
+  encodeText,
+} from "./codec.js";
+import type { Statements } from "./sql.js";
+import type { TxContext } from "./tx.js";
+
+interface OutboxRow {
+  seq: unknown;
+  entry_id: string;
+  session_id: string | null;
+  status: string;
+  attempts: unknown;
+  claimed_by: string | null;
+  lease_until_ns: unknown;
+  last_error: string | null;
+  created_ns: unknown;
+}
+
+function fromRow(row: OutboxRow): OutboxItem {
+  return {
+    seq: decodeInt(row.seq, "seq"),
+    entry_id: row.entry_id,
+    session_id: row.session_id,
+    status: row.status as OutboxStatus,
+    attempts: decodeInt(row.attempts, "attempts"),
+    claimed_by: row.claimed_by,
+    lease_until_ns: decodeOptionalInt(row.lease_until_ns, "lease_until_ns"),
+    last_error: row.last_error,
+    created_ns: decodeInt(row.created_ns, "created_ns"),
+  };
+}
+
+// "Holds the lease" in ack and fail: still PENDING and still claimed by this relay. The lease end is
+// not checked (they take no clock): an expired lease no other relay has taken over is still its own.
+export class PostgresOutboxStore implements OutboxStore {
+  constructor(
+    private readonly tx: TxContext,
+    private readonly sql: Statements["outbox"],
+  ) {}
+
+  async enqueue(item: { seq: number; entry_id: string; session_id: string | null; created_ns: number }) {
+    const { rowCount } = await this.tx.query(this.sql.enqueue, [
+      encodeInt(item.seq, "seq"),
+      encodeText(item.entry_id, "entry_id"),
+      encodeOptionalText(item.session_id, "session_id"),
+      encodeInt(item.created_ns, "created_ns"),
+    ]);
+    if (rowCount === 0) throw new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
+  }
+
+  async claim(options: {
+    relayId: string;
+    limit: number;
+    nowNs: number;
+    leaseNs: number;
+  }): Promise<OutboxItem[]> {
+    encodeInt(options.leaseNs, "leaseNs");
+    // Summed as doubles, as in every substrate, so all of them store the same lease end.
+    const leaseUntil = encodeInt(options.nowNs + options.leaseNs, "nowNs + leaseNs");
+    const { rows } = await this.tx.query<OutboxRow>(this.sql.claim, [
+      encodeText(options.relayId, "relayId"),
+      leaseUntil,
+      encodeInt(options.nowNs, "nowNs"),
+      encodeLimit(Math.max(0, options.limit)),
+    ]);
+    // RETURNING follows no ORDER BY.
+    return rows.map(fromRow).sort((a, b) => a.seq - b.seq);
+  }
+
+  async ack(relayId: string, seqs: number[]): Promise<number> {
+    if (seqs.length === 0) return 0;
+    const { rowCount } = await this.tx.query(this.sql.ack, [
+      encodeText(relayId, "relayId"),
+      seqs.map((seq) => encodeInt(seq, "seq")),
+    ]);
+    return rowCount ?? 0;
+  }
+
+  async fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void> {
+    await this.tx.query(dead ? this.sql.dead : this.sql.retry, [
+      encodeText(relayId, "relayId"),
+      encodeInt(seq, "seq"),
+      encodeText(error, "error"),
+    ]);
+  }
+
+  async list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]> {
+    const limit = encodeLimit(filter.limit === undefined ? undefined : Math.max(0, filter.limit));
+    const { rows } =
+      filter.status === undefined
+        ? await this.tx.query<OutboxRow>(this.sql.list, [limit])
+        : await this.tx.query<OutboxRow>(this.sql.listByStatus, [encodeText(filter.status, "status"), limit]);
+    return rows.map(fromRow);
+  }
+
+  async counts(): Promise<Record<OutboxStatus, number>> {
+    const { rows } = await this.tx.query<{ status: OutboxStatus; count: unknown }>(this.sql.counts, []);
+    const counts: Record<OutboxStatus, number> = { PENDING: 0, DELIVERED: 0, DEAD: 0 };
+    for (const row of rows) counts[row.status] = decodeInt(row.count, "count");
+    return counts;
+  }
+}
