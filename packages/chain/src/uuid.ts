@@ -1,0 +1,55 @@
+// UUIDv7 (RFC 9562 §5.7) from an injected time and injected random bytes, so entry ids are testable.
+// It does not guarantee monotonic ids within one tick; chain order is seq, never the id.
+
+import { ChainError } from "./errors.js";
+
+/** A source of random bytes; the default is WebCrypto's getRandomValues. */
+export type RandomBytes = (size: number) => Uint8Array;
+
+export const defaultRandom: RandomBytes = (size) => globalThis.crypto.getRandomValues(new Uint8Array(size));
+
+const HEX: string[] = [];
+for (let i = 0; i < 256; i++) HEX.push(i.toString(16).padStart(2, "0"));
+
+/**
+ * A UUIDv7 for the instant `nowNs` (nanoseconds since the Unix epoch). The 48-bit field holds
+ * milliseconds; the 12-bit rand_a holds the fraction of the millisecond (RFC 9562 §6.2 method 3),
+ * so ids made in one millisecond still sort by time; 62 bits of rand_b come from `random`.
+ */
+export function uuidv7(nowNs: number | bigint, random: RandomBytes = defaultRandom): string {
+  let ms: number;
+  let subMs: number;
+  if (typeof nowNs === "bigint") {
+    if (nowNs < 0n) throw new ChainError("invalid_input", "nowNs must not be negative");
+    ms = Number(nowNs / 1_000_000n);
+    subMs = Number(nowNs % 1_000_000n);
+  } else {
+    if (!Number.isInteger(nowNs) || nowNs < 0) {
+      throw new ChainError("invalid_input", "nowNs must be a non-negative integer (nanoseconds)");
+    }
+    // % on doubles is exact, so the fraction is right even where nowNs itself passes 2^53.
+    subMs = nowNs % 1_000_000;
+    ms = (nowNs - subMs) / 1_000_000;
+  }
+  if (ms >= 2 ** 48) throw new ChainError("invalid_input", "nowNs is beyond the UUIDv7 time range");
+  const randA = Math.floor((subMs * 4096) / 1_000_000);
+  const r = random(8);
+  if (!(r instanceof Uint8Array) || r.length < 8)
+    throw new ChainError("invalid_input", "random must return bytes");
+  const b = new Uint8Array(16);
+  let t = ms;
+  for (let i = 5; i >= 0; i--) {
+    b[i] = t % 256;
+    t = Math.floor(t / 256);
+  }
+  b[6] = 0x70 | (randA >> 8);
+  b[7] = randA & 0xff;
+  b[8] = 0x80 | (r[0]! & 0x3f);
+  for (let i = 1; i < 8; i++) b[8 + i] = r[i]!;
+  let s = "";
+  for (let i = 0; i < 16; i++) {
+    if (i === 4 || i === 6 || i === 8 || i === 10) s += "-";
+    s += HEX[b[i]!];
+  }
+  return s;
+}

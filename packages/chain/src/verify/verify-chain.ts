@@ -1,0 +1,384 @@
+// Walks a chain from its genesis and reports the first entry that is not where, or what, it should be.
+// Pure: hashing and signature checks come from a VerifyBackend (noble here, node:crypto in ../verify-node.ts).
+
+import type { ChainEntryRecord } from "@leash/core";
+import { ChainError } from "../errors.js";
+import { base64UrlDecode } from "./encoding.js";
+import { columnProblem, type EntryBody, parseEntryBody, protectedHeaderB64, ZERO_HASH } from "./format.js";
+import { keyId, publicKeyBytes } from "./keys.js";
+
+/** The primitives verification needs; a backend is chosen for speed, never for different results. */
+export interface VerifyBackend {
+  readonly name: string;
+  /** Lowercase hex SHA-256 of the UTF-8 bytes of `text`. */
+  sha256Hex(text: string): string;
+  /** Unpadded base64url of the UTF-8 bytes of `text`. */
+  base64Url(text: string): string;
+  /** Turns a raw 32-byte public key into whatever `verify` wants; called once per key. */
+  prepareKey(raw: Uint8Array): unknown;
+  /** Ed25519 (RFC 8032, strict) over the ASCII signing input. */
+  verify(signingInput: string, signature: Uint8Array, key: unknown): boolean;
+}
+
+/**
+ * What went wrong at the first bad entry. `index` is its position in the stream given to
+ * verifyChain (0-based), `seq` the seq it claims (the missing seq for "truncated"; null when
+ * the seq column is not a number).
+ *
+ * - `edited`: the entry contradicts itself — SHA-256(body) ≠ entry_hash, the body is not a v1
+ *   body, or a column (seq, entry_id, prev_hash, key_id, kind, session_id, created_ns) differs
+ *   from the body.
+ * - `unknown_key`: signed by a key that is neither trusted nor introduced by a verified
+ *   key_rotation, or by a key a rotation has since retired.
+ * - `bad_signature`: the key is known but the signature does not verify.
+ * - `inserted`: an entry that does not belong in this chain here — a second entry for a seq already
+ *   seen (a replayed copy or a fork), an entry of another chain, a copy of a later entry, or an
+ *   unauthentic entry (unknown key / bad signature) directly followed by the genuine next entry.
+ * - `removed`: a gap — the entry claims a seq beyond the next expected one, and the entry that should
+ *   come next (expected seq, linked to the last good entry) appears nowhere later in the stream.
+ * - `reordered`: a gap whose missing entry does appear later in the stream (a swap or a move).
+ * - `truncated`: the checkpoint says the chain had more entries, or that entry checkpoint.count − 1
+ *   had another hash. Without a checkpoint a deleted tail cannot be told from a shorter chain.
+ *
+ * Order of judgement for one entry: edited, then authenticity, then position. Classifying a gap
+ * reads ahead to the end of the stream; that cost is paid only by a chain that already failed.
+ */
+export type ChainFailureKind =
+  | "edited"
+  | "removed"
+  | "reordered"
+  | "inserted"
+  | "truncated"
+  | "bad_signature"
+  | "unknown_key";
+
+export interface ChainFailure {
+  index: number;
+  seq: number | null;
+  kind: ChainFailureKind;
+  message: string;
+}
+
+export type VerifyChainResult =
+  | { ok: true; count: number; head_hash: string; chain_id: string | null }
+  | { ok: false; count_verified: number; failure: ChainFailure };
+
+/** A (count, head hash) pair kept somewhere the chain's writer cannot rewrite. */
+export interface Checkpoint {
+  count: number;
+  head_hash: string;
+}
+
+export interface VerifyChainOptions {
+  /** Keys trusted to sign from the genesis on (hex or raw bytes); usually just the first key. */
+  publicKeys: readonly (string | Uint8Array)[];
+  /** Catches a deleted tail, and a rewritten chain from entry checkpoint.count − 1 back. */
+  checkpoint?: Checkpoint;
+  /** Pins the chain: entries of any other chain (genesis included) are "inserted". */
+  chainId?: string;
+  /** Called with the number of verified entries every 1,024 entries and once at the end. */
+  onProgress?: (verified: number) => void;
+}
+
+export type ChainEntries = Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>;
+
+interface KnownKey {
+  prepared: unknown;
+  /** seq of the key_rotation entry that retired the key, once one has. */
+  retiredBy: number | null;
+}
+
+/** Continues reading the stream after an anomaly, to decide what kind of failure it is. */
+interface Lookahead {
+  feed(record: ChainEntryRecord, index: number): ChainFailure | undefined;
+  finish(): ChainFailure;
+}
+
+const PROGRESS_EVERY = 1024;
+
+/** The mutable state of one walk: how far it got, the head, the chain id and the keys in force. */
+class ChainWalk {
+  /** Entries accepted so far, which is also the seq the next entry must have. */
+  count = 0;
+  head = ZERO_HASH;
+  chainId: string | null = null;
+  private readonly keys = new Map<string, KnownKey>();
+  private readonly backend: VerifyBackend;
+  private readonly checkpoint: Checkpoint | undefined;
+  private readonly onProgress: ((verified: number) => void) | undefined;
+
+  constructor(backend: VerifyBackend, options: VerifyChainOptions) {
+    this.backend = backend;
+    this.onProgress = options.onProgress;
+    if (!Array.isArray(options.publicKeys) || options.publicKeys.length === 0) {
+      throw new ChainError("invalid_input", "verifyChain needs at least one trusted public key");
+    }
+    for (const key of options.publicKeys) {
+      const raw = publicKeyBytes(key);
+      this.keys.set(keyId(raw), { prepared: backend.prepareKey(raw), retiredBy: null });
+    }
+    const cp = options.checkpoint;
+    if (cp !== undefined) {
+      if (!Number.isSafeInteger(cp.count) || cp.count < 0 || !/^[0-9a-f]{64}$/.test(cp.head_hash)) {
+        throw new ChainError("invalid_input", "a checkpoint is { count: natural number, head_hash: 64 hex }");
+      }
+    }
+    this.checkpoint = cp;
+    if (options.chainId !== undefined) {
+      if (typeof options.chainId !== "string" || options.chainId === "") {
+        throw new ChainError("invalid_input", "chainId must be a non-empty string");
+      }
+      this.chainId = options.chainId;
+    }
+  }
+
+  /** Accepts the entry (undefined), fails outright, or asks to see what follows. */
+  step(record: ChainEntryRecord, index: number): ChainFailure | Lookahead | undefined {
+    const inspected = this.inspect(record);
+    if (typeof inspected === "string") return failure(record, index, "edited", inspected);
+    const body = inspected;
+
+    const auth = this.authenticate(record, body);
+    if (auth !== null) return this.afterUnauthentic(record, index, auth);
+
+    const n = this.count;
+    if (this.chainId !== null && body.chain_id !== this.chainId) {
+      return failure(
+        record,
+        index,
+        "inserted",
+        `entry belongs to chain ${body.chain_id}, not ${this.chainId}`,
+      );
+    }
+    if (body.seq < n) {
+      return failure(record, index, "inserted", `a second entry for seq ${body.seq} (already verified)`);
+    }
+    if (body.seq > n) return this.afterGap(record, index);
+    if (body.prev_hash !== this.head) {
+      return failure(
+        record,
+        index,
+        "inserted",
+        `entry ${body.seq} links to ${body.prev_hash}, not to the entry before it (${this.head}): a fork or a foreign entry`,
+      );
+    }
+    return this.accept(record, index, body);
+  }
+
+  /** Runs after the stream ends without an entry-level failure. */
+  end(streamLength: number): VerifyChainResult {
+    const cp = this.checkpoint;
+    if (cp !== undefined && this.count < cp.count) {
+      return this.failed({
+        index: streamLength,
+        seq: this.count,
+        kind: "truncated",
+        message: `the checkpoint counts ${cp.count} entries; the chain ends after ${this.count}`,
+      });
+    }
+    this.onProgress?.(this.count);
+    return { ok: true, count: this.count, head_hash: this.head, chain_id: this.chainId };
+  }
+
+  failed(f: ChainFailure): VerifyChainResult {
+    this.onProgress?.(this.count);
+    return { ok: false, count_verified: this.count, failure: f };
+  }
+
+  private accept(record: ChainEntryRecord, index: number, body: EntryBody): ChainFailure | undefined {
+    const cp = this.checkpoint;
+    if (cp !== undefined && body.seq === cp.count - 1 && record.entry_hash !== cp.head_hash) {
+      return failure(
+        record,
+        index,
+        "truncated",
+        `entry ${body.seq} is not the checkpoint's head ${cp.head_hash}: the chain was cut here and rewritten`,
+      );
+    }
+    if (body.seq === 0) this.chainId = body.chain_id;
+    if (body.kind === "key_rotation") {
+      // The rotating key stops signing here; only the key this entry introduces signs what follows.
+      for (const key of this.keys.values()) if (key.retiredBy === null) key.retiredBy = body.seq;
+      const next = body.data.next_public_key as string;
+      this.keys.set(body.data.next_key_id as string, {
+        prepared: this.backend.prepareKey(publicKeyBytes(next)),
+        retiredBy: null,
+      });
+    }
+    this.head = record.entry_hash;
+    this.count++;
+    if (this.count % PROGRESS_EVERY === 0) this.onProgress?.(this.count);
+    return undefined;
+  }
+
+  /** The body if the entry is self-consistent, else why not. */
+  private inspect(record: ChainEntryRecord): EntryBody | string {
+    if (typeof record !== "object" || record === null) return "entry is not an object";
+    if (typeof record.body !== "string") return "entry has no body";
+    if (typeof record.entry_hash !== "string" || this.backend.sha256Hex(record.body) !== record.entry_hash) {
+      return "SHA-256 of the body differs from entry_hash";
+    }
+    const body = parseEntryBody(record.body);
+    if (typeof body === "string") return body;
+    return columnProblem(record, body) ?? body;
+  }
+
+  private authenticate(
+    record: ChainEntryRecord,
+    body: EntryBody,
+  ): { kind: "unknown_key" | "bad_signature"; message: string } | null {
+    const key = this.keys.get(body.key_id);
+    if (key === undefined) {
+      return {
+        kind: "unknown_key",
+        message: `key ${body.key_id} is neither trusted nor introduced by a verified key_rotation`,
+      };
+    }
+    if (key.retiredBy !== null) {
+      return {
+        kind: "unknown_key",
+        message: `key ${body.key_id} was retired by the key_rotation at seq ${key.retiredBy}`,
+      };
+    }
+    const signature = typeof record.signature === "string" ? base64UrlDecode(record.signature) : null;
+    if (signature === null || signature.length !== 64) {
+      return { kind: "bad_signature", message: "signature is not 64 bytes of canonical base64url" };
+    }
+    const input = `${protectedHeaderB64(body.key_id)}.${this.backend.base64Url(record.body)}`;
+    if (!this.backend.verify(input, signature, key.prepared)) {
+      return { kind: "bad_signature", message: `signature does not verify with key ${body.key_id}` };
+    }
+    return null;
+  }
+
+  /** True when `record` is exactly the entry that may come next: authentic, right seq, right link. */
+  isNext(record: ChainEntryRecord): boolean {
+    if (typeof record !== "object" || record === null || record.seq !== this.count) return false;
+    const body = this.inspect(record);
+    if (typeof body === "string" || this.authenticate(record, body) !== null) return false;
+    if (this.chainId !== null && body.chain_id !== this.chainId) return false;
+    return body.seq === this.count && body.prev_hash === this.head;
+  }
+
+  /** An unauthentic entry is "inserted" if the genuine next entry follows it directly. */
+  private afterUnauthentic(
+    record: ChainEntryRecord,
+    index: number,
+    auth: { kind: "unknown_key" | "bad_signature"; message: string },
+  ): Lookahead {
+    const own = failure(record, index, auth.kind, auth.message);
+    return {
+      feed: (next) =>
+        this.isNext(next)
+          ? failure(
+              record,
+              index,
+              "inserted",
+              `${auth.message}, and the genuine next entry follows it: an extra entry`,
+            )
+          : own,
+      finish: () => own,
+    };
+  }
+
+  /** A seq beyond the expected one: a deletion, unless the missing entry or a copy turns up later. */
+  private afterGap(record: ChainEntryRecord, index: number): Lookahead {
+    const n = this.count;
+    let successorAt = -1;
+    let repeatedAt = -1;
+    const inserted = (): ChainFailure =>
+      failure(
+        record,
+        index,
+        "inserted",
+        `entry ${record.seq} appears early as a copy (again at index ${repeatedAt}); entry ${n} follows it`,
+      );
+    return {
+      feed: (next, i) => {
+        if (successorAt < 0 && this.isNext(next)) successorAt = i;
+        if (
+          repeatedAt < 0 &&
+          typeof next === "object" &&
+          next !== null &&
+          next.entry_hash === record.entry_hash &&
+          this.backend.sha256Hex(next.body) === next.entry_hash
+        ) {
+          repeatedAt = i;
+        }
+        return successorAt >= 0 && repeatedAt >= 0 ? inserted() : undefined;
+      },
+      finish: () => {
+        if (successorAt < 0) {
+          const missing = record.seq - 1 === n ? `entry ${n} is` : `entries ${n}..${record.seq - 1} are`;
+          return failure(record, index, "removed", `${missing} missing before entry ${record.seq}`);
+        }
+        if (repeatedAt >= 0) return inserted();
+        return failure(
+          record,
+          index,
+          "reordered",
+          `entry ${record.seq} comes before entry ${n}, which appears later at index ${successorAt}`,
+        );
+      },
+    };
+  }
+}
+
+function failure(
+  record: ChainEntryRecord,
+  index: number,
+  kind: ChainFailureKind,
+  message: string,
+): ChainFailure {
+  const seq =
+    typeof record === "object" && record !== null && Number.isSafeInteger(record.seq) ? record.seq : null;
+  return { index, seq, kind, message };
+}
+
+function isLookahead(value: ChainFailure | Lookahead): value is Lookahead {
+  return "feed" in value;
+}
+
+/**
+ * Verifies a whole chain from its genesis with the given backend. Entries must come in stream
+ * order (usually ascending seq straight from ChainStore.range); the first bad one is reported.
+ * `hooks.onLookahead` tells a backend that reads ahead that the walk has stopped accepting entries
+ * and is only classifying a failure (so work done ahead for later entries is wasted).
+ * @throws ChainError "invalid_input" / "key_invalid" for bad options, never for a bad chain.
+ */
+export async function verifyChainWith(
+  backend: VerifyBackend,
+  entries: ChainEntries,
+  options: VerifyChainOptions,
+  hooks?: { onLookahead?: () => void },
+): Promise<VerifyChainResult> {
+  const walk = new ChainWalk(backend, options);
+  let pending: Lookahead | undefined;
+  let found: ChainFailure | undefined;
+  let index = 0;
+  // One step per entry; returns true to stop reading.
+  const consume = (record: ChainEntryRecord): boolean => {
+    if (pending !== undefined) {
+      found = pending.feed(record, index);
+    } else {
+      const out = walk.step(record, index);
+      if (out !== undefined) {
+        if (isLookahead(out)) {
+          pending = out;
+          hooks?.onLookahead?.();
+        } else {
+          found = out;
+        }
+      }
+    }
+    index++;
+    return found !== undefined;
+  };
+  if (Symbol.asyncIterator in entries) {
+    for await (const record of entries) if (consume(record)) break;
+  } else {
+    for (const record of entries) if (consume(record)) break;
+  }
+  if (found === undefined && pending !== undefined) found = pending.finish();
+  return found === undefined ? walk.end(index) : walk.failed(found);
+}
