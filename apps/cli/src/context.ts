@@ -1,6 +1,7 @@
 // What every store command shares: the --store/--config options, settings resolution, one engine per run.
 // It decides nothing and prints nothing; it only turns engine, budget and store errors into one-line CliErrors.
 
+import { parseEntryBody, type Signer } from "@leash/chain";
 import type { Substrate } from "@leash/core";
 import {
   createEngine,
@@ -12,6 +13,7 @@ import {
 } from "@leash/engine";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "./io.js";
+import { readOnlySigner } from "./keys.js";
 import {
   connectStore,
   migrateStore,
@@ -73,21 +75,67 @@ export async function loadSettings(options: StoreOptions, io: Io): Promise<Setti
   return { target: parseStoreUrl(url), file };
 }
 
-/** Every engine the CLI makes, with the config file's reservation TTL. */
-export function newEngine(substrate: Substrate, file: LeashConfigFile): Engine {
-  return createEngine({ substrate, reservationTtlMs: file.reservation_ttl_s * 1000 });
+/** Every engine the CLI makes, with the config file's reservation TTL and the chain's signer. */
+export function newEngine(substrate: Substrate, file: LeashConfigFile, signer: Signer): Engine {
+  return createEngine({ substrate, signer, reservationTtlMs: file.reservation_ttl_s * 1000 });
+}
+
+/** The key that must sign the chain's next entry: the head's signer, or the key a head key_rotation names. */
+export async function keyInForce(
+  substrate: Substrate,
+  target: StoreTarget,
+): Promise<{ keyId: string; headSeq: number } | null> {
+  const found = await substrate.transaction(async (tx) => {
+    const head = await tx.chain.head();
+    if (head === null) return null;
+    const [entry] = await tx.chain.range(head.seq, 1);
+    return { head, entry };
+  });
+  if (found === null) return null;
+  const { head, entry } = found;
+  const broken = (problem: string) =>
+    new CliError(
+      `the audit chain in ${target.label} is damaged at its head (seq ${head.seq}): ${problem}; run \`leash verify\``,
+      EXIT_REFUSED,
+    );
+  if (entry === undefined || entry.seq !== head.seq) throw broken("the entry is missing");
+  const body = parseEntryBody(entry.body);
+  if (typeof body === "string") throw broken(body);
+  const keyId = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
+  return { keyId, headSeq: head.seq };
+}
+
+/**
+ * Refuses a signer that is not the key in force: entries it signed would break the chain for every
+ * verifier (an unknown key), so a wrong --key-file must fail before anything is written.
+ */
+export async function checkSigner(substrate: Substrate, target: StoreTarget, signer: Signer): Promise<void> {
+  const inForce = await keyInForce(substrate, target);
+  if (inForce === null || inForce.keyId === signer.keyId) return;
+  throw new CliError(
+    `the signing key (key id ${signer.keyId}) is not the key the audit chain in ${target.label} is signed with (key id ${inForce.keyId}, head seq ${inForce.headSeq}): give that key, or hand over with \`leash key rotate\``,
+    EXIT_BAD_INPUT,
+  );
 }
 
 /**
  * Opens (and migrates) the store, runs `fn` with an engine on it, and always closes the store, so a
- * pooled postgres connection never keeps the process alive after the command is done.
+ * pooled postgres connection never keeps the process alive after the command is done. `signer` is the
+ * chain's key in force (checked first), or "read-only" for commands that never append to the chain.
  */
-export async function withEngine<T>(settings: Settings, fn: (engine: Engine) => Promise<T>): Promise<T> {
+export async function withEngine<T>(
+  settings: Settings,
+  signer: Signer | "read-only",
+  fn: (engine: Engine) => Promise<T>,
+): Promise<T> {
   const { target, file } = settings;
   const substrate = await connectStore(target);
   await migrateStore(target, substrate);
   try {
-    return await fn(newEngine(substrate, file));
+    if (signer !== "read-only") await checkSigner(substrate, target, signer);
+    return await fn(
+      newEngine(substrate, file, signer === "read-only" ? readOnlySigner("this command") : signer),
+    );
   } catch (err) {
     throw engineFailure(err, target.url) ?? err;
   } finally {

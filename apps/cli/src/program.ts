@@ -8,10 +8,15 @@ import { registerConformance } from "./commands/conformance.js";
 import { registerDecide } from "./commands/decide.js";
 import { registerEvaluate } from "./commands/evaluate.js";
 import { registerExpire } from "./commands/expire.js";
+import { registerExport } from "./commands/export.js";
 import { registerGuard } from "./commands/guard.js";
 import { registerHash } from "./commands/hash.js";
+import { registerKey } from "./commands/key.js";
+import { registerKeygen } from "./commands/keygen.js";
 import { registerMigrate } from "./commands/migrate.js";
+import { registerReceipt } from "./commands/receipt.js";
 import { registerSession } from "./commands/session.js";
+import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
 
 export type { Io };
@@ -61,6 +66,12 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerGuard(program, io, setExit);
   registerEvaluate(program, io, setExit);
   registerExpire(program, io, setExit);
+  // The signed audit chain: keys, verification, export, receipts.
+  registerKeygen(program, io, setExit);
+  registerKey(program, io, setExit);
+  registerVerify(program, io, setExit);
+  registerExport(program, io, setExit);
+  registerReceipt(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   return program;
 }

@@ -196,6 +196,33 @@ export async function openStore(url: string): Promise<Substrate> {
   return substrate;
 }
 
+/**
+ * Opens a store only to read it (verify, export): nothing is created or migrated. A SQLite file that
+ * does not exist, or a store without the current schema, is an exit-2 error that says what to run.
+ */
+export async function openExistingStore(target: StoreTarget): Promise<Substrate> {
+  if (target.kind === "memory") {
+    const substrate = await connectStore(target);
+    await migrateStore(target, substrate);
+    return substrate;
+  }
+  if (target.kind === "sqlite" && !existsSync(target.options.path)) {
+    throw new CliError(`no store at ${target.label}: the file does not exist`, EXIT_BAD_INPUT);
+  }
+  const version = await readSchemaVersion(target);
+  const latest = latestSchemaVersion(target.kind);
+  if (version === 0) {
+    throw new CliError(`${target.label} holds no Leash store (no schema); nothing to read`, EXIT_BAD_INPUT);
+  }
+  if (version !== null && latest !== null && version < latest) {
+    throw new CliError(
+      `${target.label} is at schema version ${version}, this build reads ${latest}: run \`leash migrate\` first`,
+      EXIT_BAD_INPUT,
+    );
+  }
+  return connectStore(target);
+}
+
 /** The schema version the running build writes, or null for the memory store (which has none). */
 export function latestSchemaVersion(kind: StoreKind): number | null {
   if (kind === "sqlite") return SCHEMA_VERSION;

@@ -4,11 +4,12 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { bucketOf, bucketRange, LatencyHistogram } from "../src/histogram.js";
-import { CLI_BIN, expectOneLineError, leash, scratchDir } from "./helpers.js";
+import { CLI_BIN, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 import { PG_URL, withPg } from "./stores.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
+const KEY = testKey(scratch.dir);
 
 const REPORT_KEYS = [
   "bench",
@@ -55,6 +56,8 @@ describe("leash bench engine", () => {
       "0.5",
       "--concurrency",
       "4",
+      "--key-file",
+      KEY.file,
     ];
     const r = await leash([...argv, "--warmup", "0.1"]);
     expect(r.stderr).toBe("");
@@ -65,7 +68,7 @@ describe("leash bench engine", () => {
     expect(out.decisions).toBeGreaterThan(0);
   }, 30_000);
 
-  it("merges a second process on the same SQLite file", async () => {
+  it("merges a second process on the same SQLite file, both signing with the one ephemeral key", async () => {
     expect(existsSync(CLI_BIN), "run `npx tsc --build` first: workers run dist/bin.js").toBe(true);
     const path = join(scratch.dir, "bench2.db");
     const r = await leash([
@@ -82,10 +85,17 @@ describe("leash bench engine", () => {
       "4",
       "--processes",
       "2",
+      "--ephemeral-key",
     ]);
-    expect(r.stderr).toBe("");
+    // The warning is the only stderr line, and it names the key's public half.
+    expect(r.stderr).toMatch(/^leash: warning: --ephemeral-key: .* ([0-9a-f]{64})\n$/);
     expect(r.code).toBe(0);
     expect(report(r.stdout)).toMatchObject({ store: "sqlite", processes: 2, concurrency: 4 });
+    // The worker got the same key: the whole chain verifies with that one public key.
+    const publicKey = /([0-9a-f]{64})\n$/.exec(r.stderr)![1]!;
+    const verified = await leash(["verify", "--store", `sqlite:${path}`, "--pubkey", publicKey]);
+    expect(verified.stdout).toMatch(/^OK: \d+ entries verified/);
+    expect(verified.code).toBe(0);
   }, 60_000);
 
   it("drops the fresh postgres schema afterwards", async () => {
@@ -97,19 +107,23 @@ describe("leash bench engine", () => {
         return rows[0].n as number;
       });
     const before = await count();
-    const r = await leash([
-      "bench",
-      "engine",
-      "--store",
-      PG_URL,
-      "--fresh",
-      "--seconds",
-      "0.3",
-      "--warmup",
-      "0",
-      "--concurrency",
-      "2",
-    ]);
+    const r = await leash(
+      [
+        "bench",
+        "engine",
+        "--store",
+        PG_URL,
+        "--fresh",
+        "--seconds",
+        "0.3",
+        "--warmup",
+        "0",
+        "--concurrency",
+        "2",
+      ],
+      "",
+      { LEASH_SIGNING_KEY: KEY.pem },
+    );
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(report(r.stdout).store).toBe("postgres");
@@ -117,7 +131,18 @@ describe("leash bench engine", () => {
   }, 30_000);
 
   it("runs on memory: in one process and refuses to share it between processes", async () => {
-    const one = await leash(["bench", "engine", "--store", "memory:", "--seconds", "0.2", "--warmup", "0"]);
+    const one = await leash([
+      "bench",
+      "engine",
+      "--store",
+      "memory:",
+      "--seconds",
+      "0.2",
+      "--warmup",
+      "0",
+      "--key-file",
+      KEY.file,
+    ]);
     expect(one.code).toBe(0);
     expect(report(one.stdout).store).toBe("memory");
     const two = await leash([
@@ -129,6 +154,8 @@ describe("leash bench engine", () => {
       "2",
       "--seconds",
       "0.2",
+      "--key-file",
+      KEY.file,
     ]);
     expect(two.code).toBe(2);
     expectOneLineError(two.stderr);

@@ -1,7 +1,7 @@
 // End-to-end: spawns the built `apps/cli/dist/bin.js` to prove the shebang, real streams and exit statuses.
 // It needs `tsc --build` first (the root `test` script does that); it does not rebuild.
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -12,13 +12,13 @@ function leashBinPath(): string {
   return CLI_BIN;
 }
 
-function leashBin(args: string[], input?: string, cwd = REPO_ROOT) {
-  const { LEASH_STORE: _ignored, ...env } = process.env;
+function leashBin(args: string[], input?: string, cwd = REPO_ROOT, extraEnv: Record<string, string> = {}) {
+  const { LEASH_STORE: _store, LEASH_SIGNING_KEY: _key, ...env } = process.env;
   return spawnSync(process.execPath, [leashBinPath(), ...args], {
     cwd,
     encoding: "utf8",
     input,
-    env,
+    env: { ...env, ...extraEnv },
     timeout: 30_000,
   });
 }
@@ -60,6 +60,11 @@ describe("the built leash binary", () => {
   it("keeps state in ./leash.db by default, and exits 0 / 3 / 4 on ALLOW / DENY / HITL", () => {
     const dir = mkdtempSync(join(tmpdir(), "leash-cli-e2e-"));
     try {
+      const keygen = leashBin(["keygen", "--out", "leash.key"], undefined, dir);
+      expect(keygen.status).toBe(0);
+      expect(statSync(join(dir, "leash.key")).mode & 0o777).toBe(0o600);
+      // The key reaches the store commands through the environment, as a daemon's would.
+      const env = { LEASH_SIGNING_KEY: readFileSync(join(dir, "leash.key"), "utf8") };
       const created = leashBin(
         [
           "session",
@@ -77,6 +82,7 @@ describe("the built leash binary", () => {
         ],
         undefined,
         dir,
+        env,
       );
       expect(created.stderr).toBe("");
       expect(created.status).toBe(0);
@@ -86,18 +92,31 @@ describe("the built leash binary", () => {
           ["evaluate", "--session", "s1", "--tool", "buy", "--nonce", nonce, "--estimate", estimate],
           undefined,
           dir,
+          env,
         );
       expect(call("1", "0.6").status).toBe(0);
       const hitl = call("2", "0.1");
       expect(hitl.status).toBe(4);
       expect(JSON.parse(hitl.stdout).reason).toBe("budget_threshold");
       expect(
-        leashBin(["session", "resume", "s1", "--decision", "reject", "--operator", "ops"], undefined, dir)
-          .status,
+        leashBin(
+          ["session", "resume", "s1", "--decision", "reject", "--operator", "ops"],
+          undefined,
+          dir,
+          env,
+        ).status,
       ).toBe(0);
       const denied = call("2", "0.1");
       expect(denied.status).toBe(3);
       expect(JSON.parse(denied.stdout).reason).toBe("hitl_transition:reject");
+      // Without a key a store command refuses to start; the chain they built verifies.
+      const keyless = leashBin(["evaluate", "--session", "s1", "--tool", "buy"], undefined, dir);
+      expect(keyless.status).toBe(2);
+      expect(keyless.stderr).toContain("leash keygen");
+      const verified = leashBin(["verify", "--pubkey", "leash.key.pub.hex"], undefined, dir);
+      expect(verified.stderr).toBe("");
+      expect(verified.stdout).toMatch(/^OK: \d+ entries verified, head [0-9a-f]{64}\n$/);
+      expect(verified.status).toBe(0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { generateKeyPair, writeKeyFiles } from "@leash/chain";
 import { run } from "../src/program.js";
 
 export const REPO_ROOT = resolve(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
@@ -63,4 +64,31 @@ export function expectOneLineError(stderr: string): void {
   const lines = stderr.split("\n").filter((l) => l !== "");
   if (lines.length !== 1) throw new Error(`expected one stderr line, got ${lines.length}:\n${stderr}`);
   if (/^\s+at /m.test(stderr) || /Error:.*\n\s+at /.test(stderr)) throw new Error(`stack trace:\n${stderr}`);
+}
+
+export interface TestKey {
+  /** The private key file (mode 0600), for --key-file. */
+  readonly file: string;
+  /** `PATH.pub.hex` and `PATH.pub.pem`, for --pubkey. */
+  readonly pubHex: string;
+  readonly pubPem: string;
+  readonly publicKeyHex: string;
+  readonly keyId: string;
+  /** The PEM, for LEASH_SIGNING_KEY. */
+  readonly pem: string;
+}
+
+/** A signing key written the way `leash keygen --out DIR/NAME` writes one. */
+export function testKey(dir: string, name = "leash.key"): TestKey {
+  const pair = generateKeyPair();
+  const file = join(dir, name);
+  writeKeyFiles(pair, file, { publicKeyPath: `${file}.pub.pem`, publicKeyHexPath: `${file}.pub.hex` });
+  return {
+    file,
+    pubHex: `${file}.pub.hex`,
+    pubPem: `${file}.pub.pem`,
+    publicKeyHex: pair.publicKeyHex,
+    keyId: pair.keyId,
+    pem: pair.privateKeyPem,
+  };
 }

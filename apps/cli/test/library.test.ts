@@ -1,15 +1,22 @@
 // The library-mode commands (migrate, session, guard, evaluate, post-exec, expire) against real stores.
 // The same tests run unchanged on SQLite and PostgreSQL: switching stores is the --store URL alone.
+// Every command that writes signs the audit chain; the key comes from LEASH_SIGNING_KEY here.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type Captured, expectOneLineError, leash } from "./helpers.js";
+import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type Captured, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
 
 const json = (r: Captured) => {
   expect(r.stderr).toBe("");
   return JSON.parse(r.stdout);
 };
+
+const keys = scratchDir();
+afterAll(() => keys.cleanup());
+const KEY = testKey(keys.dir);
+/** The environment of every store command here: the signing key, nothing else. */
+const KEY_ENV = { LEASH_SIGNING_KEY: KEY.pem };
 
 describe.each(STORE_KINDS)("library mode on %s", (kind) => {
   let store: TestStore;
@@ -22,7 +29,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
 
   /** `leash …` against this test's store; the only place the store is named. */
   const L = (argv: string[], stdin = "", env: Record<string, string> = {}) =>
-    leash([...argv, "--store", store.url], stdin, env);
+    leash([...argv, "--store", store.url], stdin, { ...KEY_ENV, ...env });
 
   const create = async (...flags: string[]): Promise<string> => {
     const r = await L(["session", "create", "--agent", "bot", ...flags]);
@@ -36,10 +43,10 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
   it("migrate creates the schema once, then has nothing to do", async () => {
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
-    expect(first.stdout).toBe(`created the Leash schema (version 2) in ${store.url}\n`);
+    expect(first.stdout).toBe(`created the Leash schema (version 3) in ${store.url}\n`);
     expect(first.code).toBe(0);
     const second = await L(["migrate"]);
-    expect(second.stdout).toBe(`${store.url} is already at schema version 2; nothing to do\n`);
+    expect(second.stdout).toBe(`${store.url} is already at schema version 3; nothing to do\n`);
     expect(second.code).toBe(0);
   });
 
@@ -304,21 +311,14 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     );
     for (const file of [jsonFile, yamlFile]) {
       // No --store: the file's store is used.
-      const r = await leash([
-        "session",
-        "create",
-        "--agent",
-        "bot",
-        "--config",
-        file,
-        "--budget",
-        "7",
-        "--max-repeat",
-        "2",
-      ]);
+      const r = await leash(
+        ["session", "create", "--agent", "bot", "--config", file, "--budget", "7", "--max-repeat", "2"],
+        "",
+        KEY_ENV,
+      );
       expect(r.code).toBe(0);
       expect(json(r).config).toEqual({ budget_usd: 7, hitl_mode: "never", max_repeat_calls: 2 });
-      const plain = await leash(["session", "create", "--agent", "bot", "--config", file]);
+      const plain = await leash(["session", "create", "--agent", "bot", "--config", file], "", KEY_ENV);
       expect(json(plain).config).toEqual({ budget_usd: 5, hitl_mode: "never" });
     }
   });
@@ -350,29 +350,22 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
       const viaEnv = await leash(
         ["session", "create", "--agent", "bot", "--session", "e", "--config", config],
         "",
-        {
-          LEASH_STORE: store.url,
-        },
+        { ...KEY_ENV, LEASH_STORE: store.url },
       );
       expect(viaEnv.code).toBe(0);
       expect((await leash(["session", "show", "e", "--store", store.url])).code).toBe(0);
       expect((await leash(["session", "show", "e", "--store", other.url])).code).toBe(1);
-      // The flag beats both, even a broken env var.
+      // The flag beats both, even a broken env var. (show only reads: it needs no signing key.)
       const viaFlag = await leash(["session", "show", "e", "--store", store.url, "--config", config], "", {
         LEASH_STORE: "mysql://nowhere",
       });
       expect(viaFlag.code).toBe(0);
       // Without flag or env, the config file's store.
-      const viaFile = await leash([
-        "session",
-        "create",
-        "--agent",
-        "bot",
-        "--session",
-        "f",
-        "--config",
-        config,
-      ]);
+      const viaFile = await leash(
+        ["session", "create", "--agent", "bot", "--session", "f", "--config", config],
+        "",
+        KEY_ENV,
+      );
       expect(viaFile.code).toBe(0);
       expect((await leash(["session", "show", "f", "--store", other.url])).code).toBe(0);
     } finally {

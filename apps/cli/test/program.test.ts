@@ -29,6 +29,13 @@ describe("leash program", () => {
     [["evaluate"]],
     [["post-exec"]],
     [["expire"]],
+    [["keygen"]],
+    [["key"]],
+    [["key", "rotate"]],
+    [["verify"]],
+    [["export"]],
+    [["receipt"]],
+    [["receipt", "verify"]],
   ])("has --help on %j", async (path) => {
     const r = await leash([...path, "--help"]);
     expect(r.code).toBe(0);
@@ -43,6 +50,11 @@ describe("leash program", () => {
     expect(r.stdout).toContain("4  HITL");
     expect(r.stdout).toContain("--store <url>");
     expect(r.stdout).toContain("--config <file>");
+    // The receipt it prints, and how to check it.
+    expect(r.stdout).toContain("receipt");
+    expect(r.stdout).toContain("leash receipt verify");
+    expect(r.stdout).toContain("--key-file <path>");
+    expect(r.stdout).toContain("--ephemeral-key");
     // The worker flag is internal.
     expect((await leash(["bench", "engine", "--help"])).stdout).not.toContain("--worker");
   });
@@ -61,6 +73,11 @@ describe("leash program", () => {
     [["post-exec", "--session", "s", "--call", "0", "--actual", "1"], "at least 1"],
     [["guard", "create", "g", "--limit", "1e3"], "expected an amount in USD"],
     [["bench", "engine", "--concurrency", "0"], "at least 1"],
+    [["keygen"], "required option '--out <path>' not specified"],
+    [["key", "rotate", "--key-file", "k"], "required option '--next-key-file <path>' not specified"],
+    [["export", "--format", "csv"], "Allowed choices are jsonl, shackle-ledger"],
+    [["receipt", "verify"], "missing required argument 'receipt'"],
+    [["session", "show", "s", "--key-file", "k"], "unknown option '--key-file'"],
     [["--bogus"], "unknown option '--bogus'"],
     [["conformance"], "missing required argument 'files'"],
     [["hash", "a.json", "b.json"], "too many arguments"],

@@ -4,10 +4,11 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_STORE, parseStoreUrl, redactStoreUrl, resolveStoreUrl, scrubSecrets } from "../src/store.js";
-import { expectOneLineError, leash, scratchDir } from "./helpers.js";
+import { expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
+const KEY_ENV = { LEASH_SIGNING_KEY: testKey(scratch.dir).pem };
 
 describe("store URLs", () => {
   it("reads sqlite:, postgres:// with ?schema= and memory:", () => {
@@ -78,7 +79,7 @@ describe("stores that cannot be used", () => {
     );
     expect(r.stderr).not.toContain("hunter2secret");
     // The same through LEASH_STORE and a store command other than migrate.
-    const viaEnv = await leash(["session", "create", "--agent", "a"], "", { LEASH_STORE: url });
+    const viaEnv = await leash(["session", "create", "--agent", "a"], "", { ...KEY_ENV, LEASH_STORE: url });
     expect(viaEnv.code).toBe(2);
     expect(viaEnv.stderr).not.toContain("hunter2secret");
     expect(viaEnv.stderr).toContain("leash:***@127.0.0.1:1");
@@ -117,7 +118,11 @@ describe("the memory: store", () => {
   it("works for a try-out and has no schema to migrate", async () => {
     const m = await leash(["migrate", "--store", "memory:"]);
     expect(m.stdout).toBe("memory: holds nothing between runs; there is no schema to migrate\n");
-    const r = await leash(["session", "create", "--agent", "bot", "--budget", "3", "--store", "memory:"]);
+    const r = await leash(
+      ["session", "create", "--agent", "bot", "--budget", "3", "--store", "memory:"],
+      "",
+      KEY_ENV,
+    );
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ agent_id: "bot", budget_remaining_usd: "3" });
   });

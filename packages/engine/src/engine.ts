@@ -2,6 +2,7 @@
 // reserve → commit → verdict). No verdict is returned before its transaction has committed.
 import { randomUUID } from "node:crypto";
 import { available, ensureAccount, expire, type Money, reserve, settle, toMoney } from "@leash/budget-guard";
+import { jwsOf, keyRotationData, type Signer } from "@leash/chain";
 import {
   type Call,
   type Clock,
@@ -21,6 +22,7 @@ import {
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
+import { Auditor } from "./audit.js";
 import { LeashError } from "./errors.js";
 import type {
   EngineOptions,
@@ -72,6 +74,10 @@ export interface Engine {
   }): Promise<void>;
   /** Releases budget holds whose agent never reported back; returns how many. */
   expireReservations(limit?: number): Promise<number>;
+  /** Signs a key_rotation entry naming `next` with the current key, then signs with `next`. */
+  rotateKey(next: Signer, operatorId: string): Promise<void>;
+  /** The public key that signs new entries (hex). */
+  readonly publicKeyHex: string;
 }
 
 export function createEngine(options: EngineOptions): Engine {
@@ -80,6 +86,13 @@ export function createEngine(options: EngineOptions): Engine {
   const rng = options.rng ?? Math.random;
   const ttlNs = (options.reservationTtlMs ?? 300_000) * 1e6;
   const newId = options.newId ?? randomUUID;
+  if (options.signer === undefined) {
+    throw new LeashError(
+      "INVALID_ARGUMENT",
+      "createEngine needs a signer: every decision is signed into the audit chain",
+    );
+  }
+  const auditor = new Auditor(options.signer);
 
   async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
     if (typeof sessionId !== "string" || sessionId === "") {
@@ -204,6 +217,32 @@ export function createEngine(options: EngineOptions): Engine {
       call_count: callNumber,
       updated_ns: nowNs,
     });
+    const entry = await auditor.record(
+      tx,
+      "decision",
+      {
+        session_id: session.session_id,
+        agent_id: session.agent_id,
+        organization_id: session.organization_id,
+        call_number: callNumber,
+        tool_name: call.tool_name,
+        params_hash: paramsHash,
+        nonce: hasNonce ? nonce : null,
+        estimated_cost_usd: request.estimated_cost_usd ?? null,
+        verdict: decision.verdict,
+        reason: decision.reason,
+        budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
+        budget_after_usd: remaining,
+        reservation_id,
+        rng: rngValue,
+        operator_id: null,
+        // What decide() saw, so the verdict can be re-derived from the log alone.
+        config,
+        state,
+        now_ns: nowNs,
+      },
+      nowNs,
+    );
     return {
       session_id: session.session_id,
       call_number: callNumber,
@@ -213,6 +252,9 @@ export function createEngine(options: EngineOptions): Engine {
       reservation_id,
       rng: rngValue,
       params_hash: paramsHash,
+      entry_seq: entry.seq,
+      entry_hash: entry.entry_hash,
+      receipt: jwsOf(entry),
     };
   }
 
@@ -257,6 +299,7 @@ export function createEngine(options: EngineOptions): Engine {
           last_heartbeat_ns: nowNs,
         };
         await tx.sessions.insert(record);
+        await auditor.record(tx, "session_registered", { ...ids, config: config.value }, nowNs);
         return view(tx, record);
       });
     },
@@ -294,6 +337,21 @@ export function createEngine(options: EngineOptions): Engine {
         });
         const remaining = await remainingOf(tx, session);
         if (!settled.replayed) {
+          await auditor.record(
+            tx,
+            "post_exec",
+            {
+              session_id: session.session_id,
+              call_number: request.call_number,
+              reservation_id: id,
+              estimated_usd: settled.amount_usd.toFixed(),
+              actual_usd: settled.actual_usd.toFixed(),
+              overrun_usd: settled.overrun_usd.toFixed(),
+              success: request.success ?? true,
+              budget_after_usd: remaining,
+            },
+            nowNs,
+          );
           const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
           await tx.sessions.update({
             ...session,
@@ -364,6 +422,21 @@ export function createEngine(options: EngineOptions): Engine {
           updated_ns: nowNs,
         };
         await tx.sessions.update(next);
+        await auditor.record(
+          tx,
+          "hitl_decision",
+          {
+            session_id: session.session_id,
+            request_id: open.request_id,
+            call_number: open.call_number,
+            decision: request.decision,
+            operator_id: request.operator_id,
+            nonce: open.nonce,
+            args_digest: open.args_digest,
+            successor: request.successor ?? null,
+          },
+          nowNs,
+        );
         return view(tx, next);
       });
     },
@@ -377,13 +450,24 @@ export function createEngine(options: EngineOptions): Engine {
       return substrate.transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         const state = resetCircuit(session.state);
+        const nowNs = clock.nowNs();
         const next: SessionRecord = {
           ...session,
           status: state.status ?? "ACTIVE",
           state,
-          updated_ns: clock.nowNs(),
+          updated_ns: nowNs,
         };
         await tx.sessions.update(next);
+        await auditor.record(
+          tx,
+          "circuit_reset",
+          {
+            session_id: session.session_id,
+            operator_id: operatorId,
+            trip_reason: session.state.circuit_trip_reason ?? null,
+          },
+          nowNs,
+        );
         return view(tx, next);
       });
     },
@@ -402,18 +486,67 @@ export function createEngine(options: EngineOptions): Engine {
 
     createGuard(guard) {
       return substrate.transaction(async (tx) => {
-        await ensureAccount(tx, {
+        const nowNs = clock.nowNs();
+        const account = await ensureAccount(tx, {
           account_id: guardAccountId(guard.guard_id),
           scope: "guard",
           parent_id: guard.parent_guard_id ? guardAccountId(guard.parent_guard_id) : null,
           limit_usd: guard.limit_usd,
-          nowNs: clock.nowNs(),
+          nowNs,
         });
+        if (account.created_ns === nowNs) {
+          await auditor.record(
+            tx,
+            "guard_created",
+            {
+              guard_id: guard.guard_id,
+              parent_guard_id: guard.parent_guard_id ?? null,
+              limit_usd: account.limit_usd,
+            },
+            nowNs,
+          );
+        }
       });
     },
 
     expireReservations(limit = 1000) {
-      return substrate.transaction(async (tx) => (await expire(tx, clock.nowNs(), limit)).length);
+      return substrate.transaction(async (tx) => {
+        const nowNs = clock.nowNs();
+        const expired = await expire(tx, nowNs, limit);
+        for (const r of expired) {
+          await auditor.record(
+            tx,
+            "reservation_expired",
+            {
+              session_id: r.session_id,
+              call_number: r.call_number,
+              reservation_id: r.reservation_id,
+              released_usd: r.amount_usd,
+            },
+            nowNs,
+          );
+        }
+        return expired.length;
+      });
+    },
+
+    async rotateKey(next, operatorId) {
+      if (typeof operatorId !== "string" || operatorId === "") {
+        throw new LeashError("INVALID_ARGUMENT", "an operator id is required to rotate the signing key");
+      }
+      await substrate.transaction(async (tx) => {
+        await auditor.record(
+          tx,
+          "key_rotation",
+          { ...keyRotationData(next), operator_id: operatorId },
+          clock.nowNs(),
+        );
+      });
+      auditor.signer = next; // only once the rotation entry is committed
+    },
+
+    get publicKeyHex() {
+      return auditor.signer.publicKeyHex;
     },
   };
 }

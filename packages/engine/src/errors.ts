@@ -1,6 +1,7 @@
 // The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
 // Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
 import type { Decision, Reason, Verdict } from "@leash/core";
+import type { EvaluateResult } from "./types.js";
 
 const MARKER = Symbol.for("leash.engine.LeashError");
 
@@ -29,16 +30,18 @@ export class LeashError extends Error {
   }
 }
 
-/** Thrown by guard() when the verdict is DENY: the tool did not run. */
+/** Thrown by guard() when the verdict is DENY: the tool did not run. `result` holds the receipt. */
 export class LeashDenied extends LeashError {
   override name = "LeashDenied";
   readonly verdict: Verdict = "DENY";
-  constructor(
-    readonly reason: Reason,
-    readonly sessionId: string,
-    readonly callNumber: number,
-  ) {
-    super("DENIED", `Leash denied the call (${reason}); the tool did not run`);
+  readonly reason: Reason;
+  readonly sessionId: string;
+  readonly callNumber: number;
+  constructor(readonly result: EvaluateResult) {
+    super("DENIED", `Leash denied the call (${result.reason}); the tool did not run`);
+    this.reason = result.reason;
+    this.sessionId = result.session_id;
+    this.callNumber = result.call_number;
   }
 }
 
@@ -46,12 +49,14 @@ export class LeashDenied extends LeashError {
 export class LeashHitl extends LeashError {
   override name = "LeashHitl";
   readonly verdict: Verdict = "HITL";
-  constructor(
-    readonly reason: Reason,
-    readonly sessionId: string,
-    readonly callNumber: number,
-  ) {
-    super("HITL_REQUIRED", `Leash needs a human decision (${reason}); the tool did not run`);
+  readonly reason: Reason;
+  readonly sessionId: string;
+  readonly callNumber: number;
+  constructor(readonly result: EvaluateResult) {
+    super("HITL_REQUIRED", `Leash needs a human decision (${result.reason}); the tool did not run`);
+    this.reason = result.reason;
+    this.sessionId = result.session_id;
+    this.callNumber = result.call_number;
   }
 }
 

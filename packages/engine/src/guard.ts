@@ -3,6 +3,7 @@
 import { randomUUID } from "node:crypto";
 import type { Engine } from "./engine.js";
 import { LeashDenied, LeashHitl } from "./errors.js";
+import type { EvaluateResult } from "./types.js";
 
 export interface GuardOptions<Args extends unknown[], Result> {
   session_id: string;
@@ -18,6 +19,8 @@ export interface GuardOptions<Args extends unknown[], Result> {
   costOnError?: number;
   /** A fresh replay token per dispatch. Default crypto.randomUUID. */
   nonce?: () => string | number;
+  /** Called with every verdict (and its receipt) before the tool runs or the error is thrown. */
+  onDecision?: (result: EvaluateResult) => void;
 }
 
 export function guard<Args extends unknown[], Result>(
@@ -36,10 +39,9 @@ export function guard<Args extends unknown[], Result>(
       nonce: (options.nonce ?? randomUUID)(),
       estimated_cost_usd: estimate,
     });
-    if (verdict.verdict === "DENY")
-      throw new LeashDenied(verdict.reason, verdict.session_id, verdict.call_number);
-    if (verdict.verdict === "HITL")
-      throw new LeashHitl(verdict.reason, verdict.session_id, verdict.call_number);
+    options.onDecision?.(verdict);
+    if (verdict.verdict === "DENY") throw new LeashDenied(verdict);
+    if (verdict.verdict === "HITL") throw new LeashHitl(verdict);
     const settle = (actual: number) =>
       engine.postExec({
         session_id: options.session_id,

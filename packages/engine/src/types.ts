@@ -1,5 +1,6 @@
 // The engine's public request and result shapes (library mode, spec Model A).
 // Plain data; the wire package maps them onto SP/1.0 messages.
+import type { Signer } from "@leash/chain";
 import type {
   Clock,
   Config,
@@ -14,6 +15,8 @@ import type {
 
 export interface EngineOptions {
   substrate: Substrate;
+  /** Signs every audit chain entry (and so every receipt). See @leash/chain loadSigningKey / generateKeyPair. */
+  signer: Signer;
   clock?: Clock;
   rng?: Rng;
   /** How long an ALLOW's budget hold lives without a postExec before recovery releases it. Default 300 s. */
@@ -51,6 +54,11 @@ export interface EvaluateResult {
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
+  /** The decision's audit chain entry: its position and hash. */
+  entry_seq: number;
+  entry_hash: string;
+  /** A compact JWS (EdDSA) of the entry, verifiable offline with the public key (@leash/receipts). */
+  receipt: string;
 }
 
 export interface PostExecRequest {

@@ -3,6 +3,7 @@
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { generateKeyPair, verifyChain } from "@leash/chain";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createEngine } from "../src/index.js";
 import { ensureBuilt } from "./build.js";
@@ -21,7 +22,8 @@ describe.each(["sqlite", "postgres"] as const)("%s: 8 processes × 500 calls on 
   it("never overspends, accepts each nonce at most once, and leaves denied sessions untouched", async () => {
     const store: OpenedStore = await openStore(kind);
     try {
-      const engine = createEngine({ substrate: store.substrate });
+      const key = generateKeyPair();
+      const engine = createEngine({ substrate: store.substrate, signer: key.signer });
       const config = { budget_usd: BUDGET, budget_scope: "agent" as const };
       const ids: string[] = [];
       for (let i = 0; i < SESSIONS; i++)
@@ -32,6 +34,7 @@ describe.each(["sqlite", "postgres"] as const)("%s: 8 processes × 500 calls on 
           run(process.execPath, [WORKER, store.url!, JSON.stringify(ids), ESTIMATE], {
             maxBuffer: 64 << 20,
             timeout: 240_000,
+            env: { ...process.env, LEASH_SIGNING_KEY: key.privateKeyPem },
           }),
         ),
       );
@@ -59,7 +62,8 @@ describe.each(["sqlite", "postgres"] as const)("%s: 8 processes × 500 calls on 
         const reservations = await tx.budgets.listReservations({});
         const account = await tx.budgets.getAccount("agent:default/racer");
         const sessions = await Promise.all(ids.map((id) => tx.sessions.get(id)));
-        return { reservations, account, sessions };
+        const chain = await tx.chain.range(0, 1_000_000);
+        return { reservations, account, sessions, chain };
       });
       // Every ALLOW has its reservation, settled; nothing else holds or spends money.
       expect(settled.reservations).toHaveLength(allowedBySession.size);
@@ -71,6 +75,10 @@ describe.each(["sqlite", "postgres"] as const)("%s: 8 processes × 500 calls on 
       expect(spent).toBeLessThanOrEqual(BUDGET);
       expect(settled.account?.spent_usd).toBe("2.5");
       expect(settled.account?.reserved_usd).toBe("0");
+      // Every decision of every process is in the one chain, which verifies end to end.
+      const decisions = settled.chain.filter((e) => e.kind === "decision");
+      expect(decisions).toHaveLength(PROCESSES * SESSIONS);
+      expect((await verifyChain(settled.chain, { publicKeys: [key.signer.publicKeyHex] })).ok).toBe(true);
       // A DENY changes nothing but the circuit: denied-only sessions counted no call and spent nothing.
       for (const s of settled.sessions) {
         const won = allowedBySession.has(s!.session_id);

@@ -1,8 +1,16 @@
 // The engine's behaviour, run identically on the memory, SQLite and PostgreSQL substrates.
-import { canonicalHash } from "@leash/core";
+import { generateKeyPair, verifyChain } from "@leash/chain";
+import { type ChainEntryRecord, canonicalHash, type Substrate } from "@leash/core";
+import { verifyReceipt } from "@leash/receipts";
 import { afterEach, describe, expect, it } from "vitest";
 import { createEngine, guard, LeashDenied, LeashError, LeashHitl } from "../src/index.js";
 import { KINDS, type OpenedStore, openStore } from "./substrates.js";
+
+const KEY = generateKeyPair();
+
+async function readChain(substrate: Substrate): Promise<ChainEntryRecord[]> {
+  return substrate.transaction(async (tx) => tx.chain.range(0, 1_000_000));
+}
 
 function fixedClock(start = 1_700_000_000_000_000_000) {
   let now = start;
@@ -18,7 +26,13 @@ describe.each(KINDS)("engine on %s", (kind) => {
   const setup = async (opts: { reservationTtlMs?: number } = {}) => {
     store = await openStore(kind);
     const clock = fixedClock();
-    const engine = createEngine({ substrate: store.substrate, clock, rng: () => 0.5, ...opts });
+    const engine = createEngine({
+      substrate: store.substrate,
+      signer: KEY.signer,
+      clock,
+      rng: () => 0.5,
+      ...opts,
+    });
     return { engine, clock };
   };
 
@@ -289,7 +303,12 @@ describe.each(KINDS)("engine on %s", (kind) => {
   it("never overspends under 40 concurrent calls from two handles", async () => {
     const { engine } = await setup();
     const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1, budget_scope: "agent" } });
-    const other = createEngine({ substrate: await store!.reopen(), clock: fixedClock(), rng: () => 0.5 });
+    const other = createEngine({
+      substrate: await store!.reopen(),
+      signer: KEY.signer,
+      clock: fixedClock(),
+      rng: () => 0.5,
+    });
     const s2 = await other.register({ agent_id: "bot", config: { budget_usd: 1, budget_scope: "agent" } });
     const results = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>
@@ -303,5 +322,111 @@ describe.each(KINDS)("engine on %s", (kind) => {
     );
     expect(results.filter((r) => r.verdict === "ALLOW")).toHaveLength(10);
     expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0");
+  });
+
+  it("signs every state change into one hash chain that verifies, with a receipt per decision", async () => {
+    const { engine, clock } = await setup({ reservationTtlMs: 1000 });
+    const s = await engine.register({
+      agent_id: "bot",
+      config: { budget_usd: 1, hitl_mode: "on_threshold", hitl_budget_threshold: 0.5 },
+    });
+    const a = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "t",
+      params: { x: 1 },
+      nonce: 1,
+      estimated_cost_usd: 0.6,
+    });
+    await engine.postExec({ session_id: s.session_id, call_number: a.call_number, actual_cost_usd: 0.6 });
+    const h = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "t",
+      params: { x: 2 },
+      nonce: 2,
+      estimated_cost_usd: 0.1,
+    });
+    expect(h.verdict).toBe("HITL");
+    await engine.resume({ session_id: s.session_id, decision: "reject", operator_id: "alice" });
+    const denied = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "t",
+      params: { x: 2 },
+      nonce: 2,
+      estimated_cost_usd: 0.1,
+    });
+    expect(denied.reason).toBe("hitl_transition:reject");
+    await engine.reset(s.session_id, "bob");
+    const after = await engine.evaluate({ session_id: s.session_id, tool_name: "u", nonce: 3 });
+    expect(after.reason).toBe("budget_threshold"); // the reset cleared the rejection, not the policy
+    const s2 = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const held = await engine.evaluate({
+      session_id: s2.session_id,
+      tool_name: "u",
+      nonce: 3,
+      estimated_cost_usd: 0.1,
+    });
+    clock.advance(2e9);
+    expect(await engine.expireReservations()).toBe(1);
+
+    const entries = await readChain(store!.substrate);
+    expect(entries.map((e) => e.kind)).toEqual([
+      "session_registered",
+      "decision",
+      "post_exec",
+      "decision",
+      "hitl_decision",
+      "decision",
+      "circuit_reset",
+      "decision",
+      "session_registered",
+      "decision",
+      "reservation_expired",
+    ]);
+    expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i));
+    const verified = await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] });
+    expect(verified.ok).toBe(true);
+    const noble = await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex], verifier: "noble" });
+    expect(noble.ok).toBe(true);
+
+    // The decision entry carries what decide() saw, so the verdict can be re-derived from the log.
+    const body = JSON.parse(entries[3]!.body);
+    expect(body.data).toMatchObject({
+      verdict: "HITL",
+      reason: "budget_threshold",
+      call_number: 2,
+      budget_before_usd: "0.4",
+      session_id: s.session_id,
+    });
+    expect(body.data.state.budget_remaining_usd).toBe(0.4);
+
+    // Every decision's receipt verifies offline and names its chain position.
+    for (const r of [a, h, denied, after, held]) {
+      const v = await verifyReceipt(r.receipt, KEY.signer.publicKeyHex);
+      expect(v.ok && [v.seq, v.entry_hash]).toEqual([r.entry_seq, r.entry_hash]);
+    }
+    const other = generateKeyPair();
+    expect((await verifyReceipt(a.receipt, other.signer.publicKeyHex)).ok).toBe(false);
+
+    // Every entry is queued for relay in the transaction that wrote it.
+    const outbox = await store!.substrate.transaction((tx) => tx.outbox.list({}));
+    expect(outbox.map((o) => o.seq)).toEqual(entries.map((e) => e.seq));
+  });
+
+  it("a rolled-back evaluate leaves no chain entry; key rotation is followed by verify", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    await expect(engine.evaluate({ session_id: "missing", tool_name: "t" })).rejects.toMatchObject({
+      code: "SESSION_NOT_FOUND",
+    });
+    const next = generateKeyPair();
+    await engine.rotateKey(next.signer, "ops");
+    expect(engine.publicKeyHex).toBe(next.signer.publicKeyHex);
+    const r = await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 1 });
+    expect((await verifyReceipt(r.receipt, next.signer.publicKeyHex)).ok).toBe(true);
+    const entries = await readChain(store!.substrate);
+    expect(entries.map((e) => e.kind)).toEqual(["session_registered", "key_rotation", "decision"]);
+    expect((await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
+    const forged = await verifyChain(entries, { publicKeys: [next.signer.publicKeyHex] });
+    expect(forged.ok).toBe(false);
   });
 });

@@ -1,5 +1,7 @@
 // Model-based test: random register/evaluate/postExec/expire sequences on each substrate agree
 // with a small in-memory model built from core's decide + feedback and exact decimals.
+
+import { generateKeyPair } from "@leash/chain";
 import { type Config, decide, feedback, type State } from "@leash/core";
 import { Decimal } from "decimal.js";
 import fc from "fast-check";
@@ -106,6 +108,7 @@ describe.each(KINDS)("engine agrees with the model on %s", (kind) => {
     store = await openStore(kind);
     engine = createEngine({
       substrate: store.substrate,
+      signer: generateKeyPair().signer,
       clock: { nowNs: () => now },
       reservationTtlMs: TTL_MS,
     });

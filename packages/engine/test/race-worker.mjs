@@ -1,5 +1,6 @@
 // Child process for the concurrency test: one engine on a store URL, racing the other workers.
 // argv: storeUrl sessionsJson estimate. Prints one JSON line of everything it was told.
+import { loadSigningKey } from "@leash/chain";
 import { createEngine } from "@leash/engine";
 import { openPostgresSubstrate } from "@leash/substrate-postgres";
 import { openSqliteSubstrate } from "@leash/substrate-sqlite";
@@ -14,7 +15,7 @@ else {
   u.search = "";
   substrate = await openPostgresSubstrate({ url: u.toString(), schema, poolSize: 2 });
 }
-const engine = createEngine({ substrate });
+const engine = createEngine({ substrate, signer: loadSigningKey() });
 const results = [];
 for (const session_id of sessions) {
   const r = await engine.evaluate({

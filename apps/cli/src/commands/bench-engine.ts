@@ -12,6 +12,7 @@ import { type Command, Option } from "commander";
 import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
 import {
   addStoreOptions,
+  checkSigner,
   engineFailure,
   loadSettings,
   newEngine,
@@ -20,6 +21,7 @@ import {
 } from "../context.js";
 import { type HistogramJson, LatencyHistogram } from "../histogram.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
+import { addKeyOptions, type KeyOptions, type ResolvedSigner, resolveSigner } from "../keys.js";
 import {
   connectStore,
   dropPostgresSchema,
@@ -29,7 +31,7 @@ import {
   type StoreTarget,
 } from "../store.js";
 
-export interface BenchEngineOptions extends StoreOptions {
+export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly concurrency: number;
   readonly seconds: number;
   readonly warmup: number;
@@ -178,9 +180,11 @@ async function runWorker(spec: string, options: BenchEngineOptions, io: Io): Pro
     throw new CliError(`bench engine: bad --worker ${JSON.stringify(spec)}`, EXIT_BAD_INPUT);
   const [, runId, index] = match;
   const settings = await loadSettings(options, io);
+  const { signer } = resolveSigner(options, io);
   const substrate = await openTarget(settings.target);
   try {
-    const engine = newEngine(substrate, settings.file);
+    await checkSigner(substrate, settings.target, signer);
+    const engine = newEngine(substrate, settings.file, signer);
     const sessions = sessionIds(runId!, Number(index), options.sessions ?? options.concurrency);
     const report = await measure(engine, sessions, Number(index), options, io, async () => {
       io.stdout(`${JSON.stringify({ ready: true })}\n`);
@@ -203,13 +207,27 @@ interface Child {
   readonly report: Promise<ProcessReport>;
 }
 
+/** How a worker gets the parent's key: the same file, or the PEM in LEASH_SIGNING_KEY (never in argv). */
+function childKey(key: ResolvedSigner): { args: string[]; env: Record<string, string> } {
+  switch (key.source.kind) {
+    case "file":
+      return { args: ["--key-file", resolve(key.source.path)], env: {} };
+    case "env":
+      return { args: [], env: { LEASH_SIGNING_KEY: key.source.text } };
+    case "ephemeral":
+      return { args: [], env: { LEASH_SIGNING_KEY: key.source.privateKeyPem } };
+  }
+}
+
 function startChild(
   index: number,
   runId: string,
   url: string,
   options: BenchEngineOptions,
   sessionsPerProcess: number,
+  key: ResolvedSigner,
 ): Child {
+  const keyArgs = childKey(key);
   const args = [
     binPath(),
     "bench",
@@ -225,11 +243,13 @@ function startChild(
     "--sessions",
     String(sessionsPerProcess),
     ...(options.config === undefined ? [] : ["--config", resolve(options.config)]),
+    ...keyArgs.args,
   ];
-  // The URL goes through the environment: argv is visible to every user of the machine (ps).
+  // The URL and a key go through the environment: argv is visible to every user of the machine (ps).
+  const { LEASH_SIGNING_KEY: _parentKey, ...parentEnv } = process.env;
   const child = spawn(process.execPath, args, {
     stdio: ["pipe", "pipe", "pipe"],
-    env: { ...process.env, LEASH_STORE: url },
+    env: { ...parentEnv, LEASH_STORE: url, ...keyArgs.env },
   });
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (text: string) => {
@@ -316,6 +336,7 @@ function floorTo(value: number, places: number): number {
 
 async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
   const loaded = await loadSettings(options, io);
+  const key = resolveSigner(options, io);
   if (options.processes > 1 && loaded.target.kind === "memory") {
     throw new CliError(
       "bench engine: a memory: store lives in one process; --processes needs sqlite: or postgres://",
@@ -335,7 +356,8 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
   let substrate: Substrate | undefined;
   try {
     substrate = await openTarget(target);
-    const engine = newEngine(substrate, settings.file);
+    await checkSigner(substrate, target, key.signer);
+    const engine = newEngine(substrate, settings.file, key.signer);
     const runId = randomBytes(4).toString("hex");
     const perProcess = options.sessions ?? options.concurrency;
     // Registered here, before any child starts, so no two processes race to create the shared account.
@@ -348,7 +370,7 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
       }
     }
     for (let p = 1; p < options.processes; p++)
-      children.push(startChild(p, runId, target.url, options, perProcess));
+      children.push(startChild(p, runId, target.url, options, perProcess, key));
 
     const own = await measure(engine, mine, 0, options, io, async () => {
       if (children.length === 0) return;
@@ -423,41 +445,46 @@ export async function runBenchEngine(options: BenchEngineOptions, io: Io): Promi
 }
 
 export function registerBenchEngine(bench: Command, io: Io, setExit: (code: number) => void): void {
-  addStoreOptions(
-    bench
-      .command("engine")
-      .description(
-        "measure engine.evaluate() end to end on a real store: concurrent callers, optionally several processes",
-      )
-      .option(
-        "--concurrency <n>",
-        "callers per process, each issuing evaluate calls back to back",
-        positiveInteger,
-        16,
-      )
-      .option("--seconds <n>", "how long to measure", positiveNumber, 10)
-      .option("--warmup <n>", "how long to run first without measuring", nonNegativeNumber, 1)
-      .option(
-        "--processes <n>",
-        "processes sharing the store (this one plus n-1 children)",
-        positiveInteger,
-        1,
-      )
-      .option("--sessions <n>", "sessions per process (default: one per caller)", positiveInteger)
-      .option(
-        "--fresh",
-        "start empty: delete the sqlite file (and -wal/-shm) first, or use a new postgres schema dropped afterwards",
-      )
-      .addOption(new Option("--worker <spec>").hideHelp()),
+  addKeyOptions(
+    addStoreOptions(
+      bench
+        .command("engine")
+        .description(
+          "measure engine.evaluate() end to end on a real store: concurrent callers, optionally several processes",
+        )
+        .option(
+          "--concurrency <n>",
+          "callers per process, each issuing evaluate calls back to back",
+          positiveInteger,
+          16,
+        )
+        .option("--seconds <n>", "how long to measure", positiveNumber, 10)
+        .option("--warmup <n>", "how long to run first without measuring", nonNegativeNumber, 1)
+        .option(
+          "--processes <n>",
+          "processes sharing the store (this one plus n-1 children)",
+          positiveInteger,
+          1,
+        )
+        .option("--sessions <n>", "sessions per process (default: one per caller)", positiveInteger)
+        .option(
+          "--fresh",
+          "start empty: delete the sqlite file (and -wal/-shm) first, or use a new postgres schema dropped afterwards",
+        )
+        .addOption(new Option("--worker <spec>").hideHelp()),
+    ),
   )
     .addHelpText(
       "after",
       `
 Every session shares one agent-scope budget, so each ALLOW takes the full path: a transaction, the
 session row, a nonce insert and a budget hold on one shared account. A run with fewer than 99 % ALLOW
-verdicts is an error (it measured something else). --concurrency is per process. Prints one JSON line:
+verdicts is an error (it measured something else). --concurrency is per process. Every decision is
+signed into the audit chain, so the figures include the Ed25519 signature; worker processes get the
+same key (--key-file, LEASH_SIGNING_KEY, or the --ephemeral-key's PEM through their environment).
+Prints one JSON line:
 {"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","allow_ratio","node"}.
-Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config or store URL.`,
+Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config, signing key or store URL.`,
     )
     .action(async (options: BenchEngineOptions) => {
       setExit(await runBenchEngine(options, io));

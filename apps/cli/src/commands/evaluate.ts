@@ -5,6 +5,7 @@ import type { Command } from "commander";
 import { moneyNumber, moneyText, nonce, nonEmpty, positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import { type Io, parseJson, readSource } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 
 /** Exit statuses of `evaluate`, part of its contract: scripts run the tool only on 0. */
 export const EXIT_DENY = 3;
@@ -12,7 +13,7 @@ export const EXIT_HITL = 4;
 
 const VERDICT_STATUS: Record<Verdict, number> = { ALLOW: 0, DENY: EXIT_DENY, HITL: EXIT_HITL };
 
-export interface EvaluateOptions extends StoreOptions {
+export interface EvaluateOptions extends StoreOptions, KeyOptions {
   readonly session: string;
   readonly tool: string;
   readonly params?: string;
@@ -37,7 +38,8 @@ export async function runEvaluate(options: EvaluateOptions, io: Io): Promise<num
   // Any JSON goes to the engine as is: a non-object params is the engine's to judge (malformed input → DENY).
   const params = (await readParams(options.params, io)) as Record<string, unknown> | null | undefined;
   const settings = await loadSettings(options, io);
-  const result = await withEngine(settings, (engine) =>
+  const { signer } = resolveSigner(options, io);
+  const result = await withEngine(settings, signer, (engine) =>
     engine.evaluate({
       session_id: options.session,
       tool_name: options.tool,
@@ -50,7 +52,7 @@ export async function runEvaluate(options: EvaluateOptions, io: Io): Promise<num
   return VERDICT_STATUS[result.verdict];
 }
 
-export interface PostExecOptions extends StoreOptions {
+export interface PostExecOptions extends StoreOptions, KeyOptions {
   readonly session: string;
   readonly call: number;
   readonly actual: string;
@@ -58,7 +60,8 @@ export interface PostExecOptions extends StoreOptions {
 
 export async function runPostExec(options: PostExecOptions, io: Io): Promise<number> {
   const settings = await loadSettings(options, io);
-  const result = await withEngine(settings, (engine) =>
+  const { signer } = resolveSigner(options, io);
+  const result = await withEngine(settings, signer, (engine) =>
     engine.postExec({
       session_id: options.session,
       call_number: options.call,
@@ -70,28 +73,34 @@ export async function runPostExec(options: PostExecOptions, io: Io): Promise<num
 }
 
 export function registerEvaluate(program: Command, io: Io, setExit: (code: number) => void): void {
-  addStoreOptions(
-    program
-      .command("evaluate")
-      .description("ask Leash whether a session may run a tool call now; print the engine's result as JSON")
-      .requiredOption("--session <id>", "session id (from `leash session create`)", nonEmpty)
-      .requiredOption("--tool <name>", "the tool's name", nonEmpty)
-      .option(
-        "--params <json>",
-        "the call's params as JSON, or @FILE to read them from a file (@- for stdin)",
-      )
-      .option("--nonce <n>", "a fresh replay token per dispatch (digits are read as a number)", nonce)
-      .option("--estimate <usd>", "estimated cost in USD, held against the budget on ALLOW", moneyNumber),
+  addKeyOptions(
+    addStoreOptions(
+      program
+        .command("evaluate")
+        .description("ask Leash whether a session may run a tool call now; print the engine's result as JSON")
+        .requiredOption("--session <id>", "session id (from `leash session create`)", nonEmpty)
+        .requiredOption("--tool <name>", "the tool's name", nonEmpty)
+        .option(
+          "--params <json>",
+          "the call's params as JSON, or @FILE to read them from a file (@- for stdin)",
+        )
+        .option("--nonce <n>", "a fresh replay token per dispatch (digits are read as a number)", nonce)
+        .option("--estimate <usd>", "estimated cost in USD, held against the budget on ALLOW", moneyNumber),
+    ),
   )
     .addHelpText(
       "after",
       `
+The JSON includes \`receipt\`: a compact JWS (EdDSA) of the decision's signed audit chain entry
+(\`entry_seq\`, \`entry_hash\`). Keep it; anyone with the public key can check it offline:
+  leash receipt verify "$RECEIPT" --pubkey leash.key.pub.hex
+
 Exit status (scripts can branch on it; run the tool only on 0):
   0  ALLOW — run the tool, then report its cost with \`leash post-exec --call <call_number>\`
   ${EXIT_DENY}  DENY  — do not run it; \`reason\` says why
   ${EXIT_HITL}  HITL  — do not run it yet; a human decides with \`leash session resume\`
   1  the engine refused the request (unknown session, store error)
-  2  bad flags, params, config or store URL
+  2  bad flags, params, config, signing key or store URL
 
 Example:
   leash evaluate --session "$S" --tool search --params '{"q":"x"}' --nonce "$RANDOM" --estimate 0.01
@@ -101,19 +110,21 @@ Example:
       setExit(await runEvaluate(options, io));
     });
 
-  addStoreOptions(
-    program
-      .command("post-exec")
-      .description(
-        "report an allowed call's actual cost: settle its budget hold and print the result as JSON",
-      )
-      .requiredOption("--session <id>", "session id", nonEmpty)
-      .requiredOption("--call <n>", "the call_number evaluate printed", positiveInteger)
-      .requiredOption("--actual <usd>", "what the call actually cost in USD (exact decimal)", moneyText),
+  addKeyOptions(
+    addStoreOptions(
+      program
+        .command("post-exec")
+        .description(
+          "report an allowed call's actual cost: settle its budget hold and print the result as JSON",
+        )
+        .requiredOption("--session <id>", "session id", nonEmpty)
+        .requiredOption("--call <n>", "the call_number evaluate printed", positiveInteger)
+        .requiredOption("--actual <usd>", "what the call actually cost in USD (exact decimal)", moneyText),
+    ),
   )
     .addHelpText(
       "after",
-      "\nReporting the same call again is a no-op (`replayed: true`). Amounts print as exact decimal strings.\nExit status: 0 settled, 1 refused (unknown session, no hold for that call), 2 bad flags, config or store URL.",
+      "\nReporting the same call again is a no-op (`replayed: true`). Amounts print as exact decimal strings.\nExit status: 0 settled, 1 refused (unknown session, no hold for that call), 2 bad flags, config, signing key or store URL.",
     )
     .action(async (options: PostExecOptions) => {
       setExit(await runPostExec(options, io));

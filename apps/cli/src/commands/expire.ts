@@ -4,28 +4,32 @@ import type { Command } from "commander";
 import { positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import type { Io } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 
-export interface ExpireOptions extends StoreOptions {
+export interface ExpireOptions extends StoreOptions, KeyOptions {
   readonly limit: number;
 }
 
 export async function runExpire(options: ExpireOptions, io: Io): Promise<number> {
   const settings = await loadSettings(options, io);
-  const expired = await withEngine(settings, (engine) => engine.expireReservations(options.limit));
+  const { signer } = resolveSigner(options, io);
+  const expired = await withEngine(settings, signer, (engine) => engine.expireReservations(options.limit));
   printJson(io, { expired });
   return 0;
 }
 
 export function registerExpire(program: Command, io: Io, setExit: (code: number) => void): void {
-  addStoreOptions(
-    program
-      .command("expire")
-      .description('release budget holds older than the reservation TTL; print {"expired": N}')
-      .option("--limit <n>", "release at most this many in one go", positiveInteger, 1000),
+  addKeyOptions(
+    addStoreOptions(
+      program
+        .command("expire")
+        .description('release budget holds older than the reservation TTL; print {"expired": N}')
+        .option("--limit <n>", "release at most this many in one go", positiveInteger, 1000),
+    ),
   )
     .addHelpText(
       "after",
-      "\nA hold's TTL is fixed when evaluate places it: the reservation_ttl_s of the config in effect then (default 300 s).\nExit status: 0 done, 1 store error, 2 bad flags, config or store URL.",
+      "\nA hold's TTL is fixed when evaluate places it: the reservation_ttl_s of the config in effect then (default 300 s).\nExit status: 0 done, 1 store error, 2 bad flags, config, signing key or store URL.",
     )
     .action(async (options: ExpireOptions) => {
       setExit(await runExpire(options, io));

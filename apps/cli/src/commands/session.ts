@@ -14,8 +14,9 @@ import {
 } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, type Io } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 
-export interface CreateOptions extends StoreOptions {
+export interface CreateOptions extends StoreOptions, KeyOptions {
   readonly agent: string;
   readonly org?: string;
   readonly session?: string;
@@ -70,7 +71,8 @@ export function sessionConfig(base: Config, options: CreateOptions): Config {
 export async function runSessionCreate(options: CreateOptions, io: Io): Promise<number> {
   const settings = await loadSettings(options, io);
   const config = sessionConfig(settings.file.guard, options);
-  const view = await withEngine(settings, (engine) =>
+  const { signer } = resolveSigner(options, io);
+  const view = await withEngine(settings, signer, (engine) =>
     engine.register({
       agent_id: options.agent,
       ...(options.org === undefined ? {} : { organization_id: options.org }),
@@ -82,7 +84,7 @@ export async function runSessionCreate(options: CreateOptions, io: Io): Promise<
   return 0;
 }
 
-export interface ResumeOptions extends StoreOptions {
+export interface ResumeOptions extends StoreOptions, KeyOptions {
   readonly decision: HumanDecision;
   readonly operator: string;
   readonly successorNonce?: Nonce;
@@ -107,7 +109,8 @@ export async function runSessionResume(sessionId: string, options: ResumeOptions
     );
   }
   const settings = await loadSettings(options, io);
-  const view = await withEngine(settings, (engine) =>
+  const { signer } = resolveSigner(options, io);
+  const view = await withEngine(settings, signer, (engine) =>
     engine.resume({
       session_id: sessionId,
       decision: options.decision,
@@ -126,64 +129,71 @@ export async function runSessionResume(sessionId: string, options: ResumeOptions
   return 0;
 }
 
-const REFUSED_HELP = "1 the engine refused (unknown session, …), 2 bad flags, config or store URL";
+const REFUSED_HELP =
+  "1 the engine refused (unknown session, …), 2 bad flags, config, signing key or store URL";
 
 export function registerSession(program: Command, io: Io, setExit: (code: number) => void): void {
   const session = program
     .command("session")
     .description("create, inspect, reset and resume guarded sessions");
 
-  addStoreOptions(
-    session
-      .command("create")
-      .description("register a session and print it as JSON (flags override the config file's `guard`)")
-      .requiredOption("--agent <id>", "the agent the session belongs to", nonEmpty)
-      .option("--org <id>", "the agent's organization (default: default)", nonEmpty)
-      .option(
-        "--session <id>",
-        "the session id (default: a new random id; an existing id is returned as is)",
-        nonEmpty,
-      )
-      .option("--budget <usd>", "budget in USD; 0 or absent means no budget", moneyNumber)
-      .addOption(
-        new Option("--scope <scope>", "who shares the budget").choices(["session", "agent", "organization"]),
-      )
-      .option(
-        "--max-repeat <n>",
-        "deny the n+1-th identical consecutive call; 0 disables",
-        nonNegativeInteger,
-      )
-      .option("--error-amplification", "tighten the repeat limit after calls that report errors")
-      .option("--no-error-amplification", "turn error amplification off even if the config file has it on")
-      .option("--window-seconds <s>", "time window length (with --window-max)", nonNegativeNumber)
-      .option(
-        "--window-max <n>",
-        "most calls per tool within the window (with --window-seconds)",
-        nonNegativeInteger,
-      )
-      .option("--max-calls <n>", "most calls in the session's life; 0 disables", nonNegativeInteger)
-      .option(
-        "--timeout-seconds <s>",
-        "deny calls once the session is this old; 0 disables",
-        nonNegativeNumber,
-      )
-      .addOption(
-        new Option("--hitl <mode>", "when to ask a human").choices([
-          "never",
-          "on_deny",
-          "on_threshold",
-          "always",
-        ]),
-      )
-      .option(
-        "--hitl-threshold <r>",
-        "with --hitl on_threshold: ask when remaining/initial budget falls below r",
-        ratio,
-      )
-      .option("--parent-guard <id>", "draw the budget from this guard (see `leash guard create`)", nonEmpty)
-      .option("--probabilistic-deny", "deny at random, increasingly, under 20 % of budget left")
-      .option("--no-probabilistic-deny", "turn probabilistic denial off even if the config file has it on")
-      .option("--jitter <r>", "deny jitter ratio for --probabilistic-deny", ratio),
+  addKeyOptions(
+    addStoreOptions(
+      session
+        .command("create")
+        .description("register a session and print it as JSON (flags override the config file's `guard`)")
+        .requiredOption("--agent <id>", "the agent the session belongs to", nonEmpty)
+        .option("--org <id>", "the agent's organization (default: default)", nonEmpty)
+        .option(
+          "--session <id>",
+          "the session id (default: a new random id; an existing id is returned as is)",
+          nonEmpty,
+        )
+        .option("--budget <usd>", "budget in USD; 0 or absent means no budget", moneyNumber)
+        .addOption(
+          new Option("--scope <scope>", "who shares the budget").choices([
+            "session",
+            "agent",
+            "organization",
+          ]),
+        )
+        .option(
+          "--max-repeat <n>",
+          "deny the n+1-th identical consecutive call; 0 disables",
+          nonNegativeInteger,
+        )
+        .option("--error-amplification", "tighten the repeat limit after calls that report errors")
+        .option("--no-error-amplification", "turn error amplification off even if the config file has it on")
+        .option("--window-seconds <s>", "time window length (with --window-max)", nonNegativeNumber)
+        .option(
+          "--window-max <n>",
+          "most calls per tool within the window (with --window-seconds)",
+          nonNegativeInteger,
+        )
+        .option("--max-calls <n>", "most calls in the session's life; 0 disables", nonNegativeInteger)
+        .option(
+          "--timeout-seconds <s>",
+          "deny calls once the session is this old; 0 disables",
+          nonNegativeNumber,
+        )
+        .addOption(
+          new Option("--hitl <mode>", "when to ask a human").choices([
+            "never",
+            "on_deny",
+            "on_threshold",
+            "always",
+          ]),
+        )
+        .option(
+          "--hitl-threshold <r>",
+          "with --hitl on_threshold: ask when remaining/initial budget falls below r",
+          ratio,
+        )
+        .option("--parent-guard <id>", "draw the budget from this guard (see `leash guard create`)", nonEmpty)
+        .option("--probabilistic-deny", "deny at random, increasingly, under 20 % of budget left")
+        .option("--no-probabilistic-deny", "turn probabilistic denial off even if the config file has it on")
+        .option("--jitter <r>", "deny jitter ratio for --probabilistic-deny", ratio),
+    ),
   )
     .addHelpText("after", `\nExit status: 0 created (or already there), ${REFUSED_HELP}.`)
     .action(async (options: CreateOptions) => {
@@ -196,52 +206,61 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
       .description("print a session (config, state, budget remaining) as JSON")
       .argument("<id>", "session id"),
   )
-    .addHelpText("after", `\nExit status: 0 shown, ${REFUSED_HELP}.`)
+    .addHelpText(
+      "after",
+      `\nIt only reads, so it needs no signing key.\nExit status: 0 shown, 1 unknown session or a store error, 2 bad flags, config or store URL.`,
+    )
     .action(async (id: string, options: StoreOptions) => {
-      const view = await withEngine(await loadSettings(options, io), (engine) => engine.getSession(id));
-      printJson(io, view);
-      setExit(0);
-    });
-
-  addStoreOptions(
-    session
-      .command("reset")
-      .description("close a tripped circuit (an operator's act) and print the session as JSON")
-      .argument("<id>", "session id")
-      .requiredOption("--operator <name>", "who is resetting it", nonEmpty),
-  )
-    .addHelpText("after", `\nExit status: 0 reset, ${REFUSED_HELP}.`)
-    .action(async (id: string, options: StoreOptions & { operator: string }) => {
-      const view = await withEngine(await loadSettings(options, io), (engine) =>
-        engine.reset(id, options.operator),
+      const view = await withEngine(await loadSettings(options, io), "read-only", (engine) =>
+        engine.getSession(id),
       );
       printJson(io, view);
       setExit(0);
     });
 
-  addStoreOptions(
-    session
-      .command("resume")
-      .description(
-        "record a human's decision on the session's paused (HITL) call and print the session as JSON",
-      )
-      .argument("<id>", "session id")
-      .addOption(
-        new Option("--decision <decision>", "the human's decision")
-          .choices(["approve", "reject", "modify", "defer", "escalate"])
-          .makeOptionMandatory(),
-      )
-      .requiredOption("--operator <name>", "who decided", nonEmpty)
-      .option(
-        "--successor-nonce <n>",
-        "with modify: the nonce of the edited call (digits read as a number)",
-        nonce,
-      )
-      .option(
-        "--successor-digest <hex>",
-        "with modify: the edited call's params digest (`leash hash`)",
-        digest,
-      ),
+  addKeyOptions(
+    addStoreOptions(
+      session
+        .command("reset")
+        .description("close a tripped circuit (an operator's act) and print the session as JSON")
+        .argument("<id>", "session id")
+        .requiredOption("--operator <name>", "who is resetting it", nonEmpty),
+    ),
+  )
+    .addHelpText("after", `\nExit status: 0 reset, ${REFUSED_HELP}.`)
+    .action(async (id: string, options: StoreOptions & KeyOptions & { operator: string }) => {
+      const settings = await loadSettings(options, io);
+      const { signer } = resolveSigner(options, io);
+      const view = await withEngine(settings, signer, (engine) => engine.reset(id, options.operator));
+      printJson(io, view);
+      setExit(0);
+    });
+
+  addKeyOptions(
+    addStoreOptions(
+      session
+        .command("resume")
+        .description(
+          "record a human's decision on the session's paused (HITL) call and print the session as JSON",
+        )
+        .argument("<id>", "session id")
+        .addOption(
+          new Option("--decision <decision>", "the human's decision")
+            .choices(["approve", "reject", "modify", "defer", "escalate"])
+            .makeOptionMandatory(),
+        )
+        .requiredOption("--operator <name>", "who decided", nonEmpty)
+        .option(
+          "--successor-nonce <n>",
+          "with modify: the nonce of the edited call (digits read as a number)",
+          nonce,
+        )
+        .option(
+          "--successor-digest <hex>",
+          "with modify: the edited call's params digest (`leash hash`)",
+          digest,
+        ),
+    ),
   )
     .addHelpText(
       "after",

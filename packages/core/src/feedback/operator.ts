@@ -2,15 +2,22 @@
 // They are the only ways out of DENY/HITL; the runtime must audit who did them.
 import type { PendingTransition, State } from "../types.js";
 
-/** Closes the circuit and forgets the repeat run that tripped it; budget, nonces and counts stay. */
+/**
+ * Closes the circuit and forgets the repeat run that tripped it; budget, nonces and counts stay.
+ * A resolved human transition (reject, consumed, superseded…) is cleared too: otherwise rule 4 would
+ * deny every later call again and the reset could never take effect. A still-open request stays.
+ */
 export function resetCircuit(state: State): State {
+  const open = state.status === "PAUSED" && state.pending_transition == null;
   return {
     ...state,
     circuit_tripped: false,
     circuit_trip_reason: null,
     circuit_tripped_at_ns: null,
     repeat_counts: {},
-    status: state.status === "PAUSED" ? "PAUSED" : "ACTIVE",
+    pending_transition: open ? state.pending_transition : null,
+    pending_request: open ? state.pending_request : null,
+    status: open ? "PAUSED" : "ACTIVE",
   };
 }
 

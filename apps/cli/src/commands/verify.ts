@@ -1,0 +1,169 @@
+// `leash verify`: checks a whole audit chain — a store's or an exported JSONL file's — against trusted keys.
+// The judgement is @leash/chain's verifyChain; this streams the entries in, and prints one line and a status.
+import { rename, writeFile } from "node:fs/promises";
+import { type Checkpoint, checkpointOf, type VerifyChainResult, verifyChain } from "@leash/chain";
+import type { ChainEntryRecord, Substrate } from "@leash/core";
+import { type Command, Option } from "commander";
+import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
+import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
+import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io, parseJson, readSource } from "../io.js";
+import { collect, keyFailure, loadPublicKeys } from "../keys.js";
+import { openExistingStore, storeFailure } from "../store.js";
+
+export interface VerifyOptions extends StoreOptions {
+  readonly file?: string;
+  readonly pubkey?: string[];
+  readonly checkpoint?: string;
+  readonly writeCheckpoint?: string;
+  readonly verifier: "node" | "noble";
+}
+
+const HASH = /^[0-9a-f]{64}$/;
+
+/** A checkpoint file: {"count": N, "head_hash": "<64 hex>"}, as --write-checkpoint writes it. */
+export async function readCheckpoint(path: string, io: Io): Promise<Checkpoint> {
+  const value = parseJson(await readSource(path, io), path) as Record<string, unknown> | null;
+  const count = value?.count;
+  const head = value?.head_hash;
+  if (
+    typeof value !== "object" ||
+    value === null ||
+    typeof count !== "number" ||
+    !Number.isSafeInteger(count) ||
+    count < 0 ||
+    typeof head !== "string" ||
+    !HASH.test(head)
+  ) {
+    throw new CliError(
+      `${path}: not a checkpoint (expected {"count": N, "head_hash": "<64 lowercase hex>"})`,
+      EXIT_BAD_INPUT,
+    );
+  }
+  return { count, head_hash: head };
+}
+
+/** Written beside the target and renamed over it, so a reader never sees half a checkpoint. */
+async function writeCheckpoint(path: string, checkpoint: Checkpoint): Promise<void> {
+  const tmp = `${path}.tmp-${process.pid}`;
+  try {
+    await writeFile(tmp, `${JSON.stringify(checkpoint)}\n`);
+    await rename(tmp, path);
+  } catch (err) {
+    throw new CliError(`cannot write checkpoint ${path}: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
+  }
+}
+
+/** The one line verify ends with. */
+export function resultLine(
+  result: VerifyChainResult,
+  describe?: (index: number) => string | undefined,
+): string {
+  if (result.ok) return `OK: ${result.count} entries verified, head ${result.head_hash}\n`;
+  const { index, seq, kind } = result.failure;
+  const message = describe?.(index) ?? result.failure.message;
+  return `FAILED at entry ${index} (seq ${seq ?? "unknown"}): ${kind}: ${message}\n`;
+}
+
+export async function runVerify(options: VerifyOptions, io: Io): Promise<number> {
+  if (options.file !== undefined && options.store !== undefined) {
+    throw new CliError("give --store or --file, not both", EXIT_BAD_INPUT);
+  }
+  const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
+  const checkpoint =
+    options.checkpoint === undefined ? undefined : await readCheckpoint(options.checkpoint, io);
+
+  let entries: AsyncIterable<ChainEntryRecord>;
+  let total = 0;
+  let describe: ((index: number) => string | undefined) | undefined;
+  let substrate: Substrate | undefined;
+  let url: string | undefined;
+  if (options.file !== undefined) {
+    const source = await jsonlEntries(options.file, io);
+    entries = source.entries;
+    const label = options.file === "-" ? "<stdin>" : options.file;
+    describe = (index) => {
+      const line = source.unreadable.get(index);
+      return line === undefined ? undefined : `line ${line} of ${label} is not a chain entry`;
+    };
+  } else {
+    const { target } = await loadSettings(options, io);
+    url = target.url;
+    substrate = await openExistingStore(target);
+    entries = storeEntries(substrate);
+  }
+  try {
+    if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
+    const bar = progressBar(io, "leash verify:", total);
+    let result: VerifyChainResult;
+    try {
+      result = await verifyChain(entries, {
+        publicKeys,
+        verifier: options.verifier,
+        onProgress: (n) => bar.update(n),
+        ...(checkpoint === undefined ? {} : { checkpoint }),
+      });
+    } catch (err) {
+      throw keyFailure(err, "verify");
+    } finally {
+      bar.done();
+    }
+    if (result.ok && options.writeCheckpoint !== undefined) {
+      await writeCheckpoint(options.writeCheckpoint, checkpointOf(result));
+    }
+    io.stdout(resultLine(result, describe));
+    return result.ok ? 0 : EXIT_REFUSED;
+  } catch (err) {
+    throw (url === undefined ? undefined : storeFailure(err, url)) ?? err;
+  } finally {
+    await substrate?.close().catch(() => undefined);
+  }
+}
+
+export function registerVerify(program: Command, io: Io, setExit: (code: number) => void): void {
+  addStoreOptions(
+    program
+      .command("verify")
+      .description(
+        "verify the whole audit chain (hashes, links, Ed25519 signatures, key rotations); print one line",
+      )
+      .option(
+        "--file <jsonl>",
+        "verify an exported chain (`leash export --format jsonl`) instead of a store; - for stdin",
+      )
+      .option(
+        "--pubkey <key>",
+        "a trusted public key: 64 hex characters, or a .pub.hex / .pub.pem file (repeatable)",
+        collect,
+      )
+      .option(
+        "--checkpoint <file>",
+        'a {"count","head_hash"} checkpoint: a shorter or rewritten chain fails as truncated',
+      )
+      .option("--write-checkpoint <file>", "after a successful verify, write the chain's checkpoint there")
+      .addOption(
+        new Option(
+          "--verifier <impl>",
+          "node (node:crypto) or noble (pure JavaScript, the browser code path)",
+        )
+          .choices(["node", "noble"])
+          .default("node"),
+      ),
+  )
+    .addHelpText(
+      "after",
+      `
+Trust the key that signed the chain's first entry; later keys are trusted through their signed
+key_rotation entries. Entries are read in pages of 1,000, each in its own short read transaction.
+Keep checkpoints where the store's writers cannot reach them: without one, a deleted tail looks like
+a shorter chain. The store is only read: nothing is created or migrated.
+
+Output: one line on stdout,
+  OK: <n> entries verified, head <hash>
+  FAILED at entry <index> (seq <seq>): <kind>: <message>
+with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key.
+Exit status: 0 the whole chain verifies, 1 it does not (or a store error), 2 bad flags, keys, files or store URL.`,
+    )
+    .action(async (options: VerifyOptions) => {
+      setExit(await runVerify(options, io));
+    });
+}
