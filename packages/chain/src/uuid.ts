@@ -6,7 +6,22 @@ import { ChainError } from "./errors.js";
 /** A source of random bytes; the default is WebCrypto's getRandomValues. */
 export type RandomBytes = (size: number) => Uint8Array;
 
-export const defaultRandom: RandomBytes = (size) => globalThis.crypto.getRandomValues(new Uint8Array(size));
+// One getRandomValues call per 4 KiB instead of per id: the call itself, not the bytes, is the cost
+// on the hot path (an entry per decision).
+const POOL_SIZE = 4096;
+let pool = new Uint8Array(0);
+let offset = 0;
+
+export const defaultRandom: RandomBytes = (size) => {
+  if (size > POOL_SIZE) return globalThis.crypto.getRandomValues(new Uint8Array(size));
+  if (offset + size > pool.length) {
+    pool = globalThis.crypto.getRandomValues(new Uint8Array(POOL_SIZE));
+    offset = 0;
+  }
+  const bytes = pool.slice(offset, offset + size);
+  offset += size;
+  return bytes;
+};
 
 const HEX: string[] = [];
 for (let i = 0; i < 256; i++) HEX.push(i.toString(16).padStart(2, "0"));
