@@ -1,0 +1,19 @@
+// @leash/outbox: the transactional outbox protocol as typed helpers — enqueue with the entry, claim, settle.
+// It delivers nothing (that is @leash/relay) and stores nothing (the substrates implement OutboxStore).
+
+export { OutboxError, type OutboxErrorCode } from "./errors.js";
+export {
+  ackBatch,
+  type ClaimBatchOptions,
+  type ClaimedBatch,
+  claimBatch,
+  type DeferredItem,
+  type EnqueueableEntry,
+  enqueueEntry,
+  failItem,
+  type OutboxStats,
+  outboxStats,
+  type Settlement,
+  settleBatch,
+  systemClock,
+} from "./outbox.js";
