@@ -2,6 +2,7 @@
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
 import { appendEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
+import { enqueueEntry } from "@leash/outbox";
 
 /**
  * JSON that canonical JSON accepts: integers beyond 2^53 (epoch nanoseconds) become exact decimal
@@ -45,12 +46,7 @@ export class Auditor {
     });
     // A genesis made in this transaction may still roll back; a later entry names a committed one.
     if (this.#chainId === null && entry.seq > 0) this.#chainId = chainIdOf((await tx.chain.range(0, 1))[0]!);
-    await tx.outbox.enqueue({
-      seq: entry.seq,
-      entry_id: entry.entry_id,
-      session_id: entry.session_id,
-      created_ns: entry.created_ns,
-    });
+    await enqueueEntry(tx, entry); // the transactional outbox: queued with the entry or not at all
     return entry;
   }
 }
