@@ -13,6 +13,11 @@ export interface Io {
   readonly stdinIsTTY: boolean;
   /** Environment variables (LEASH_STORE); tests pass their own so the caller's shell cannot leak in. */
   readonly env: Readonly<Record<string, string | undefined>>;
+  /**
+   * Calls `handler` once, at the first SIGINT or SIGTERM, for commands that run until told to stop;
+   * returns a function that stops listening. A second signal then takes the default action (exit).
+   */
+  onStop(handler: (signal: string) => void): () => void;
 }
 
 /**
@@ -50,6 +55,19 @@ export function nodeIo(): Io {
     stderrIsTTY: process.stderr.isTTY === true,
     stdinIsTTY: process.stdin.isTTY === true,
     env: process.env,
+    onStop: (handler) => {
+      const off = () => {
+        process.off("SIGINT", listener);
+        process.off("SIGTERM", listener);
+      };
+      const listener = (signal: NodeJS.Signals) => {
+        off();
+        handler(signal);
+      };
+      process.on("SIGINT", listener);
+      process.on("SIGTERM", listener);
+      return off;
+    },
   };
 }
 

@@ -15,6 +15,8 @@ import { registerKey } from "./commands/key.js";
 import { registerKeygen } from "./commands/keygen.js";
 import { registerMigrate } from "./commands/migrate.js";
 import { registerReceipt } from "./commands/receipt.js";
+import { registerRecover } from "./commands/recover.js";
+import { registerRelay } from "./commands/relay.js";
 import { registerSession } from "./commands/session.js";
 import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
@@ -72,6 +74,9 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerVerify(program, io, setExit);
   registerExport(program, io, setExit);
   registerReceipt(program, io, setExit);
+  // Startup checks, and shipping the chain elsewhere.
+  registerRecover(program, io, setExit);
+  registerRelay(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   return program;
 }

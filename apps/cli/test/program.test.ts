@@ -36,6 +36,8 @@ describe("leash program", () => {
     [["export"]],
     [["receipt"]],
     [["receipt", "verify"]],
+    [["recover"]],
+    [["relay"]],
   ])("has --help on %j", async (path) => {
     const r = await leash([...path, "--help"]);
     expect(r.code).toBe(0);

@@ -1,0 +1,36 @@
+// The one error family @leash/recovery throws: a store that must not be served, and bad options.
+// A problem found while recovering is first a line in the report; it becomes an error in assertRecovered.
+
+export type RecoveryErrorCode =
+  /** The audit chain does not verify (edited, gap, reordered, inserted, bad signature, unknown key) or is shorter than its checkpoint. */
+  | "chain_unverifiable"
+  /** The checkpoint file exists but is not a checkpoint: a deleted tail could no longer be told from a short chain. */
+  | "checkpoint_unreadable"
+  /** The outbox names entries the chain does not hold (or holds with another id): a lost tail or a damaged store. */
+  | "outbox_mismatch"
+  /** The signer given is not the key in force at the chain's head: what it signed would not verify. */
+  | "signer_mismatch"
+  /** The store (or the checkpoint file) failed while recovering: unreachable, corrupt, closed; `cause` holds the original error. */
+  | "store_failed"
+  /** An option is malformed: no trusted key, a non-positive interval. */
+  | "invalid_input";
+
+// Symbol.for, not a module-local Symbol: two copies of this package in one process must still
+// recognise each other's errors.
+const MARKER = Symbol.for("leash.recovery.error");
+
+/** Every error @leash/recovery throws; `code` is stable and meant for programs, `message` for people. */
+export class RecoveryError extends Error {
+  readonly [MARKER] = true;
+  override readonly name = "RecoveryError";
+  readonly code: RecoveryErrorCode;
+
+  constructor(code: RecoveryErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+  }
+
+  static isInstance(error: unknown): error is RecoveryError {
+    return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[MARKER] === true;
+  }
+}

@@ -1,0 +1,18 @@
+// @leash/recovery: what a Leash process runs at every start — verify the chain, reconcile the outbox,
+// expire leaked holds, mark stale sessions, and refuse to serve a tampered store. It serves nothing itself.
+
+export { type ChainScan, keyInForce, scanChain } from "./chain-scan.js";
+export { type CheckpointStore, fileCheckpointStore, parseCheckpoint } from "./checkpoint.js";
+export { RecoveryError, type RecoveryErrorCode } from "./errors.js";
+export { checkOutbox, type OutboxCheck, reenqueueMissing, releaseLeases } from "./outbox-check.js";
+export {
+  type RecoverOptions,
+  type RecoveryProblem,
+  type RecoveryReport,
+  type RecoveryWarning,
+  type RecoveryWarningCode,
+  recover,
+  redactUrl,
+} from "./recover.js";
+export { assertRecovered, formatReport } from "./report.js";
+export { findStaleSessions, lastSeenNs, type MarkStaleInput, markSessionStale } from "./stale.js";

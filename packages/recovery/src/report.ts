@@ -1,0 +1,68 @@
+// Turning a recovery report into a decision (assertRecovered) and into text for people (formatReport).
+// It finds nothing itself: everything here reads the report recover() returned.
+import { RecoveryError } from "./errors.js";
+import type { RecoveryReport } from "./recover.js";
+
+/**
+ * Returns the report when the store may be served, and throws otherwise: a daemon calls this before
+ * it listens, so a tampered or unverifiable store is refused rather than written on top of.
+ * @throws RecoveryError with the first problem's code; the message lists every problem and says how
+ *   to inspect the chain.
+ */
+export function assertRecovered(report: RecoveryReport): RecoveryReport {
+  if (report.ok && report.problems.length === 0) return report;
+  const first = report.problems[0];
+  const code = first?.code ?? "chain_unverifiable";
+  const lines = report.problems.map((p) => `- ${p.code}: ${p.message}`);
+  throw new RecoveryError(
+    code,
+    `refusing to serve: the store failed recovery\n${lines.join("\n")}\ninspect it with: ${report.inspect}`,
+  );
+}
+
+function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+/** A few lines for a log or a terminal: the verdict first, then what was found and what was done. */
+export function formatReport(report: RecoveryReport): string {
+  const out: string[] = [];
+  const { chain, outbox, reservations, sessions } = report;
+  out.push(
+    report.ok
+      ? `recovery OK in ${report.durationMs.toFixed(0)} ms`
+      : `recovery FAILED in ${report.durationMs.toFixed(0)} ms: do not serve from this store`,
+  );
+  if (chain.verified) {
+    const head = chain.head_hash === null ? "empty" : `head ${chain.head_hash}`;
+    out.push(`  chain: ${plural(chain.count, "entry", "entries")} verified, ${head}`);
+  } else if (chain.failure !== null) {
+    const f = chain.failure;
+    out.push(
+      `  chain: FAILED at entry ${f.index} (seq ${f.seq ?? "unknown"}): ${f.kind}: ${f.message} (${plural(chain.count, "entry", "entries")} verified before it)`,
+    );
+  }
+  const cp = chain.checkpoint;
+  if (cp.location !== null) {
+    const before = cp.previous === null ? "none" : `${cp.previous.count} entries`;
+    const after = cp.written === null ? "not written" : `now ${cp.written.count} entries`;
+    out.push(`  checkpoint ${cp.location}: was ${before}, ${after}`);
+  }
+  const c = outbox.counts;
+  const leases = Object.entries(outbox.liveLeases)
+    .map(([holder, n]) => `${holder}: ${n}`)
+    .join(", ");
+  out.push(
+    `  outbox: ${c.PENDING} pending, ${c.DELIVERED} delivered, ${c.DEAD} dead; ` +
+      `${plural(outbox.expiredLeases, "expired lease")}${leases === "" ? "" : `, live leases (${leases})`}`,
+  );
+  out.push(
+    `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} released; ` +
+      `sessions: ${sessions.overdue.length} missed heartbeats, ${sessions.markedStale.length} marked STALE`,
+  );
+  for (const p of report.problems) out.push(`  ERROR ${p.code}: ${p.message}`);
+  for (const w of report.warnings) out.push(`  warning ${w.code}: ${w.message}`);
+  for (const a of report.actions) out.push(`  done: ${a}`);
+  if (!report.ok) out.push(`  inspect with: ${report.inspect}`);
+  return `${out.join("\n")}\n`;
+}
