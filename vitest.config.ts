@@ -19,6 +19,7 @@ const alias = [
 
 export default defineConfig({
   test: {
+    reporters: ["default", "./scripts/plain-summary-reporter.mjs"],
     projects: packageDirs.map((dir) => ({
       resolve: { alias },
       test: {

@@ -5,7 +5,7 @@ import { createHash, verify as nodeVerify } from "node:crypto";
 import { CanonicalizationError, canonicalJson } from "@leash/core";
 import { describe, expect, it } from "vitest";
 import { ArrayChainStore, makeChain, T0 } from "../test/chain-fixture.js";
-import { appendEntry, buildEntry, chainIdOf, keyRotationData } from "./entry.js";
+import { appendEntry, buildEntry, chainIdOf, compactJws, keyRotationData } from "./entry.js";
 import { ChainError } from "./errors.js";
 import { generateKeyPair } from "./keys.js";
 import { jwsOf, ZERO_HASH } from "./verify/format.js";
@@ -225,5 +225,19 @@ describe("chainIdOf", () => {
     const { entries } = makeChain(2, [key.signer]);
     expect(chainIdOf(entries[0]!)).toBe(entries[0]!.entry_id);
     expect((thrown(() => chainIdOf(entries[1]!)) as ChainError).code).toBe("invalid_input");
+  });
+});
+
+describe("compactJws", () => {
+  it("equals the browser-safe jwsOf, including non-ASCII bodies", () => {
+    const { signer } = generateKeyPair();
+    const e = buildEntry({
+      head: null,
+      kind: "decision",
+      data: { note: "héllo 😀 \u2028", n: 1 },
+      signer,
+      nowNs: 1_796_012_406_975_000_000,
+    });
+    expect(compactJws(e)).toBe(jwsOf(e));
   });
 });

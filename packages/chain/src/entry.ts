@@ -116,6 +116,14 @@ export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
   };
 }
 
+/**
+ * The compact JWS (the receipt) of an entry, as `jwsOf` builds it, with Node's native base64url:
+ * several times faster on the hot path of a decision. Browsers use `jwsOf`.
+ */
+export function compactJws(entry: Pick<ChainEntryRecord, "body" | "key_id" | "signature">): string {
+  return `${protectedHeaderB64(entry.key_id)}.${Buffer.from(entry.body, "utf8").toString("base64url")}.${entry.signature}`;
+}
+
 export type AppendEntryInput = Omit<BuildEntryInput, "head">;
 
 /**

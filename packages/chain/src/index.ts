@@ -7,6 +7,7 @@ export {
   type BuildEntryInput,
   buildEntry,
   chainIdOf,
+  compactJws,
   keyRotationData,
 } from "./entry.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";

@@ -2,7 +2,7 @@
 // reserve → commit → verdict). No verdict is returned before its transaction has committed.
 import { randomUUID } from "node:crypto";
 import { available, ensureAccount, expire, type Money, reserve, settle, toMoney } from "@leash/budget-guard";
-import { jwsOf, keyRotationData, type Signer } from "@leash/chain";
+import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
   type Call,
   type Clock,
@@ -236,8 +236,8 @@ export function createEngine(options: EngineOptions): Engine {
         reservation_id,
         rng: rngValue,
         operator_id: null,
-        // What decide() saw, so the verdict can be re-derived from the log alone.
-        config,
+        // What decide() saw, so the verdict can be re-derived from the log alone (the session's
+        // config never changes: it is in its session_registered entry).
         state,
         now_ns: nowNs,
       },
@@ -254,7 +254,7 @@ export function createEngine(options: EngineOptions): Engine {
       params_hash: paramsHash,
       entry_seq: entry.seq,
       entry_hash: entry.entry_hash,
-      receipt: jwsOf(entry),
+      receipt: compactJws(entry),
     };
   }
 
