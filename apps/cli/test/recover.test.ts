@@ -117,6 +117,46 @@ describe.each(STORE_KINDS)("leash recover on %s", (kind) => {
     expect([...fileIds(out)].sort()).toEqual([...ids].sort());
   });
 
+  it("--repair --requeue-dead moves DEAD outbox items back to PENDING, and the relay then ships them", async () => {
+    await fill(2);
+    const ids = await exportedIds();
+    // What a relay leaves after a sink refused every entry for good.
+    await store.exec(
+      "UPDATE leash_outbox SET status = 'DEAD', attempts = 20, claimed_by = 'old-relay', last_error = 'HTTP 401 Unauthorized: bad signature'",
+    );
+    const found = await recoverCmd();
+    expect(found.code).toBe(0);
+    expect(found.stdout).toContain("outbox: 0 pending, 0 delivered, 3 dead");
+    expect(found.stdout).toContain(
+      "warning outbox_dead: 3 outbox item(s) are DEAD and will not be relayed (first seq 0: HTTP 401 Unauthorized: bad signature); once the sink is fixed, requeue them with repair and requeueDead",
+    );
+
+    // Requeueing is a repair; alone the flag is refused before the store is touched.
+    const alone = await recoverCmd("--requeue-dead");
+    expectFailed(alone, 2);
+    expect(alone.stderr).toBe("leash: error: --requeue-dead is a repair: give --repair too\n");
+    expect(alone.stdout).toBe("");
+
+    const requeued = await recoverCmd("--repair", "--requeue-dead");
+    expect(requeued.stderr).toBe("");
+    expect(requeued.code).toBe(0);
+    expect(requeued.stdout).toContain(
+      "done: requeued 3 DEAD outbox items for the relay (attempts reset, last_error kept)",
+    );
+    expect(requeued.stdout).not.toContain("outbox_dead");
+    const after = await recoverCmd();
+    expect(after.stdout).toContain("outbox: 3 pending, 0 delivered, 0 dead");
+
+    const out = join(store.dir, "audit.ndjson");
+    const shipped = await L(["relay", "--sink", `file:${out}`, "--once"]);
+    expect(shipped.stderr).toBe("leash relay: delivered 3, failed 0, dead 0, pending 0\n");
+    expect(shipped.code).toBe(0);
+    expect(fileIds(out)).toEqual(ids);
+    const again = await recoverCmd("--repair", "--requeue-dead");
+    expect(again.code).toBe(0);
+    expect(again.stdout).not.toContain("done:");
+  });
+
   it("--checkpoint is written once the store passes, and then catches a deleted tail", async () => {
     await fill(2);
     const checkpoint = join(store.dir, "checkpoint.json");
@@ -202,7 +242,7 @@ describe("leash recover input", () => {
   it("documents what it checks and the exit statuses in --help", async () => {
     const r = await leash(["recover", "--help"]);
     expect(r.code).toBe(0);
-    for (const text of ["--repair", "--checkpoint", "leash verify", "Exit status"]) {
+    for (const text of ["--repair", "--requeue-dead", "--checkpoint", "leash verify", "Exit status"]) {
       expect(r.stdout).toContain(text);
     }
   });

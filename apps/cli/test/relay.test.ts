@@ -41,6 +41,8 @@ interface Receiver {
   readonly received: { key: string; entries: { entry_id: string; body: string; entry_hash: string }[] }[];
   /** Requests refused for a bad signature. */
   rejected: number;
+  /** The HMAC secret it checks; a test changes it to fix a misconfigured receiver. */
+  secret: string;
   close(): Promise<void>;
 }
 
@@ -50,6 +52,7 @@ async function receiver(secret = SECRET): Promise<Receiver> {
     url: "",
     received: [],
     rejected: 0,
+    secret,
     close: async () => undefined,
   };
   const server = createServer((req, res) => {
@@ -57,7 +60,7 @@ async function receiver(secret = SECRET): Promise<Receiver> {
     req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
       const body = Buffer.concat(chunks);
-      const expected = `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`;
+      const expected = `sha256=${createHmac("sha256", state.secret).update(body).digest("hex")}`;
       if (req.method !== "POST" || req.headers["x-leash-signature"] !== expected) {
         state.rejected++;
         res.writeHead(401).end("bad signature");
@@ -265,6 +268,73 @@ describe.each(STORE_KINDS)("leash relay on %s", (kind) => {
     }
   });
 
+  it("--requeue-dead: entries a 401 made DEAD are delivered once the receiver is fixed, each exactly once", async () => {
+    await fill(["a", "b"], 2);
+    const ids = await exportedIds();
+    const env = { LEASH_WEBHOOK_SECRET: SECRET };
+    const hook = await receiver("another-secret");
+    try {
+      const refused = await L(["relay", "--sink", hook.url, "--once"], env);
+      expect(refused.code).toBe(1);
+      expect(summary(refused.stderr)).toMatchObject({ delivered: 0, dead: ids.length, pending: 0 });
+      expect(hook.rejected).toBe(ids.length);
+
+      // The receiver is fixed, but DEAD stays DEAD until asked: nothing is even sent.
+      hook.secret = SECRET;
+      const still = await L(["relay", "--sink", hook.url, "--once"], env);
+      expect(still.code).toBe(1);
+      expect(summary(still.stderr)).toMatchObject({ delivered: 0, dead: ids.length });
+      expect(hook.received).toEqual([]);
+
+      const requeued = await L(["relay", "--sink", hook.url, "--once", "--requeue-dead"], env);
+      expect(requeued.stdout).toBe("");
+      expect(requeued.stderr).toBe(
+        `leash relay: requeued ${ids.length} dead entries\n` +
+          `leash relay: delivered ${ids.length}, failed 0, dead 0, pending 0\n`,
+      );
+      expect(requeued.code).toBe(0);
+      // Each entry arrived exactly once, in chain order, its body intact; the refused tries were never accepted.
+      expect(hook.received.map((x) => x.key)).toEqual(ids);
+      expect(hook.received.flatMap((x) => x.entries.map((e) => e.entry_id))).toEqual(ids);
+      for (const { entries } of hook.received) {
+        const [entry] = entries;
+        expect(createHash("sha256").update(entry!.body, "utf8").digest("hex")).toBe(entry!.entry_hash);
+      }
+      expect(hook.rejected).toBe(ids.length);
+
+      // Nothing is DEAD any more: asking again requeues and delivers nothing.
+      const again = await L(["relay", "--sink", hook.url, "--once", "--requeue-dead"], env);
+      expect(again.stderr).toBe(
+        "leash relay: requeued 0 dead entries\nleash relay: delivered 0, failed 0, dead 0, pending 0\n",
+      );
+      expect(again.code).toBe(0);
+      expect(hook.received).toHaveLength(ids.length);
+    } finally {
+      await hook.close();
+    }
+  });
+
+  it("--requeue-dead with the sink still broken: the entries die again, exit 1, still requeueable", async () => {
+    await fill(["bot"], 1);
+    const env = { LEASH_WEBHOOK_SECRET: SECRET };
+    const hook = await receiver("another-secret");
+    try {
+      expect((await L(["relay", "--sink", hook.url, "--once"], env)).code).toBe(1);
+      const retried = await L(["relay", "--sink", hook.url, "--once", "--requeue-dead"], env);
+      expect(retried.code).toBe(1);
+      const [requeuedLine, summaryLine] = retried.stderr.split(/(?<=\n)/);
+      expect(requeuedLine).toBe("leash relay: requeued 2 dead entries\n");
+      const s = summary(summaryLine!);
+      expect(s).toMatchObject({ delivered: 0, dead: 2, pending: 0 });
+      // The newest refusal replaced the requeue stamp as the reason.
+      expect(s.why).toBe("seq 0 is dead: HTTP 401 Unauthorized: bad signature");
+      expect(hook.rejected).toBe(4);
+      expect(hook.received).toEqual([]);
+    } finally {
+      await hook.close();
+    }
+  });
+
   it("an unreachable webhook leaves every entry pending (exit 0), delivered once it is back", async () => {
     await fill(["a", "b"], 2);
     const ids = await exportedIds();
@@ -404,6 +474,7 @@ describe("leash relay input", () => {
       "X-Leash-Signature",
       "SIGTERM",
       "delivered N, failed M",
+      "--requeue-dead",
       "Exit status",
     ]) {
       expect(r.stdout).toContain(text);

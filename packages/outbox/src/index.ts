@@ -1,4 +1,4 @@
-// @leash/outbox: the transactional outbox protocol as typed helpers — enqueue with the entry, claim, settle.
+// @leash/outbox: the transactional outbox protocol as typed helpers: enqueue, claim, settle, requeue DEAD.
 // It delivers nothing (that is @leash/relay) and stores nothing (the substrates implement OutboxStore).
 
 export { OutboxError, type OutboxErrorCode } from "./errors.js";
@@ -13,6 +13,8 @@ export {
   failItem,
   type OutboxStats,
   outboxStats,
+  type RequeueDeadOptions,
+  requeueDead,
   type Settlement,
   settleBatch,
   systemClock,

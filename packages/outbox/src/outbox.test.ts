@@ -11,6 +11,7 @@ import {
   enqueueEntry,
   failItem,
   outboxStats,
+  requeueDead,
   settleBatch,
   systemClock,
 } from "./outbox.js";
@@ -220,6 +221,44 @@ describe.each(KINDS)("outbox on %s", (kind) => {
     ]);
   });
 
+  it("requeueDead brings DEAD items back, by seq or all, and a relay then delivers them in session order", async () => {
+    const { substrate } = await store(kind);
+    await appendEntries(substrate, ["a", "a", "b", "c", "a"]);
+    const clock = manualClock();
+    await claimBatch(substrate, { relayId: "r1", limit: 5, leaseMs: LEASE_MS, clock });
+    await settleBatch(substrate, "r1", {
+      delivered: [3],
+      retry: [],
+      dead: [
+        { seq: 0, error: "HTTP 401 Unauthorized: bad signature" },
+        { seq: 1, error: "HTTP 401 Unauthorized: bad signature" },
+        { seq: 2, error: "HTTP 400" },
+        { seq: 4, error: "HTTP 401 Unauthorized: bad signature" },
+      ],
+    });
+    clock.advanceMs(1);
+    // By seq: only DEAD ones move (3 is DELIVERED), each once.
+    expect(await requeueDead(substrate, { seqs: [2, 3, 2], clock })).toBe(1);
+    const [two] = await substrate.transaction((tx) => tx.outbox.list({ status: "PENDING" }));
+    expect(two).toMatchObject({
+      seq: 2,
+      attempts: 0,
+      claimed_by: null,
+      lease_until_ns: null,
+      last_error: `requeued at ${clock.nowNs()}: HTTP 400`,
+    });
+    expect(await requeueDead(substrate, { all: true, clock })).toBe(3);
+    expect(await requeueDead(substrate, { all: true, clock })).toBe(0);
+    expect(await countsOf(substrate)).toEqual({ PENDING: 4, DELIVERED: 1, DEAD: 0 });
+
+    // Requeued items are claimed like new ones, lowest first, and a fresh attempt count.
+    const batch = await claimBatch(substrate, { relayId: "r2", limit: 10, leaseMs: LEASE_MS, clock });
+    expect(seqs(batch.items)).toEqual([0, 1, 2, 4]);
+    expect(batch.items.map((i) => i.attempts)).toEqual([1, 1, 1, 1]);
+    expect(await ackBatch(substrate, "r2", seqs(batch.items))).toBe(4);
+    expect(await countsOf(substrate)).toEqual({ PENDING: 0, DELIVERED: 5, DEAD: 0 });
+  });
+
   it("outboxStats counts outcomes and measures the oldest pending item's age", async () => {
     const { substrate } = await store(kind);
     const clock = manualClock();
@@ -257,6 +296,37 @@ describe("outbox arguments", () => {
       ),
     );
     expect(codes).toEqual(["invalid_input", "invalid_input", "invalid_input"]);
+  });
+
+  it("requeueDead needs exactly one of all: true and seqs, and seqs that are seqs", async () => {
+    const { substrate } = await store("memory");
+    await appendEntries(substrate, ["a"]);
+    const clock = manualClock();
+    await claimBatch(substrate, { relayId: "r", limit: 1, leaseMs: 100, clock });
+    await failItem(substrate, "r", 0, { error: "HTTP 401", dead: true });
+    const codes = await Promise.all(
+      [
+        requeueDead(substrate, {}),
+        requeueDead(substrate, { all: false }),
+        requeueDead(substrate, { all: true, seqs: [0] }),
+        requeueDead(substrate, { seqs: [-1] }),
+        requeueDead(substrate, { seqs: [0.5] }),
+        requeueDead(substrate, { seqs: "0" as unknown as number[] }),
+      ].map((p) =>
+        p.then(
+          () => "resolved",
+          (e: unknown) => (OutboxError.isInstance(e) ? e.code : String(e)),
+        ),
+      ),
+    );
+    expect(codes).toEqual(Array(6).fill("invalid_input"));
+    expect(await countsOf(substrate)).toEqual({ PENDING: 0, DELIVERED: 0, DEAD: 1 });
+    expect(await requeueDead(substrate, { seqs: [] })).toBe(0);
+    // Without a clock the system clock stamps it.
+    expect(await requeueDead(substrate, { seqs: [0] })).toBe(1);
+    const [item] = await substrate.transaction((tx) => tx.outbox.list({}));
+    const stamped = BigInt(/^requeued at (\d+): HTTP 401$/.exec(item!.last_error ?? "")![1]!);
+    expect(Math.abs(Number(stamped / 1_000_000n) - Date.now())).toBeLessThan(1000);
   });
 
   it("systemClock gives integral epoch nanoseconds that never go backwards", () => {

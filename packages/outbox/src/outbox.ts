@@ -240,6 +240,49 @@ export function settleBatch(
   });
 }
 
+export interface RequeueDeadOptions {
+  /** Requeue these seqs, those of them that are DEAD (others are left alone). Give this or `all`. */
+  seqs?: readonly number[];
+  /** Requeue every DEAD item. Give this or `seqs`. */
+  all?: boolean;
+  /** Stamps the requeue into each item's last_error (default systemClock). */
+  clock?: Clock;
+}
+
+/**
+ * Moves DEAD items back to PENDING in one transaction, for an operator who fixed what made them fail
+ * (a webhook's secret, say): attempts start again from 0, no relay holds them, and last_error keeps
+ * why they died behind `requeued at <ns>: `. PENDING and DELIVERED items are never touched, so asking
+ * twice, or for a seq that is not DEAD, moves nothing more. Returns how many moved.
+ * A requeued entry reaches the sink after whatever later entries of its session were delivered while
+ * it was DEAD; from then on its session's younger PENDING items wait behind it again (claimBatch).
+ * @throws OutboxError "invalid_input" (and changes nothing) unless exactly one of `all: true` and
+ *   `seqs` is given, and every seq is a non-negative integer.
+ */
+export async function requeueDead(substrate: Substrate, options: RequeueDeadOptions): Promise<number> {
+  const all = options?.all === true;
+  const given = options?.seqs;
+  if (all === (given !== undefined)) {
+    throw new OutboxError("invalid_input", "requeueDead needs exactly one of all: true and seqs");
+  }
+  let seqs: number[] | undefined;
+  if (given !== undefined) {
+    if (!Array.isArray(given)) throw new OutboxError("invalid_input", "seqs must be an array of seqs");
+    for (const seq of given) {
+      if (!Number.isSafeInteger(seq) || seq < 0) {
+        throw new OutboxError("invalid_input", `seqs must be non-negative integers, got ${String(seq)}`);
+      }
+    }
+    // Nothing to move: no transaction (and, on SQLite, no write lock) for it.
+    if (given.length === 0) return 0;
+    seqs = [...given];
+  }
+  const nowNs = (options.clock ?? systemClock).nowNs();
+  return substrate.transaction((tx) =>
+    tx.outbox.requeue(seqs === undefined ? { all: true, nowNs } : { seqs, nowNs }),
+  );
+}
+
 export interface OutboxStats {
   counts: Record<OutboxStatus, number>;
   /** The oldest PENDING item (lowest seq), or null when nothing waits. */

@@ -10,6 +10,7 @@ import {
 } from "@leash/chain";
 import type { Clock, OutboxStatus, Substrate } from "@leash/core";
 import { createEngine, systemClock } from "@leash/engine";
+import { requeueDead } from "@leash/outbox";
 import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
@@ -33,7 +34,11 @@ export interface RecoverOptions {
   staleAfterMissed?: number;
   /** Re-enqueue chain entries the outbox lacks (and, with requeueDead, revive DEAD items). Default false: report only. */
   repair?: boolean;
-  /** With repair: move DEAD outbox items back to PENDING. */
+  /**
+   * With repair: move the DEAD outbox items back to PENDING (attempts reset, last_error kept behind a
+   * "requeued at" prefix) so the relay delivers them again. For after the sink that refused them was
+   * fixed: an unfixed sink only kills them again. Without repair it changes nothing.
+   */
   requeueDead?: boolean;
   /**
    * The relay id this process's relay used before the restart: its leases are freed at once instead
@@ -60,7 +65,6 @@ export type RecoveryWarningCode =
   | "checkpoint_missing"
   | "outbox_missing"
   | "outbox_dead"
-  | "requeue_unsupported"
   | "reservations_overdue"
   | "sessions_overdue";
 
@@ -111,8 +115,9 @@ export interface RecoveryReport {
     liveLeases: Record<string, number>;
     /** Leases of `leaseOwner` freed by this run. */
     releasedLeases: number;
+    /** DEAD items when recovery looked (before any requeue). */
     dead: { seq: number; entry_id: string; attempts: number; last_error: string | null }[];
-    /** DEAD items moved back to PENDING by this run. */
+    /** Of them, moved back to PENDING by this run (repair with requeueDead). */
     requeued: number;
   };
   reservations: {
@@ -172,6 +177,7 @@ function inspectHint(options: RecoverOptions): string {
  *    or rewritten history fails as "truncated"; a torn write as "edited" or "removed");
  * 2. reconciles the outbox with the chain: items without their entry are an error; entries without an
  *    item are re-enqueued with `repair` (the entries themselves are never touched);
+ *    with `repair` and `requeueDead`, DEAD items go back to PENDING for the relay;
  * 3. frees `leaseOwner`'s leases and counts the rest (expired leases are reclaimable by design);
  * 4. with a signer: releases budget holds past their TTL through the engine (one "reservation_expired"
  *    entry each) and marks sessions STALE after missed heartbeats (one "session_stale" entry each);
@@ -338,16 +344,24 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     }
     if (outbox.dead.length > 0) {
       if (writable && repair && options.requeueDead === true) {
-        // The OutboxStore port (core/src/ports/audit.ts) can only move a *leased* item, and only its
-        // holder can; a DEAD item is out of every lease. Reviving it needs a port method.
-        report.warnings.push({
-          code: "requeue_unsupported",
-          message: `requeueDead asked for, but the OutboxStore port has no way to move DEAD items back to PENDING; ${outbox.dead.length} stay DEAD`,
+        stage = "requeueing DEAD outbox items";
+        // Only the items this run saw DEAD (and lists in outbox.dead); fewer move when another process
+        // requeued some of them meanwhile, which leaves nothing DEAD to warn about either.
+        report.outbox.requeued = await requeueDead(substrate, {
+          seqs: outbox.dead.map((item) => item.seq),
+          clock,
         });
+        report.actions.push(
+          `requeued ${report.outbox.requeued} DEAD outbox items for the relay (attempts reset, last_error kept)`,
+        );
       } else {
+        const first = outbox.dead[0]!;
+        const hint = writable
+          ? `; once the sink is fixed, requeue them with repair and requeueDead${options.requeueDead === true ? " (requeueDead needs repair)" : ""}`
+          : "";
         report.warnings.push({
           code: "outbox_dead",
-          message: `${outbox.dead.length} outbox item(s) are DEAD and will not be relayed (first seq ${outbox.dead[0]!.seq}: ${outbox.dead[0]!.last_error ?? "no error recorded"})`,
+          message: `${outbox.dead.length} outbox item(s) are DEAD and will not be relayed (first seq ${first.seq}: ${first.last_error ?? "no error recorded"})${hint}`,
         });
       }
     }

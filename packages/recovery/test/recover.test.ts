@@ -1,11 +1,11 @@
 // recover() on real substrates: a clean start, tampering and torn writes (fail closed), a deleted tail
-// caught by the checkpoint, outbox repair, lease release, reservation expiry and stale sessions.
+// caught by the checkpoint, outbox repair and requeue, lease release, reservation expiry and stale sessions.
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { appendEntry, generateKeyPair, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { createEngine } from "@leash/engine";
-import { claimBatch, failItem } from "@leash/outbox";
+import { ackBatch, claimBatch, failItem } from "@leash/outbox";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   assertRecovered,
@@ -262,18 +262,86 @@ describe.each(KINDS)("recover on %s", (kind) => {
     );
   });
 
-  it("reports DEAD items, and says requeueDead cannot be done through the outbox port", async () => {
+  it("reports DEAD items; with repair and requeueDead moves them back to PENDING for the relay", async () => {
+    const { store: s, clock } = await seeded(kind, 1);
+    const count = (await readChain(s.substrate)).length;
+    const all = Array.from({ length: count }, (_, i) => i);
+    // Every entry refused for good, as a webhook with a wrong secret does (401).
+    await s.substrate.transaction(async (tx) => {
+      await tx.outbox.claim({ relayId: "r", limit: count, nowNs: clock.nowNs(), leaseNs: 60e9 });
+      for (const seq of all) await tx.outbox.fail("r", seq, "HTTP 401 Unauthorized: bad signature", true);
+    });
+    const deadItems = () => s.substrate.transaction((tx) => tx.outbox.list({ status: "DEAD" }));
+
+    const plain = await recover(s.substrate, options(s, { clock }));
+    expect(plain.ok).toBe(true);
+    expect(plain.outbox.dead.map((d) => d.seq)).toEqual(all);
+    expect(plain.outbox.dead[0]).toMatchObject({
+      attempts: 1,
+      last_error: "HTTP 401 Unauthorized: bad signature",
+    });
+    expect(plain.outbox.requeued).toBe(0);
+    const warning = plain.warnings.find((w) => w.code === "outbox_dead");
+    expect(warning?.message).toContain(`${count} outbox item(s) are DEAD`);
+    expect(warning?.message).toContain("requeue them with repair and requeueDead");
+    // requeueDead alone is not repair: nothing moves, and the warning says what is missing.
+    const alone = await recover(s.substrate, options(s, { clock, requeueDead: true }));
+    expect(alone.outbox.requeued).toBe(0);
+    expect(alone.warnings.find((w) => w.code === "outbox_dead")?.message).toContain(
+      "requeueDead needs repair",
+    );
+    // Nor does repair alone.
+    expect((await recover(s.substrate, options(s, { clock, repair: true }))).outbox.requeued).toBe(0);
+    expect(await deadItems()).toHaveLength(count);
+
+    clock.advanceMs(5);
+    const asked = await recover(s.substrate, options(s, { clock, repair: true, requeueDead: true }));
+    expect(asked.ok).toBe(true);
+    expect(asked.outbox.dead.map((d) => d.seq)).toEqual(all);
+    expect(asked.outbox.requeued).toBe(count);
+    expect(asked.warnings.map((w) => w.code)).not.toContain("outbox_dead");
+    expect(asked.actions).toContain(
+      `requeued ${count} DEAD outbox items for the relay (attempts reset, last_error kept)`,
+    );
+    expect(formatReport(asked)).toContain(`done: requeued ${count} DEAD outbox items`);
+    const items = await s.substrate.transaction((tx) => tx.outbox.list({}));
+    for (const item of items) {
+      expect(item).toMatchObject({
+        status: "PENDING",
+        attempts: 0,
+        claimed_by: null,
+        lease_until_ns: null,
+        last_error: `requeued at ${BigInt(clock.nowNs())}: HTTP 401 Unauthorized: bad signature`,
+      });
+    }
+
+    // Nothing is DEAD any more; a relay takes them all, in order, and delivers each once.
+    const again = await recover(s.substrate, options(s, { clock, repair: true, requeueDead: true }));
+    expect([again.outbox.dead, again.outbox.requeued, again.actions]).toEqual([[], 0, []]);
+    const batch = await claimBatch(s.substrate, { relayId: "r2", limit: 1000, leaseMs: 60_000, clock });
+    expect(batch.items.map((i) => i.seq)).toEqual(all);
+    expect(await ackBatch(s.substrate, "r2", all)).toBe(count);
+    expect(await s.substrate.transaction((tx) => tx.outbox.counts())).toEqual({
+      PENDING: 0,
+      DELIVERED: count,
+      DEAD: 0,
+    });
+  });
+
+  it("requeues nothing when the store fails recovery, even with repair and requeueDead", async () => {
     const { store: s, clock } = await seeded(kind, 1);
     await claimBatch(s.substrate, { relayId: "r", limit: 1, leaseMs: 60_000, clock });
     await failItem(s.substrate, "r", 0, { error: "HTTP 422", dead: true });
-    const plain = await recover(s.substrate, options(s, { clock }));
-    expect(plain.ok).toBe(true);
-    expect(plain.outbox.dead).toEqual([expect.objectContaining({ seq: 0, last_error: "HTTP 422" })]);
-    expect(plain.warnings.map((w) => w.code)).toContain("outbox_dead");
-    const asked = await recover(s.substrate, options(s, { clock, repair: true, requeueDead: true }));
-    expect(asked.ok).toBe(true);
-    expect(asked.outbox.requeued).toBe(0);
-    expect(asked.warnings.map((w) => w.code)).toContain("requeue_unsupported");
+    const stranger = generateKeyPair();
+    const refused = await recover(
+      s.substrate,
+      options(s, { clock, signer: stranger.signer, repair: true, requeueDead: true }),
+    );
+    expect(refused.ok).toBe(false);
+    expect(refused.outbox.requeued).toBe(0);
+    expect(refused.warnings.map((w) => w.code)).toContain("outbox_dead");
+    const [dead] = await s.substrate.transaction((tx) => tx.outbox.list({ status: "DEAD" }));
+    expect(dead).toMatchObject({ seq: 0, last_error: "HTTP 422" });
   });
 
   it("refuses a signer that is not the key in force, and follows a key rotation", async () => {

@@ -420,6 +420,29 @@ class MemoryTransaction {
             : { ...item, claimed_by: null, lease_until_ns: null, last_error: error },
         );
       },
+      requeue: async (options) => {
+        this.#live();
+        const { seqs, nowNs } = requeueSelection(options);
+        const prefix = `requeued at ${BigInt(nowNs).toString()}: `;
+        const dead =
+          seqs === "all"
+            ? [...table.values()].filter((i) => i.status === "DEAD")
+            : [...new Set(seqs)].flatMap((seq) => {
+                const item = table.get(outboxKey(seq));
+                return item?.status === "DEAD" ? [item] : [];
+              });
+        for (const item of dead) {
+          table.set(outboxKey(item.seq), {
+            ...item,
+            status: "PENDING",
+            attempts: 0,
+            claimed_by: null,
+            lease_until_ns: null,
+            last_error: `${prefix}${item.last_error ?? NO_ERROR_RECORDED}`,
+          });
+        }
+        return dead.length;
+      },
       list: async (filter) => {
         this.#live();
         const rows = [...table.values()]
@@ -452,6 +475,25 @@ function oldestFirst(a: Reservation, b: Reservation): number {
     a.created_ns - b.created_ns ||
     (a.reservation_id < b.reservation_id ? -1 : a.reservation_id > b.reservation_id ? 1 : 0)
   );
+}
+
+/** Stands in for a requeued item's reason when it died without one (the port's wording). */
+const NO_ERROR_RECORDED = "no error recorded";
+
+/** The port's selector rule, checked before anything changes: exactly one of `all: true` and `seqs`. */
+function requeueSelection(options: { seqs?: number[]; all?: boolean; nowNs: number }): {
+  seqs: readonly number[] | "all";
+  nowNs: number;
+} {
+  const all = options?.all === true;
+  const hasSeqs = options?.seqs !== undefined;
+  if (all === hasSeqs) throw new TypeError("requeue needs exactly one of all: true and seqs");
+  if (hasSeqs && !Array.isArray(options.seqs)) throw new TypeError("requeue seqs must be an array");
+  // nowNs goes into last_error as its exact digits, which only an integer has.
+  if (typeof options.nowNs !== "number" || !Number.isInteger(options.nowNs)) {
+    throw new RangeError(`nowNs must be an integer, got ${String(options.nowNs)}`);
+  }
+  return { seqs: all ? "all" : (options.seqs as number[]), nowNs: options.nowNs };
 }
 
 function bySeq(a: OutboxItem, b: OutboxItem): number {

@@ -93,6 +93,21 @@ export class PostgresOutboxStore implements OutboxStore {
     ]);
   }
 
+  async requeue(options: { seqs?: number[]; all?: boolean; nowNs: number }): Promise<number> {
+    const all = options?.all === true;
+    if (all === (options?.seqs !== undefined)) {
+      throw new TypeError("requeue needs exactly one of all: true and seqs");
+    }
+    if (!all && !Array.isArray(options.seqs)) throw new TypeError("requeue seqs must be an array");
+    // encodeInt spells the exact integer (BigInt digits above 2^53), as the port asks.
+    const prefix = `requeued at ${encodeInt(options.nowNs, "nowNs")}: `;
+    if (all) return (await this.tx.query(this.sql.requeueAll, [prefix])).rowCount ?? 0;
+    const seqs = (options.seqs as number[]).map((seq) => encodeInt(seq, "seq"));
+    if (seqs.length === 0) return 0;
+    // ANY over an array matches each row once, so a repeated seq is counted once.
+    return (await this.tx.query(this.sql.requeueSeqs, [prefix, seqs])).rowCount ?? 0;
+  }
+
   async list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]> {
     const limit = encodeLimit(filter.limit === undefined ? undefined : Math.max(0, filter.limit));
     const { rows } =

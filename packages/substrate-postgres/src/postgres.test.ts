@@ -984,7 +984,7 @@ describe("options", () => {
     expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
       "postgres",
       { multiProcess: true, durable: true },
-      "leash-substrate-v2",
+      "leash-substrate-v3",
     ]);
   });
 });

@@ -46,6 +46,9 @@ const CHAIN_COLUMNS =
   "seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns";
 const OUTBOX_COLUMNS =
   "seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns, last_error, created_ns";
+/** A DEAD item made PENDING again (OutboxStore.requeue): free, attempts afresh, its reason kept behind $1. */
+const REQUEUED = `status = 'PENDING', attempts = 0, claimed_by = NULL, lease_until_ns = NULL,
+last_error = $1 || coalesce(last_error, 'no error recorded')`;
 const HITL_COLUMNS =
   "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns";
 
@@ -256,6 +259,15 @@ WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
         "outbox.fail(dead)",
         `UPDATE ${t.outbox} SET status = 'DEAD', lease_until_ns = NULL, last_error = $3
 WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
+      ),
+      // $1 is the "requeued at <nowNs>: " prefix, built by the store so every substrate prints it alike.
+      requeueAll: statement(
+        "outbox.requeue(all)",
+        `UPDATE ${t.outbox} SET ${REQUEUED} WHERE status = 'DEAD'`,
+      ),
+      requeueSeqs: statement(
+        "outbox.requeue(seqs)",
+        `UPDATE ${t.outbox} SET ${REQUEUED} WHERE seq = ANY($2::bigint[]) AND status = 'DEAD'`,
       ),
       list: statement("outbox.list", `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} ORDER BY seq LIMIT $1`),
       listByStatus: statement(

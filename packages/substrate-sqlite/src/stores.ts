@@ -483,6 +483,30 @@ class Outbox implements OutboxStore {
     );
   }
 
+  async requeue(options: { seqs?: number[]; all?: boolean; nowNs: number }): Promise<number> {
+    const all = options?.all === true;
+    if (all === (options?.seqs !== undefined)) {
+      throw new TypeError("requeue needs exactly one of all: true and seqs");
+    }
+    if (!all && !Array.isArray(options.seqs)) throw new TypeError("requeue seqs must be an array");
+    // Built here, bound as text: a bound JS number is a REAL to SQLite, which prints 5 as 5.0 and 2^60
+    // as 1.152921504606847e+18.
+    const prefix = `requeued at ${BigInt(checkedInteger("nowNs", options.nowNs)).toString()}: `;
+    const distinct = all
+      ? []
+      : [...new Set((options.seqs as number[]).map((seq) => checkedInteger("seq", seq)))];
+    const moved = `status = 'PENDING', attempts = 0, claimed_by = NULL, lease_until_ns = NULL,
+           last_error = ? || coalesce(last_error, '${NO_ERROR_RECORDED}')`;
+    return this.tx.exec("outbox.requeue", (st) => {
+      if (all) return st(`UPDATE leash_outbox SET ${moved} WHERE status = 'DEAD'`).run(prefix).changes;
+      // One cached single-row UPDATE per seq, as in ack.
+      const update = st(`UPDATE leash_outbox SET ${moved} WHERE seq = ? AND status = 'DEAD'`);
+      let requeued = 0;
+      for (const seq of distinct) requeued += update.run(prefix, seq).changes;
+      return requeued;
+    });
+  }
+
   async list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]> {
     const max = limitOf(filter.limit);
     const rows = this.tx.exec("outbox.list", (st) =>
@@ -502,6 +526,9 @@ class Outbox implements OutboxStore {
     return counts;
   }
 }
+
+/** Stands in for a requeued item's reason when it died without one (the OutboxStore port's wording). */
+const NO_ERROR_RECORDED = "no error recorded";
 
 /** SELECT with an equality per defined filter; at most four SQL texts per table, so the cache stays small. */
 function filtered(

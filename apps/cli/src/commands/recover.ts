@@ -22,6 +22,7 @@ export interface RecoverCommandOptions extends StoreOptions, KeyOptions {
   readonly pubkey?: string[];
   readonly checkpoint?: string;
   readonly repair?: boolean;
+  readonly requeueDead?: boolean;
 }
 
 /** Problems that are the caller's input (a wrong key, a checkpoint file that is not one), not the store's state. */
@@ -81,6 +82,10 @@ function verdict(report: RecoveryReport, repair: boolean): CliError | undefined 
 }
 
 export async function runRecover(options: RecoverCommandOptions, io: Io): Promise<number> {
+  // Recovery only requeues as part of a repair; silently doing nothing would look like success.
+  if (options.requeueDead === true && options.repair !== true) {
+    throw new CliError("--requeue-dead is a repair: give --repair too", EXIT_BAD_INPUT);
+  }
   const { target } = await loadSettings(options, io);
   const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
   const signer = optionalSigner(options, io);
@@ -92,6 +97,7 @@ export async function runRecover(options: RecoverCommandOptions, io: Io): Promis
       report = await recover(substrate, {
         publicKeys,
         repair: options.repair === true,
+        requeueDead: options.requeueDead === true,
         storeUrl: target.url,
         ...(signer === undefined ? {} : { signer }),
         ...(checkpoint === undefined ? {} : { checkpointStore: checkpoint }),
@@ -125,7 +131,11 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
           "--checkpoint <file>",
           'a {"count","head_hash"} checkpoint: verified against, then replaced once the store passes',
         )
-        .option("--repair", "queue chain entries the outbox lacks again, so the relay ships them"),
+        .option("--repair", "queue chain entries the outbox lacks again, so the relay ships them")
+        .option(
+          "--requeue-dead",
+          "with --repair: move DEAD outbox items back to PENDING, attempts reset (once their sink is fixed)",
+        ),
     ),
   )
     .addHelpText(
@@ -134,9 +144,11 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
 In order: verifies the whole audit chain against the trusted keys (and the checkpoint, so a deleted
 tail is caught); checks that every outbox item names a chain entry and every entry has an item (with
 --repair, missing items are queued again; entries are never touched); counts relay leases and DEAD
-items; with a signing key (--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force)
-releases budget holds past their TTL and marks sessions STALE after 3 missed 30 s heartbeats, each with
-a signed chain entry, and without one only counts them; and, when all is well, writes the checkpoint.
+items (with --repair --requeue-dead, moves the DEAD ones back to PENDING for the relay, attempts reset
+and their last error kept: for once the sink that refused them is fixed); with a signing key
+(--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) releases budget holds past
+their TTL and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
+without one only counts them; and, when all is well, writes the checkpoint.
 Nothing is written to a store whose chain fails. Keep the checkpoint where the store's writers cannot
 reach it. The store must exist and be migrated: recover creates nothing.
 

@@ -1,7 +1,7 @@
 // `leash relay`: ships the store's audit chain from the outbox to a sink (file, webhook, PostgreSQL, stdout).
 // The delivery loop, retries and ordering are @leash/relay's; this opens store and sink, runs, and reports.
 import type { Substrate } from "@leash/core";
-import { OutboxError, outboxStats } from "@leash/outbox";
+import { OutboxError, outboxStats, requeueDead } from "@leash/outbox";
 import { createRelay, type Relay, RelayError, type Sink } from "@leash/relay";
 import { type Command, Option } from "commander";
 import { nonEmpty, positiveInteger } from "../args.js";
@@ -18,6 +18,8 @@ export interface RelayCommandOptions extends StoreOptions {
   readonly maxAttempts: number;
   readonly relayId?: string;
   readonly webhookSecretEnv?: string;
+  /** Move every DEAD entry back to PENDING before delivering (after the sink that refused them was fixed). */
+  readonly requeueDead?: boolean;
   /** How often the running relay reads its stats (progress on a terminal, failures everywhere). */
   readonly progressMs: number;
 }
@@ -175,6 +177,11 @@ export async function runRelay(options: RelayCommandOptions, io: Io): Promise<nu
       throw err;
     }
     try {
+      // After the relay is built, so bad flags have been refused; before it runs, so this run ships them.
+      if (options.requeueDead) {
+        const n = await requeueDead(substrate, { all: true });
+        io.stderr(`leash relay: requeued ${n} dead ${n === 1 ? "entry" : "entries"}\n`);
+      }
       if (options.once) await relay.drain();
       else await runUntilStopped(relay, io, options.progressMs);
       const summary = await summarize(relay, substrate);
@@ -221,6 +228,10 @@ export function registerRelay(program: Command, io: Io, setExit: (code: number) 
         nonEmpty,
       )
       .option(
+        "--requeue-dead",
+        "first move every DEAD entry back to PENDING, attempts reset (once the sink that refused them is fixed)",
+      )
+      .option(
         "--webhook-secret-env <name>",
         `the environment variable holding the webhook's HMAC secret (default: ${WEBHOOK_SECRET_ENV})`,
         nonEmpty,
@@ -250,12 +261,16 @@ start failing and one when they recover. Failing entries stay PENDING and are re
 Several relays may share a store: each batch is leased to one of them, and order per session is kept.
 The relay only reads the chain and the outbox: it needs no signing key and migrates nothing.
 
-Output: one line on stderr at exit,
+A DEAD entry is never retried on its own. Once the cause is fixed (a webhook secret, say), run with
+--requeue-dead: every DEAD entry goes back to PENDING with its attempts reset, its last error kept
+(prefixed "requeued at <ns>:"), and "leash relay: requeued K dead entries" is printed on stderr first.
+
+Output: one line on stderr at exit (after the requeued line, with --requeue-dead),
   leash relay: delivered N, failed M, dead D, pending P
 with N and M counted by this run, D and P the whole outbox's DEAD and PENDING entries at exit;
 then "; last error: …" when this run failed to deliver, else "; seq S is dead: …" when an entry is DEAD.
-Exit status: 0 nothing in the outbox is DEAD, 1 some entry is DEAD (never to be retried) or a store
-error, 2 bad flags, sink, secret or store URL.`,
+Exit status: 0 nothing in the outbox is DEAD, 1 some entry is DEAD (retried only after --requeue-dead)
+or a store error, 2 bad flags, sink, secret or store URL.`,
     )
     .action(async (options: RelayCommandOptions) => {
       setExit(await runRelay(options, io));

@@ -74,6 +74,24 @@ export interface OutboxStore {
   ack(relayId: string, seqs: number[]): Promise<number>;
   /** Returns a leased item to PENDING (or DEAD with the reason), only where `relayId` holds it. */
   fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void>;
+  /**
+   * Moves DEAD items back to PENDING, for an operator who fixed what made them fail (a sink's secret,
+   * say): with `all: true` every DEAD item, with `seqs` those of the given seqs that are DEAD. It is
+   * the dead letter's only way back, and an operator's call: no relay makes it on its own.
+   * - MUST change DEAD items only: PENDING (leased or not) and DELIVERED items, and seqs that are not
+   *   queued, stay exactly as they are.
+   * - Each moved item MUST become PENDING with `attempts` 0 (a relay's give-up count starts afresh),
+   *   `claimed_by` and `lease_until_ns` null (free to claim at once), and `last_error` prefixed, not
+   *   cleared: `requeued at <nowNs>: <last_error>`, nowNs as the exact integer it holds
+   *   (`BigInt(nowNs).toString()`: what an integer column stores, never rounded digits or an
+   *   exponent), `no error recorded` standing for a null reason. Why it died so stays visible
+   *   while it waits, and after delivery (ack keeps last_error), until a newer failure replaces it.
+   *   `seq`, `entry_id`, `session_id` and `created_ns` MUST NOT change.
+   * - MUST reject with a TypeError, changing nothing, unless exactly one of `all: true` and `seqs` is
+   *   given. An empty `seqs` moves nothing.
+   * Returns how many items moved.
+   */
+  requeue(options: { seqs?: number[]; all?: boolean; nowNs: number }): Promise<number>;
   list(filter: { status?: OutboxStatus; limit?: number }): Promise<OutboxItem[]>;
   counts(): Promise<Record<OutboxStatus, number>>;
 }

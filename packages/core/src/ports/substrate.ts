@@ -4,7 +4,7 @@ import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainStore, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v2" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v3" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (DESIGN.md §6). */
 export type DecimalString = string;
