@@ -13,6 +13,8 @@ export default class PlainSummaryReporter {
         else skipped++;
       }
     }
-    process.stdout.write(`\nvitest: ${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}\n`);
+    process.stdout.write(
+      `\nvitest: ${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}\n`,
+    );
   }
 }
