@@ -1,8 +1,9 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
-import { appendEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
+import { appendEntry, chainIdOf, type Json, parseEntryBody, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
+import { LeashError } from "./errors.js";
 
 /**
  * JSON that canonical JSON accepts: integers beyond 2^53 (epoch nanoseconds) become exact decimal
@@ -27,8 +28,31 @@ export function auditJson(value: unknown): Json {
 export class Auditor {
   /** The chain's id, cached once read from a committed genesis entry. */
   #chainId: string | null = null;
+  /** The head this engine last appended: while it is still the head, the key in force is known. */
+  #lastAppended: string | null = null;
 
   constructor(public signer: Signer) {}
+
+  /**
+   * Refuses to sign when another writer has moved the chain to a different key (a rotation by
+   * another process): such entries would only ever verify as `unknown_key`. Checked only when the
+   * head is not this engine's own last entry, so a lone writer pays one head read per entry.
+   */
+  async #assertKeyInForce(tx: SubstrateTx): Promise<void> {
+    const head = await tx.chain.head();
+    if (head === null || head.entry_hash === this.#lastAppended) return;
+    const [entry] = await tx.chain.range(head.seq, 1);
+    if (entry === undefined) return;
+    const body = parseEntryBody(entry.body);
+    if (typeof body === "string") return; // verification reports a damaged head; signing adds nothing to it
+    const inForce = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
+    if (inForce !== this.signer.keyId) {
+      throw new LeashError(
+        "KEY_NOT_IN_FORCE",
+        `the audit chain is signed with key ${inForce} now, not this engine's key ${this.signer.keyId}: load the current key`,
+      );
+    }
+  }
 
   /** Appends one entry after the current head and enqueues it for relay, in `tx`. */
   async record(
@@ -37,6 +61,7 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
   ): Promise<ChainEntryRecord> {
+    await this.#assertKeyInForce(tx);
     const entry = await appendEntry(tx, {
       chainId: this.#chainId,
       kind,
@@ -47,6 +72,7 @@ export class Auditor {
     // A genesis made in this transaction may still roll back; a later entry names a committed one.
     if (this.#chainId === null && entry.seq > 0) this.#chainId = chainIdOf((await tx.chain.range(0, 1))[0]!);
     await enqueueEntry(tx, entry); // the transactional outbox: queued with the entry or not at all
+    this.#lastAppended = entry.entry_hash;
     return entry;
   }
 }

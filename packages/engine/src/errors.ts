@@ -12,6 +12,7 @@ export type LeashErrorCode =
   | "NO_PENDING_REQUEST"
   | "RESERVATION_NOT_FOUND"
   | "CONFIG_INVALID"
+  | "KEY_NOT_IN_FORCE"
   | "DENIED"
   | "HITL_REQUIRED";
 

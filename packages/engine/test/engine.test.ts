@@ -429,4 +429,28 @@ describe.each(KINDS)("engine on %s", (kind) => {
     const forged = await verifyChain(entries, { publicKeys: [next.signer.publicKeyHex] });
     expect(forged.ok).toBe(false);
   });
+
+  it("an engine whose key was rotated away by another process refuses to sign", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    const stale = createEngine({
+      substrate: await store!.reopen(),
+      signer: KEY.signer,
+      clock: fixedClock(),
+      rng: () => 0.5,
+    });
+    expect((await stale.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 1 })).verdict).toBe(
+      "ALLOW",
+    );
+    const next = generateKeyPair();
+    await engine.rotateKey(next.signer, "ops");
+    await expect(
+      stale.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 2 }),
+    ).rejects.toMatchObject({ code: "KEY_NOT_IN_FORCE" });
+    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 2 })).verdict).toBe(
+      "ALLOW",
+    );
+    const entries = await readChain(store!.substrate);
+    expect((await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
+  });
 });
