@@ -66,6 +66,15 @@ export interface Engine {
   /** Operator reset of a tripped circuit. */
   reset(sessionId: string, operatorId: string): Promise<SessionView>;
   heartbeat(sessionId: string): Promise<void>;
+  /**
+   * Marks an ACTIVE or PAUSED session STALE when its last heartbeat (or its registration) is older
+   * than `staleAfterNs` (spec §4.5: three missed 30 s heartbeats), with a signed session_stale entry.
+   * Returns the entry's position, or null when the session is not (or no longer) overdue.
+   */
+  markStale(
+    sessionId: string,
+    options: { staleAfterNs: number; heartbeatIntervalMs?: number; missedHeartbeats?: number },
+  ): Promise<{ entry_seq: number; entry_hash: string } | null>;
   /** Creates a named budget guard that sessions can draw on through `parent_guard_id`. */
   createGuard(guard: {
     guard_id: string;
@@ -476,11 +485,43 @@ export function createEngine(options: EngineOptions): Engine {
       return substrate.transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         const nowNs = clock.nowNs();
+        const revived = session.status === "STALE";
         await tx.sessions.update({
           ...session,
-          status: session.status === "STALE" ? "ACTIVE" : session.status,
+          status: revived ? (session.state.status === "PAUSED" ? "PAUSED" : "ACTIVE") : session.status,
           last_heartbeat_ns: nowNs,
         });
+        // Coming back from STALE is a state change, so it is audited like going stale was.
+        if (revived) await auditor.record(tx, "session_revived", { session_id: session.session_id }, nowNs);
+      });
+    },
+
+    markStale(sessionId, options) {
+      return substrate.transaction(async (tx) => {
+        const session = await loadSession(tx, sessionId);
+        if (session.status !== "ACTIVE" && session.status !== "PAUSED") return null;
+        const nowNs = clock.nowNs();
+        const lastSeen = session.last_heartbeat_ns ?? session.created_ns;
+        if (nowNs - lastSeen <= options.staleAfterNs) return null; // a heartbeat landed meanwhile
+        await tx.sessions.update({ ...session, status: "STALE", updated_ns: nowNs });
+        const entry = await auditor.record(
+          tx,
+          "session_stale",
+          {
+            session_id: session.session_id,
+            agent_id: session.agent_id,
+            organization_id: session.organization_id,
+            previous_status: session.status,
+            last_heartbeat_ns: session.last_heartbeat_ns,
+            last_seen_ns: lastSeen,
+            heartbeat_interval_ms: options.heartbeatIntervalMs ?? null,
+            missed_heartbeats: options.missedHeartbeats ?? null,
+            now_ns: nowNs,
+            reason: "heartbeat_timeout",
+          },
+          nowNs,
+        );
+        return { entry_seq: entry.seq, entry_hash: entry.entry_hash };
       });
     },
 

@@ -453,4 +453,24 @@ describe.each(KINDS)("engine on %s", (kind) => {
     const entries = await readChain(store!.substrate);
     expect((await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
   });
+
+  it("marks a silent session STALE and a heartbeat revives it, both in the chain", async () => {
+    const { engine, clock } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    const staleAfterNs = 90e9;
+    expect(await engine.markStale(s.session_id, { staleAfterNs })).toBeNull();
+    clock.advance(91e9);
+    const marked = await engine.markStale(s.session_id, {
+      staleAfterNs,
+      heartbeatIntervalMs: 30_000,
+      missedHeartbeats: 3,
+    });
+    expect(marked?.entry_seq).toBeGreaterThan(0);
+    expect((await engine.getSession(s.session_id)).status).toBe("STALE");
+    expect(await engine.markStale(s.session_id, { staleAfterNs })).toBeNull();
+    await engine.heartbeat(s.session_id);
+    expect((await engine.getSession(s.session_id)).status).toBe("ACTIVE");
+    const kinds = (await readChain(store!.substrate)).map((e) => e.kind);
+    expect(kinds).toEqual(["session_registered", "session_stale", "session_revived"]);
+  });
 });

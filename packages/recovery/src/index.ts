@@ -15,4 +15,4 @@ export {
   redactUrl,
 } from "./recover.js";
 export { assertRecovered, formatReport } from "./report.js";
-export { findStaleSessions, lastSeenNs, type MarkStaleInput, markSessionStale } from "./stale.js";
+export { findStaleSessions, lastSeenNs } from "./stale.js";

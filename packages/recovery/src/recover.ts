@@ -15,7 +15,7 @@ import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
-import { findStaleSessions, markSessionStale } from "./stale.js";
+import { findStaleSessions } from "./stale.js";
 
 export interface RecoverOptions {
   /** Keys trusted to sign from the genesis on (hex or raw bytes); later keys come from key_rotation entries. */
@@ -408,15 +408,13 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     report.sessions.overdue = overdue.map((s) => s.session_id);
     if (overdue.length > 0) {
       if (writable && signer !== undefined) {
+        // Through the engine, which writes the session_stale entry with the state change.
+        const engine = createEngine({ substrate, signer, clock: { nowNs: () => sessionsNow } });
         for (const session of overdue) {
-          const entry = await markSessionStale(substrate, {
-            sessionId: session.session_id,
-            signer,
-            chainId: report.chain.chain_id,
-            nowNs: sessionsNow,
-            staleNs,
+          const entry = await engine.markStale(session.session_id, {
+            staleAfterNs: staleNs,
             heartbeatIntervalMs: intervalMs,
-            staleAfterMissed: missed,
+            missedHeartbeats: missed,
           });
           if (entry !== null) report.sessions.markedStale.push(session.session_id);
         }
