@@ -1,12 +1,9 @@
-// Test stores for the library-mode commands: a fresh SQLite file or a fresh PostgreSQL schema per test.
-// Nothing is mocked; each store is removed by cleanup(), the postgres schema with DROP SCHEMA … CASCADE.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+// Test stores for the library-mode commands: a fresh SQLite file or a fresh PostgreSQL schema per test, left for
+// the CLI to create and open (located by @leash/test-stores). Nothing is mocked; cleanup() removes each store.
+import { freshLocation, sqlInSchema } from "@leash/test-stores";
 import Database from "better-sqlite3";
-import pg from "pg";
 
-export const PG_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+export { PG_URL, withPg } from "@leash/test-stores";
 
 export type StoreKind = "sqlite" | "postgres";
 export const STORE_KINDS: StoreKind[] = ["sqlite", "postgres"];
@@ -22,51 +19,21 @@ export interface TestStore {
   cleanup(): Promise<void>;
 }
 
-let counter = 0;
-
-export async function withPg<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: PG_URL });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
-}
-
 export async function testStore(kind: StoreKind): Promise<TestStore> {
-  const dir = mkdtempSync(join(tmpdir(), "leash-cli-store-"));
-  if (kind === "sqlite") {
-    const path = join(dir, "leash.db");
-    return {
-      kind,
-      url: `sqlite:${path}`,
-      dir,
-      exec: async (sql) => {
-        const db = new Database(path, { fileMustExist: true });
-        try {
-          db.exec(sql);
-        } finally {
-          db.close();
-        }
-      },
-      cleanup: async () => rmSync(dir, { recursive: true, force: true }),
-    };
-  }
-  const schema = `leash_cli_${process.pid}_${++counter}_${Math.floor(Math.random() * 1e9)}`;
+  const { url, dir, path, schema, remove } = freshLocation(kind, { label: "cli" });
   return {
     kind,
-    url: `${PG_URL}?schema=${schema}`,
+    url,
     dir,
     exec: async (sql) => {
-      await withPg(async (client) => {
-        await client.query(`SET search_path TO "${schema}"`);
-        await client.query(sql);
-      });
+      if (path === null) return sqlInSchema(schema!, sql);
+      const db = new Database(path, { fileMustExist: true });
+      try {
+        db.exec(sql);
+      } finally {
+        db.close();
+      }
     },
-    cleanup: async () => {
-      rmSync(dir, { recursive: true, force: true });
-      await withPg((client) => client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`));
-    },
+    cleanup: remove,
   };
 }

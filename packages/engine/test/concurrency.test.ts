@@ -87,7 +87,7 @@ describe.each(["sqlite", "postgres"] as const)("%s: 8 processes × 500 calls on 
         if (!won) expect(s!.state.circuit_tripped).toBe(true);
       }
     } finally {
-      await store.dispose();
+      await store.close();
     }
   }, 300_000);
 });

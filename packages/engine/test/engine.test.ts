@@ -20,7 +20,7 @@ function fixedClock(start = 1_700_000_000_000_000_000) {
 describe.each(KINDS)("engine on %s", (kind) => {
   let store: OpenedStore | undefined;
   afterEach(async () => {
-    await store?.dispose();
+    await store?.close();
     store = undefined;
   });
   const setup = async (opts: { reservationTtlMs?: number } = {}) => {
@@ -304,7 +304,7 @@ describe.each(KINDS)("engine on %s", (kind) => {
     const { engine } = await setup();
     const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1, budget_scope: "agent" } });
     const other = createEngine({
-      substrate: await store!.reopen(),
+      substrate: await store!.another(),
       signer: KEY.signer,
       clock: fixedClock(),
       rng: () => 0.5,
@@ -434,7 +434,7 @@ describe.each(KINDS)("engine on %s", (kind) => {
     const { engine } = await setup();
     const s = await engine.register({ agent_id: "bot", config: {} });
     const stale = createEngine({
-      substrate: await store!.reopen(),
+      substrate: await store!.another(),
       signer: KEY.signer,
       clock: fixedClock(),
       rng: () => 0.5,

@@ -113,7 +113,7 @@ describe.each(KINDS)("engine agrees with the model on %s", (kind) => {
       reservationTtlMs: TTL_MS,
     });
   });
-  afterAll(() => store.dispose());
+  afterAll(() => store.close());
 
   it("on random command sequences", async () => {
     await fc.assert(

@@ -139,7 +139,7 @@ describe.each(["sqlite", "postgres"] as const)("crash recovery on %s", (kind: Ki
 
   beforeAll(() => ensureBuilt(), 120_000);
   afterAll(async () => {
-    for (const s of stores) await s.dispose();
+    for (const s of stores) await s.close();
   });
 
   it(`${KILLS} SIGKILLs mid-evaluation: every received verdict is in the verified chain, no hold outlives its TTL, the relay ships each entry once`, async () => {

@@ -31,7 +31,7 @@ const PUB = [KEY.publicKeyHex];
 
 let store: TestStore | undefined;
 afterEach(async () => {
-  await store?.dispose();
+  await store?.close();
   store = undefined;
 });
 

@@ -1,121 +1,49 @@
-// Test helpers: real substrates on fresh locations (memory, SQLite temp file, PostgreSQL schema), raw SQL
-// to damage them the way a crash or an attacker would, and a build step for child processes. No mocks.
+// Test helpers: real substrates on fresh locations (memory, SQLite temp file, PostgreSQL schema, from
+// @leash/test-stores), raw SQL to damage them the way a crash or an attacker would, and a build step. No mocks.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Clock, Substrate } from "@leash/core";
-import { createMemorySubstrate } from "@leash/substrate-memory";
-import { openPostgresSubstrate } from "@leash/substrate-postgres";
-import { openSqliteSubstrate } from "@leash/substrate-sqlite";
+import type { Clock } from "@leash/core";
+import {
+  manualClock as handMovedClock,
+  openStore as openTestStore,
+  type TestStore as Store,
+  type StoreKind,
+  sqlInSchema,
+} from "@leash/test-stores";
 import Database from "better-sqlite3";
-import pg from "pg";
 
-export const PG_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 
-export type Kind = "memory" | "sqlite" | "postgres";
-export const KINDS: Kind[] = ["memory", "sqlite", "postgres"];
+export type Kind = StoreKind;
+export { STORE_KINDS as KINDS } from "@leash/test-stores";
 /** The substrates raw SQL can reach, for damage a running engine would never do. */
 export const SQL_KINDS: Kind[] = ["sqlite", "postgres"];
 
-export interface TestStore {
-  kind: Kind;
-  substrate: Substrate;
-  /** A URL another process can open (`sqlite:PATH`, `postgres://…?schema=…`), or null for memory. */
-  url: string | null;
-  /** A scratch directory removed with the store (checkpoints, NDJSON files). */
-  dir: string;
-  /** Opens another handle on the same data. */
-  reopen(): Promise<Substrate>;
+/** A store with a scratch `dir` (checkpoints, NDJSON files) and a `url` child processes open (null for memory). */
+export interface TestStore extends Store {
   /** Runs raw SQL against the store's tables (leash_chain, leash_outbox, …); not for memory. */
   sql(text: string, params?: unknown[]): Promise<void>;
-  dispose(): Promise<void>;
 }
 
-let counter = 0;
-
 export async function openStore(kind: Kind): Promise<TestStore> {
-  const dir = mkdtempSync(join(tmpdir(), "leash-recovery-"));
-  const opened: Substrate[] = [];
-  const track = async (s: Promise<Substrate> | Substrate): Promise<Substrate> => {
-    const substrate = await s;
-    await substrate.migrate();
-    opened.push(substrate);
-    return substrate;
-  };
-  const closeAll = async () => {
-    for (const s of opened.splice(0)) await s.close().catch(() => undefined);
-  };
-  if (kind === "memory") {
-    const shared = `recovery-test-${process.pid}-${++counter}`;
-    return {
-      kind,
-      substrate: await track(createMemorySubstrate({ shared })),
-      url: null,
-      dir,
-      reopen: () => track(createMemorySubstrate({ shared })),
-      sql: () => Promise.reject(new Error("the memory substrate has no SQL")),
-      dispose: async () => {
-        await closeAll();
-        rmSync(dir, { recursive: true, force: true });
-      },
-    };
-  }
-  if (kind === "sqlite") {
-    const path = join(dir, "leash.db");
-    return {
-      kind,
-      substrate: await track(openSqliteSubstrate({ path })),
-      url: `sqlite:${path}`,
-      dir,
-      reopen: () => track(openSqliteSubstrate({ path })),
-      sql: async (text, params = []) => {
-        const db = new Database(path);
-        try {
-          db.pragma("busy_timeout = 5000");
-          db.prepare(text).run(...params);
-        } finally {
-          db.close();
-        }
-      },
-      dispose: async () => {
-        await closeAll();
-        rmSync(dir, { recursive: true, force: true });
-      },
-    };
-  }
-  const schema = `leash_recovery_${process.pid}_${++counter}_${Math.floor(Math.random() * 1e9)}`;
-  const open = () => openPostgresSubstrate({ url: PG_URL, schema, poolSize: 4 });
-  return {
-    kind,
-    substrate: await track(open()),
-    url: `${PG_URL}?schema=${schema}`,
-    dir,
-    reopen: () => track(open()),
-    sql: async (text, params = []) => {
-      const client = new pg.Client({ connectionString: PG_URL });
-      await client.connect();
+  const store = await openTestStore(kind, { label: "recovery", postgres: { poolSize: 4 } });
+  const { path, schema } = store;
+  const sql = async (text: string, params: unknown[] = []) => {
+    if (path !== null) {
+      const db = new Database(path);
       try {
-        await client.query(`SET search_path TO "${schema}"`);
-        await client.query(text, params);
+        db.pragma("busy_timeout = 5000");
+        db.prepare(text).run(...params);
       } finally {
-        await client.end();
+        db.close();
       }
-    },
-    dispose: async () => {
-      await closeAll();
-      rmSync(dir, { recursive: true, force: true });
-      const client = new pg.Client({ connectionString: PG_URL });
-      await client.connect();
-      try {
-        await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      } finally {
-        await client.end();
-      }
-    },
+    } else if (schema !== null) {
+      await sqlInSchema(schema, text, params);
+    } else {
+      throw new Error("the memory substrate has no SQL");
+    }
   };
+  return { ...store, sql };
 }
 
 /** Cuts the chain back to `count` entries the way an attacker would: rows, outbox and (PostgreSQL) head row. */
@@ -137,15 +65,8 @@ export function param(store: TestStore, n: number): string {
 }
 
 /** A clock the test moves by hand, starting near the real epoch time (the stores expect epoch ns). */
-export function manualClock(startNs = 1_750_000_000_000_000_000): Clock & { advanceMs(ms: number): void } {
-  let now = startNs;
-  return {
-    nowNs: () => now,
-    advanceMs: (ms: number) => {
-      now += ms * 1e6;
-    },
-  };
-}
+export const manualClock = (startNs = 1_750_000_000_000_000_000): Clock & { advanceMs(ms: number): void } =>
+  handMovedClock(startNs);
 
 let built = false;
 /** Child processes import the built dist: bring it up to date (incremental, about a second when current). */
