@@ -52,6 +52,16 @@ describe("opening", () => {
     raw.close();
   });
 
+  it("works with memory-mapped reads off as well as on (the default), and refuses a negative size", async () => {
+    const path = freshDbPath();
+    const off = await openMigrated(path, { mmapSizeBytes: 0 });
+    await off.transaction((tx) => tx.sessions.insert(session("s-mmap")));
+    await off.close();
+    const on = await openMigrated(path);
+    expect((await on.transaction((tx) => tx.sessions.get("s-mmap")))?.session_id).toBe("s-mmap");
+    await expect(openSqliteSubstrate({ path, mmapSizeBytes: -1 })).rejects.toThrow(/mmapSizeBytes/);
+  });
+
   it("is not durable with synchronous=NORMAL (a WAL commit is then not fsynced)", async () => {
     const sub = await openMigrated(freshDbPath(), { synchronous: "NORMAL" });
     expect(sub.capabilities).toEqual({ multiProcess: true, durable: false });

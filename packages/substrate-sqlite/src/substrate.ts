@@ -437,6 +437,7 @@ export async function openSqliteSubstrate(options: SqliteSubstrateOptions): Prom
     db = new Database(resolved.path, { timeout: 0 });
     await enableWal(db, resolved.busyTimeoutMs);
     db.pragma(`synchronous = ${resolved.synchronous}`);
+    db.pragma(`mmap_size = ${resolved.mmapSizeBytes}`);
     // macOS only: a plain fsync there does not reach the platter; elsewhere these are no-ops.
     db.pragma(`fullfsync = ${resolved.synchronous === "FULL" ? "ON" : "OFF"}`);
     return new SqliteSubstrate(db, resolved);

@@ -33,6 +33,16 @@ describe("parseSqliteUrl", () => {
     });
   });
 
+  it("reads mmap_size in bytes, 0 turning memory-mapped reads off", () => {
+    expect(parseSqliteUrl("sqlite:./a.db?mmap_size=0")).toEqual({ path: "./a.db", mmapSizeBytes: 0 });
+    expect(parseSqliteUrl("sqlite:./a.db?mmap_size=1048576")).toEqual({
+      path: "./a.db",
+      mmapSizeBytes: 1048576,
+    });
+    expect(() => parseSqliteUrl("sqlite:./a.db?mmap_size=-1")).toThrow(/mmap_size/);
+    expect(() => parseSqliteUrl("sqlite:./a.db?mmap_size=lots")).toThrow(/mmap_size/);
+  });
+
   it.each([
     ["postgres://localhost/leash", /sqlite: scheme/],
     ["./leash.db", /sqlite: scheme/],

@@ -20,7 +20,8 @@ function parseFlag(url: string, name: string, value: string): boolean {
  * - `sqlite:./leash.db`, `sqlite:leash.db` — a path relative to the working directory;
  * - `sqlite:/var/lib/leash.db` or `sqlite:///var/lib/leash.db` — an absolute path (the second is
  *   the `file:` URL form: an empty or `localhost` authority);
- * - query parameters `busy_timeout` (ms), `synchronous` (`FULL` | `NORMAL`), `group_commit` (`on` | `off`).
+ * - query parameters `busy_timeout` (ms), `synchronous` (`FULL` | `NORMAL`), `group_commit` (`on` | `off`),
+ *   `mmap_size` (bytes; 0 turns memory-mapped reads off).
  *
  * The path is percent-decoded (write `%25` for a literal `%`). In-memory databases are refused: this
  * substrate promises durability and multi-process sharing, which `:memory:` has neither of.
@@ -71,6 +72,11 @@ export function parseSqliteUrl(url: string): SqliteSubstrateOptions {
         const mode = value.toUpperCase();
         if (mode !== "FULL" && mode !== "NORMAL") throw invalid(url, "synchronous must be FULL or NORMAL");
         options.synchronous = mode;
+        break;
+      }
+      case "mmap_size": {
+        if (!/^\d+$/.test(value)) throw invalid(url, "mmap_size must be a whole number of bytes");
+        options.mmapSizeBytes = Number(value);
         break;
       }
       case "group_commit":
