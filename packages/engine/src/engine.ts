@@ -5,8 +5,6 @@ import { available, ensureAccount, expire, type Money, reserve, settle, toMoney 
 import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
   type Call,
-  type Clock,
-  type Config,
   canonicalHash,
   canonicalizationError,
   decide,
@@ -21,6 +19,7 @@ import {
   type SubstrateTx,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
+import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor } from "./audit.js";
 import { LeashError } from "./errors.js";
@@ -35,17 +34,8 @@ import type {
   SessionView,
 } from "./types.js";
 
-let lastNs = 0;
-/**
- * Nanoseconds since the Unix epoch, never going backwards within the process (NTP steps included).
- * About 1.8e18: above 2^53 a double is an integer spaced 256 apart, which stores keep exactly.
- */
-export const systemClock: Clock = {
-  nowNs: () => {
-    lastNs = Math.max(lastNs, Math.round((performance.timeOrigin + performance.now()) * 1000) * 1000);
-    return lastNs;
-  },
-};
+/** The default clock: epoch nanoseconds that never go backwards within the process. */
+export { systemClock };
 
 const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
 
@@ -591,5 +581,3 @@ export function createEngine(options: EngineOptions): Engine {
     },
   };
 }
-
-export type { Config };

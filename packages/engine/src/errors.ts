@@ -1,6 +1,6 @@
 // The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
 // Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
-import type { Decision, Reason, Verdict } from "@leash/core";
+import type { Reason, Verdict } from "@leash/core";
 import type { EvaluateResult } from "./types.js";
 
 const MARKER = Symbol.for("leash.engine.LeashError");
@@ -59,8 +59,4 @@ export class LeashHitl extends LeashError {
     this.sessionId = result.session_id;
     this.callNumber = result.call_number;
   }
-}
-
-export function isDecision(value: unknown): value is Decision {
-  return typeof value === "object" && value !== null && "verdict" in value && "reason" in value;
 }
