@@ -120,5 +120,6 @@ describe("the built leash binary", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+    // A dozen processes in a row, each opening the store: seconds on a busy machine.
+  }, 60_000);
 });

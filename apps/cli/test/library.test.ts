@@ -41,12 +41,14 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     L(["evaluate", "--session", session, "--tool", "search", "--nonce", nonce, ...flags]);
 
   it("migrate creates the schema once, then has nothing to do", async () => {
+    // Each store numbers its own migrations: SQLite dropped two unused indexes in its version 4.
+    const version = kind === "sqlite" ? 4 : 3;
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
-    expect(first.stdout).toBe(`created the Leash schema (version 3) in ${store.url}\n`);
+    expect(first.stdout).toBe(`created the Leash schema (version ${version}) in ${store.url}\n`);
     expect(first.code).toBe(0);
     const second = await L(["migrate"]);
-    expect(second.stdout).toBe(`${store.url} is already at schema version 3; nothing to do\n`);
+    expect(second.stdout).toBe(`${store.url} is already at schema version ${version}; nothing to do\n`);
     expect(second.code).toBe(0);
   });
 

@@ -4,7 +4,7 @@ import type { BudgetAccount, Substrate, SubstrateTx } from "@leash/core";
 import { createMemorySubstrate, deleteSharedMemory } from "@leash/substrate-memory";
 import fc from "fast-check";
 import { beforeEach, describe, expect, it } from "vitest";
-import { available, ensureAccount } from "./accounts.js";
+import { accountChain, available, ensureAccount } from "./accounts.js";
 import { AlreadyResolvedError, BudgetGuardError } from "./errors.js";
 import { Money, moneyString, toMoney } from "./money.js";
 import { expire, type ReserveInput, release, reserve, settle } from "./reservations.js";
@@ -115,6 +115,44 @@ describe("reserve", () => {
       agent: { spent_usd: "0", reserved_usd: "0.75" },
       org: { spent_usd: "0", reserved_usd: "0.75" },
     });
+  });
+
+  it("charges a chain read earlier in the same transaction without reading it again", async () => {
+    const result = await substrate.transaction(async (tx) => {
+      await tree(tx, { org: 10, agent: 5, sess: 2 });
+      const chain = await accountChain(tx, "sess");
+      let reads = 0;
+      const counting: SubstrateTx = {
+        ...tx,
+        budgets: Object.assign(Object.create(tx.budgets), {
+          getAccount: (id: string) => {
+            reads += 1;
+            return tx.budgets.getAccount(id);
+          },
+        }),
+      };
+      const held = await reserve(counting, hold("sess", "0.5", { accounts: chain }));
+      return { held, reads };
+    });
+    expect(result.reads).toBe(0);
+    expect(result.held.ok && moneyString(result.held.availableAfter)).toBe("1.5");
+    expect(await accounts("sess", "agent", "org")).toEqual({
+      sess: { spent_usd: "0", reserved_usd: "0.5" },
+      agent: { spent_usd: "0", reserved_usd: "0.5" },
+      org: { spent_usd: "0", reserved_usd: "0.5" },
+    });
+  });
+
+  it("refuses a preloaded chain that starts at another account, and writes nothing", async () => {
+    const error = await caught(
+      substrate.transaction(async (tx) => {
+        await tree(tx, { org: 10, agent: 5, sess: 2 });
+        const agentChain = await accountChain(tx, "agent");
+        return reserve(tx, hold("sess", "0.5", { accounts: agentChain }));
+      }),
+    );
+    expect(BudgetGuardError.isInstance(error) && error.code).toBe("account_not_found");
+    expect(await substrate.transaction((tx) => tx.budgets.getAccount("sess"))).toBeNull();
   });
 
   it("refuses with budget_overrun when the call needs more than is left, and writes nothing", async () => {

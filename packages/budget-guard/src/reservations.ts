@@ -35,6 +35,12 @@ export interface ReserveInput {
   ttlNs: number;
   /** Recorded on the hold until a settle or release replaces it with its own key. */
   idempotency_key?: string | null;
+  /**
+   * The account chain exactly as `accountChain(tx, account_id)` returned it earlier in this same
+   * transaction (where it was read under the transaction's locks), to save reading it again. Never
+   * pass a chain read in another transaction: its amounts would be stale.
+   */
+  accounts?: readonly BudgetAccount[];
 }
 
 export type ReserveResult =
@@ -71,7 +77,13 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   const existing = await budgets.getReservation(input.reservation_id);
   if (existing !== null) return replayReserve(budgets, existing, input, amount);
 
-  const chain = await accountChain(budgets, input.account_id);
+  const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
+  if (chain[0]?.account_id !== input.account_id) {
+    throw new BudgetGuardError(
+      "account_not_found",
+      `the accounts given to reserve start at ${JSON.stringify(chain[0]?.account_id ?? null)}, not at ${JSON.stringify(input.account_id)}`,
+    );
+  }
   const availableBefore = chainAvailable(chain);
   const verdict = judgeReservation(availableBefore, amount);
   if (!verdict.ok) return { ok: false, code: verdict.code, available: availableBefore };

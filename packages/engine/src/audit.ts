@@ -38,8 +38,7 @@ export class Auditor {
    * another process): such entries would only ever verify as `unknown_key`. Checked only when the
    * head is not this engine's own last entry, so a lone writer pays one head read per entry.
    */
-  async #assertKeyInForce(tx: SubstrateTx): Promise<void> {
-    const head = await tx.chain.head();
+  async #assertKeyInForce(tx: SubstrateTx, head: { seq: number; entry_hash: string } | null): Promise<void> {
     if (head === null || head.entry_hash === this.#lastAppended) return;
     const [entry] = await tx.chain.range(head.seq, 1);
     if (entry === undefined) return;
@@ -61,8 +60,10 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
   ): Promise<ChainEntryRecord> {
-    await this.#assertKeyInForce(tx);
+    const head = await tx.chain.head(); // read once: it serves the key check and the append
+    await this.#assertKeyInForce(tx, head);
     const entry = await appendEntry(tx, {
+      head,
       chainId: this.#chainId,
       kind,
       data: auditJson(data) as Record<string, Json>,

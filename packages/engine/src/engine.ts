@@ -1,9 +1,20 @@
 // createEngine(): library mode — one substrate transaction per evaluate (load → decide → feedback →
 // reserve → commit → verdict). No verdict is returned before its transaction has committed.
 import { randomUUID } from "node:crypto";
-import { available, ensureAccount, expire, type Money, reserve, settle, toMoney } from "@leash/budget-guard";
+import {
+  accountChain,
+  available,
+  chainAvailable,
+  ensureAccount,
+  expire,
+  type Money,
+  reserve,
+  settle,
+  toMoney,
+} from "@leash/budget-guard";
 import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
+  type BudgetAccount,
   type Call,
   canonicalHash,
   canonicalizationError,
@@ -139,8 +150,11 @@ export function createEngine(options: EngineOptions): Engine {
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
     const state: State = { ...session.state, seen_nonces: seen ? [nonce] : [] };
     let remainingBefore: Money | null = null;
+    // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below.
+    let accounts: BudgetAccount[] | undefined;
     if (accountId !== null) {
-      remainingBefore = await available(tx, accountId);
+      accounts = await accountChain(tx, accountId);
+      remainingBefore = chainAvailable(accounts);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
     }
@@ -165,6 +179,7 @@ export function createEngine(options: EngineOptions): Engine {
           amount_usd: Math.max(0, request.estimated_cost_usd ?? 0),
           nowNs,
           ttlNs,
+          accounts,
         });
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {

@@ -89,10 +89,9 @@ const VERSION_2_INDEXES = [
   "leash_sessions_by_status",
 ];
 
+// Version 4 dropped leash_chain_by_session and leash_outbox_by_session, which version 3 had made.
 const ALL_INDEXES = [
-  "leash_chain_by_session",
   ...VERSION_2_INDEXES.slice(0, 2),
-  "leash_outbox_by_session",
   "leash_outbox_by_status",
   ...VERSION_2_INDEXES.slice(2),
 ];
@@ -126,7 +125,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.sessions.get("s-old"))).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-old"),
@@ -140,10 +139,10 @@ describe("migrations", () => {
     expect(kept).toEqual({ session: s, nonces: [true, true, 2], expired: [reservation("r-old")] });
 
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
   });
 
-  it("upgrades a version-2 database holding data to version 3: rows kept, chain and outbox start empty", async () => {
+  it("upgrades a version-2 database holding data to the latest version: rows kept, chain and outbox start empty", async () => {
     const path = freshDbPath();
     const old = new Database(path);
     old.exec(VERSION_1_LAYOUT);
@@ -168,7 +167,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.chain.head())).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-v2"),
@@ -204,7 +203,7 @@ describe("migrations", () => {
     });
     expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual([entry]);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
   });
 
   it("migrates a version-0 database (none of Leash's tables) without touching the tables already there", async () => {
@@ -217,7 +216,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await sub.migrate();
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
     const after = new Database(path, { readonly: true });
     expect(after.prepare("SELECT body FROM app_notes").pluck().get()).toBe("kept");
     after.close();
@@ -239,7 +238,7 @@ describe("migrations", () => {
     );
     expect(SubstrateError.isInstance(error) && error.code).toBe("corrupt");
     await expect(second.transaction(async () => 1)).rejects.toMatchObject({ code: "corrupt" });
-    expect(versions(path)).toEqual([1, 2, 3, SCHEMA_VERSION + 1]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, SCHEMA_VERSION + 1]);
   });
 
   it("a failing migration rolls back entirely, leaving the older version in place", async () => {
@@ -259,6 +258,6 @@ describe("migrations", () => {
     const path = freshDbPath();
     const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
     await Promise.all(subs.flatMap((sub) => [sub.migrate(), sub.migrate()]));
-    expect(versions(path)).toEqual([1, 2, 3]);
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
   });
 });

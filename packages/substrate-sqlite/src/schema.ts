@@ -132,6 +132,16 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX leash_outbox_by_session ON leash_outbox (session_id, seq);
     `,
   },
+  {
+    // No query reads chain entries or outbox items by session (relays claim in seq order), yet every
+    // decision paid for both indexes: two more B-tree leaves written to the WAL per commit.
+    version: 4,
+    name: "drop unused per-session indexes",
+    sql: `
+      DROP INDEX leash_chain_by_session;
+      DROP INDEX leash_outbox_by_session;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

@@ -139,6 +139,17 @@ class Sessions implements SessionStore {
 
   async update(record: SessionRecord): Promise<void> {
     const row = sessionToRow(record);
+    // Most updates keep status and created_ns. Leaving them out of SET spares the (status, created_ns)
+    // index a delete and re-insert: SQLite maintains only the indexes whose columns an UPDATE sets.
+    const kept = this.tx.exec("sessions.update", (st) =>
+      st(
+        `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
+           config = @config, state = @state, call_count = @call_count, updated_ns = @updated_ns,
+           last_heartbeat_ns = @last_heartbeat_ns
+         WHERE session_id = @session_id AND status = @status AND created_ns = @created_ns`,
+      ).run(row),
+    );
+    if (kept.changes === 1) return;
     const { changes } = this.tx.exec("sessions.update", (st) =>
       st(
         `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,

@@ -8,6 +8,7 @@ import { sqliteCode, toSubstrateError } from "./errors.js";
 import { type ResolvedOptions, resolveOptions, type SqliteSubstrateOptions } from "./options.js";
 import { applyMigrations, readSchemaVersion, SCHEMA_VERSION, SchemaTooNewError } from "./schema.js";
 import { SqliteTx, StatementCache } from "./stores.js";
+import { WalSyncer } from "./wal-sync.js";
 
 interface TxJob {
   readonly kind: "tx";
@@ -38,6 +39,8 @@ export interface SqliteSubstrateStats {
   commits: number;
   /** The most transactions that ever shared one BEGIN IMMEDIATE … COMMIT. */
   largestBatch: number;
+  /** WAL fsyncs run off the event loop (synchronous FULL); 0 when COMMIT fsyncs by itself or never does. */
+  walSyncs: number;
 }
 
 const SAVEPOINT = "leash_tx";
@@ -64,13 +67,20 @@ export class SqliteSubstrate implements Substrate {
   #runStartedAt = 0;
   #lastReleaseAt = Number.NEGATIVE_INFINITY;
   #lastBusyAt = Number.NEGATIVE_INFINITY;
-  readonly #stats: SqliteSubstrateStats = { committed: 0, rolledBack: 0, commits: 0, largestBatch: 0 };
+  readonly #stats: Omit<SqliteSubstrateStats, "walSyncs"> = {
+    committed: 0,
+    rolledBack: 0,
+    commits: 0,
+    largestBatch: 0,
+  };
   readonly #begin: Database.Statement;
   readonly #commit: Database.Statement;
   readonly #rollback: Database.Statement;
   readonly #savepoint: Database.Statement;
   readonly #release: Database.Statement;
   readonly #rollbackTo: Database.Statement;
+  /** Durability off the event loop (see walSyncedOffThread); null when COMMIT itself fsyncs, or never needs to. */
+  readonly #syncer: WalSyncer | null;
 
   /** Takes ownership of an open connection (WAL and pragmas already set); `openSqliteSubstrate` is the public way in. */
   constructor(db: Database.Database, options: ResolvedOptions) {
@@ -83,6 +93,7 @@ export class SqliteSubstrate implements Substrate {
     this.#maxBatch = options.groupCommit === false ? 1 : options.groupCommit.maxBatch;
     this.#maxBatchMs = options.groupCommit === false ? 0 : options.groupCommit.maxBatchMs;
     this.#statements = new StatementCache(db);
+    this.#syncer = walSyncedOffThread(options) ? new WalSyncer(options.path) : null;
     // IMMEDIATE takes the write lock up front: a deferred transaction that upgrades from read to
     // write can fail with SQLITE_BUSY at once, whereas waiting for the lock here is what busyTimeoutMs covers.
     this.#begin = db.prepare("BEGIN IMMEDIATE");
@@ -94,7 +105,7 @@ export class SqliteSubstrate implements Substrate {
   }
 
   get stats(): SqliteSubstrateStats {
-    return { ...this.#stats };
+    return { ...this.#stats, walSyncs: this.#syncer?.syncs ?? 0 };
   }
 
   migrate(): Promise<void> {
@@ -137,6 +148,7 @@ export class SqliteSubstrate implements Substrate {
     if (this.#closed) return;
     this.#closed = true;
     try {
+      await this.#syncer?.close();
       this.#db.close();
     } catch (error) {
       throw toSubstrateError(error, `close ${this.path}`);
@@ -250,6 +262,7 @@ export class SqliteSubstrate implements Substrate {
     try {
       applyMigrations(this.#db);
       this.#commit.run();
+      await this.#syncer?.durable();
       this.#schemaReady = true;
     } catch (error) {
       if (this.#db.inTransaction) this.#rollback.run();
@@ -374,8 +387,31 @@ export class SqliteSubstrate implements Substrate {
     this.#stats.commits++;
     this.#stats.committed += done.length;
     if (size > this.#stats.largestBatch) this.#stats.largestBatch = size;
-    for (const { job, value } of done) job.resolve(value);
+    if (this.#syncer === null) {
+      for (const { job, value } of done) job.resolve(value);
+      return;
+    }
+    // Not awaited: the next batch runs while this one's fsync does, and these callers hear nothing
+    // until it is done. A failed fsync fails them (their outcome is then unknown, as on power loss).
+    this.#syncer.durable().then(
+      () => {
+        for (const { job, value } of done) job.resolve(value);
+      },
+      (error: unknown) => {
+        for (const { job } of done) job.reject(error);
+      },
+    );
   }
+}
+
+/**
+ * synchronous=FULL is kept as a promise (a resolved transaction survives power loss) but not as the
+ * pragma: the connection runs NORMAL, which writes each WAL commit without fsyncing it, and WalSyncer
+ * fsyncs the WAL on a pool thread before any caller hears back. Not on macOS, where only SQLite's
+ * own F_FULLFSYNC (fullfsync=ON) reaches the platter and Node's fdatasync would not.
+ */
+function walSyncedOffThread(options: ResolvedOptions): boolean {
+  return options.synchronous === "FULL" && process.platform !== "darwin";
 }
 
 function closedError(action: string): SubstrateError {
@@ -436,8 +472,12 @@ export async function openSqliteSubstrate(options: SqliteSubstrateOptions): Prom
     // busy_timeout 0: lock waits are the substrate's own async loop (see #acquire).
     db = new Database(resolved.path, { timeout: 0 });
     await enableWal(db, resolved.busyTimeoutMs);
-    db.pragma(`synchronous = ${resolved.synchronous}`);
+    db.pragma(`synchronous = ${walSyncedOffThread(resolved) ? "NORMAL" : resolved.synchronous}`);
     db.pragma(`mmap_size = ${resolved.mmapSizeBytes}`);
+    // 64 MiB of page cache instead of 2: the hot pages (session rows, index leaves) stay parsed.
+    db.pragma("cache_size = -65536");
+    // Savepoint journals (one per grouped transaction) in memory rather than in temporary files.
+    db.pragma("temp_store = MEMORY");
     // macOS only: a plain fsync there does not reach the platter; elsewhere these are no-ops.
     db.pragma(`fullfsync = ${resolved.synchronous === "FULL" ? "ON" : "OFF"}`);
     return new SqliteSubstrate(db, resolved);
