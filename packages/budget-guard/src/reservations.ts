@@ -41,6 +41,13 @@ export interface ReserveInput {
    * pass a chain read in another transaction: its amounts would be stale.
    */
   accounts?: readonly BudgetAccount[];
+  /**
+   * The caller vouches that `reservation_id` was never used (the engine derives it from a call
+   * number taken under the session's lock), so the replay lookup is skipped. Should the id exist
+   * after all, the insert fails with the store's "conflict" and the transaction with it: never a
+   * second hold.
+   */
+  unusedId?: boolean;
 }
 
 export type ReserveResult =
@@ -74,8 +81,10 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   if (key !== null) requireId(key, "idempotency_key");
   const amount = toMoney(input.amount_usd);
 
-  const existing = await budgets.getReservation(input.reservation_id);
-  if (existing !== null) return replayReserve(budgets, existing, input, amount);
+  if (input.unusedId !== true) {
+    const existing = await budgets.getReservation(input.reservation_id);
+    if (existing !== null) return replayReserve(budgets, existing, input, amount);
+  }
 
   const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
   if (chain[0]?.account_id !== input.account_id) {
@@ -88,7 +97,7 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   const verdict = judgeReservation(availableBefore, amount);
   if (!verdict.ok) return { ok: false, code: verdict.code, available: availableBefore };
 
-  const charged = await adjustChain(budgets, chain, input.nowNs, { reserved: amount });
+  const charged = adjustChain(budgets, chain, input.nowNs, { reserved: amount });
   const reservation: Reservation = {
     reservation_id: input.reservation_id,
     account_ids: chain.map((account) => account.account_id),
@@ -102,8 +111,15 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
     expires_ns: input.nowNs + input.ttlNs,
     resolved_ns: null,
   };
-  await budgets.insertReservation(reservation);
-  return { ok: true, reservation, availableBefore, availableAfter: chainAvailable(charged), replayed: false };
+  // Issued together (one round trip on a pipelining store); the transaction fails if either does.
+  const [accounts] = await Promise.all([charged, budgets.insertReservation(reservation)]);
+  return {
+    ok: true,
+    reservation,
+    availableBefore,
+    availableAfter: chainAvailable(accounts),
+    replayed: false,
+  };
 }
 
 async function replayReserve(
@@ -369,6 +385,7 @@ async function adjustChain(
     }
     return next;
   });
-  for (const account of updated) await budgets.updateAccount(account);
+  // Every row is locked already (read through the store): the updates can go out together.
+  await Promise.all(updated.map((account) => budgets.updateAccount(account)));
   return updated;
 }

@@ -1,6 +1,6 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
-import { appendEntry, chainIdOf, type Json, parseEntryBody, type Signer } from "@leash/chain";
+import { buildEntry, chainIdOf, type Json, parseEntryBody, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
 import { LeashError } from "./errors.js";
@@ -53,27 +53,39 @@ export class Auditor {
     }
   }
 
-  /** Appends one entry after the current head and enqueues it for relay, in `tx`. */
+  /**
+   * Appends one entry after the current head and enqueues it for relay, in `tx`. `head` is the head
+   * as the caller already read it in this transaction (read here when omitted). The append and the
+   * enqueue are issued together: a substrate that pipelines statements sends them in one round trip.
+   */
   async record(
     tx: SubstrateTx,
     kind: string,
     data: Record<string, unknown>,
     nowNs: number,
+    head?: ChainHead | null,
   ): Promise<ChainEntryRecord> {
-    const head = await tx.chain.head(); // read once: it serves the key check and the append
-    await this.#assertKeyInForce(tx, head);
-    const entry = await appendEntry(tx, {
-      head,
-      chainId: this.#chainId,
+    const current = head === undefined ? await tx.chain.head() : head;
+    await this.#assertKeyInForce(tx, current);
+    if (this.#chainId === null && current !== null) {
+      // Once per engine: entry 0 names the chain. A genesis this engine writes may still roll back,
+      // so the id is only remembered from a chain that already had a committed head.
+      const [genesis] = await tx.chain.range(0, 1);
+      if (genesis !== undefined) this.#chainId = chainIdOf(genesis);
+    }
+    const entry = buildEntry({
+      head: current,
+      chainId: current === null ? null : this.#chainId,
       kind,
       data: auditJson(data) as Record<string, Json>,
       signer: this.signer,
       nowNs,
     });
-    // A genesis made in this transaction may still roll back; a later entry names a committed one.
-    if (this.#chainId === null && entry.seq > 0) this.#chainId = chainIdOf((await tx.chain.range(0, 1))[0]!);
-    await enqueueEntry(tx, entry); // the transactional outbox: queued with the entry or not at all
+    // The transactional outbox: queued with the entry or not at all.
+    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#lastAppended = entry.entry_hash;
     return entry;
   }
 }
+
+export type ChainHead = { seq: number; entry_hash: string };

@@ -32,7 +32,7 @@ import {
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
-import { Auditor } from "./audit.js";
+import { Auditor, type ChainHead } from "./audit.js";
 import { LeashError } from "./errors.js";
 import type {
   EngineOptions,
@@ -104,10 +104,14 @@ export function createEngine(options: EngineOptions): Engine {
   }
   const auditor = new Auditor(options.signer);
 
-  async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
+  function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {
       throw new LeashError("INVALID_ARGUMENT", "session_id must be a non-empty string");
     }
+  }
+
+  async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
+    checkSessionId(sessionId);
     const session = await tx.sessions.get(sessionId);
     if (session === null)
       throw new LeashError("SESSION_NOT_FOUND", `unknown session ${JSON.stringify(sessionId)}`);
@@ -133,7 +137,15 @@ export function createEngine(options: EngineOptions): Engine {
   }
 
   async function evaluateIn(tx: SubstrateTx, request: EvaluateRequest): Promise<EvaluateResult> {
-    const session = await loadSession(tx, request.session_id);
+    checkSessionId(request.session_id); // before any statement names it
+    const nonce = request.nonce;
+    const hasNonce = nonce !== undefined && nonce !== null;
+    // Independent reads are issued together (a pipelining substrate answers them in one round
+    // trip). The nonce lookup needs no lock of its own: the session row's lock orders its calls.
+    const [session, seen] = await Promise.all([
+      loadSession(tx, request.session_id),
+      hasNonce ? tx.nonces.has(request.session_id, nonce) : false,
+    ]);
     const { config } = session;
     const nowNs = clock.nowNs();
     const call: Call = {
@@ -142,18 +154,19 @@ export function createEngine(options: EngineOptions): Engine {
       nonce: request.nonce,
       estimated_cost_usd: request.estimated_cost_usd,
     };
-    const nonce = request.nonce;
-    const hasNonce = nonce !== undefined && nonce !== null;
-    const seen = hasNonce && (await tx.nonces.has(session.session_id, nonce));
 
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
-    const state: State = { ...session.state, seen_nonces: seen ? [nonce] : [] };
+    const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
     let remainingBefore: Money | null = null;
-    // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below.
+    // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
+    // the chain head is read with them (after them, in lock order) for the entry this call writes.
     let accounts: BudgetAccount[] | undefined;
-    if (accountId !== null) {
-      accounts = await accountChain(tx, accountId);
+    let head: ChainHead | null;
+    if (accountId === null) {
+      head = await tx.chain.head();
+    } else {
+      [accounts, head] = await Promise.all([accountChain(tx, accountId), tx.chain.head()]);
       remainingBefore = chainAvailable(accounts);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
@@ -180,6 +193,7 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
           ttlNs,
           accounts,
+          unusedId: true, // call numbers only grow, under the session row's lock
         });
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {
@@ -221,7 +235,7 @@ export function createEngine(options: EngineOptions): Engine {
     }
 
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
-    await tx.sessions.update({
+    const updated = tx.sessions.update({
       ...session,
       status: next.status ?? session.status,
       state: storable({
@@ -231,32 +245,37 @@ export function createEngine(options: EngineOptions): Engine {
       call_count: callNumber,
       updated_ns: nowNs,
     });
-    const entry = await auditor.record(
-      tx,
-      "decision",
-      {
-        session_id: session.session_id,
-        agent_id: session.agent_id,
-        organization_id: session.organization_id,
-        call_number: callNumber,
-        tool_name: call.tool_name,
-        params_hash: paramsHash,
-        nonce: hasNonce ? nonce : null,
-        estimated_cost_usd: request.estimated_cost_usd ?? null,
-        verdict: decision.verdict,
-        reason: decision.reason,
-        budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
-        budget_after_usd: remaining,
-        reservation_id,
-        rng: rngValue,
-        operator_id: null,
-        // What decide() saw, so the verdict can be re-derived from the log alone (the session's
-        // config never changes: it is in its session_registered entry).
-        state,
-        now_ns: nowNs,
-      },
-      nowNs,
-    );
+    // Issued together with the session update; a failure of either fails the whole transaction.
+    const [, entry] = await Promise.all([
+      updated,
+      auditor.record(
+        tx,
+        "decision",
+        {
+          session_id: session.session_id,
+          agent_id: session.agent_id,
+          organization_id: session.organization_id,
+          call_number: callNumber,
+          tool_name: call.tool_name,
+          params_hash: paramsHash,
+          nonce: hasNonce ? nonce : null,
+          estimated_cost_usd: request.estimated_cost_usd ?? null,
+          verdict: decision.verdict,
+          reason: decision.reason,
+          budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
+          budget_after_usd: remaining,
+          reservation_id,
+          rng: rngValue,
+          operator_id: null,
+          // What decide() saw, so the verdict can be re-derived from the log alone (the session's
+          // config never changes: it is in its session_registered entry).
+          state,
+          now_ns: nowNs,
+        },
+        nowNs,
+        head,
+      ),
+    ]);
     return {
       session_id: session.session_id,
       call_number: callNumber,
