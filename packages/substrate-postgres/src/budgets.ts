@@ -109,6 +109,21 @@ function reservationParams(reservation: Reservation): unknown[] {
 }
 
 export class PostgresBudgetStore implements BudgetStore {
+  /**
+   * Account rows as this transaction last read them, locked (FOR UPDATE) until it ends: no one else
+   * can change them, so reading one again (budget-guard reads an account for the remaining and again
+   * to reserve) is answered from here. Any account write empties it.
+   */
+  private readonly known = new Map<string, AccountRow>();
+  /** Bumped by every account write, so a read that raced a write is not remembered. */
+  private accountWrites = 0;
+  /** Accounts and reservations this transaction knows exist and has locked until it ends. */
+  private readonly heldAccounts = new Set<string>();
+  private readonly heldReservations = new Set<string>();
+  /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
+  private readonly absentAccounts = new Set<string>();
+  private readonly absentReservations = new Set<string>();
+
   constructor(
     private readonly tx: TxContext,
     private readonly accounts: Statements["accounts"],
@@ -117,45 +132,85 @@ export class PostgresBudgetStore implements BudgetStore {
 
   async getAccount(accountId: string): Promise<BudgetAccount | null> {
     const id = encodeText(accountId, "account_id");
+    const known = this.known.get(id);
+    if (known !== undefined) {
+      await this.tx.usable("accounts.get");
+      return accountFromRow(known);
+    }
+    const writes = this.accountWrites;
     const row = await this.tx.lockedRow<AccountRow>(this.accounts.get, id, "accounts");
-    return row === undefined ? null : accountFromRow(row);
+    if (row === undefined) {
+      this.absentAccounts.add(id);
+      return null;
+    }
+    this.heldAccounts.add(id);
+    if (writes === this.accountWrites) this.known.set(id, row);
+    return accountFromRow(row);
   }
 
   async insertAccount(account: BudgetAccount): Promise<void> {
     const key = this.tx.rowKey("accounts", account.account_id);
-    const { rowCount } = await this.tx.query(this.accounts.insert, [...accountParams(account), key]);
-    if (rowCount === 0)
-      throw new SubstrateError("conflict", `budget account ${account.account_id} already exists`);
+    const params = [...accountParams(account), key];
+    this.accountWrites++;
+    this.known.clear();
+    const id = account.account_id;
+    const conflict = () => new SubstrateError("conflict", `budget account ${id} already exists`);
+    if (this.absentAccounts.delete(id)) {
+      this.heldAccounts.add(id);
+      return this.tx.defer(this.accounts.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
+    }
+    const { rowCount } = await this.tx.query(this.accounts.insert, params);
+    if (rowCount === 0) throw conflict();
+    this.heldAccounts.add(id);
   }
 
   async updateAccount(account: BudgetAccount): Promise<void> {
-    const { rowCount } = await this.tx.query(this.accounts.update, accountParams(account));
-    if (rowCount === 0)
-      throw new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
+    const params = accountParams(account);
+    this.accountWrites++;
+    this.known.clear();
+    const missing = () =>
+      new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
+    if (this.heldAccounts.has(account.account_id)) {
+      return this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+    }
+    const { rowCount } = await this.tx.query(this.accounts.update, params);
+    if (rowCount === 0) throw missing();
   }
 
   async insertReservation(reservation: Reservation): Promise<void> {
     const key = this.tx.rowKey("reservations", reservation.reservation_id);
-    const { rowCount } = await this.tx.query(this.reservations.insert, [
-      ...reservationParams(reservation),
-      key,
-    ]);
-    if (rowCount === 0) {
-      throw new SubstrateError("conflict", `reservation ${reservation.reservation_id} already exists`);
+    const params = [...reservationParams(reservation), key];
+    const id = reservation.reservation_id;
+    const conflict = () => new SubstrateError("conflict", `reservation ${id} already exists`);
+    if (this.absentReservations.delete(id)) {
+      this.heldReservations.add(id);
+      return this.tx.defer(this.reservations.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
     }
+    const { rowCount } = await this.tx.query(this.reservations.insert, params);
+    if (rowCount === 0) throw conflict();
+    this.heldReservations.add(id);
   }
 
   async getReservation(reservationId: string): Promise<Reservation | null> {
     const id = encodeText(reservationId, "reservation_id");
     const row = await this.tx.lockedRow<ReservationRow>(this.reservations.get, id, "reservations");
-    return row === undefined ? null : reservationFromRow(row);
+    if (row === undefined) {
+      this.absentReservations.add(id);
+      return null;
+    }
+    this.heldReservations.add(id);
+    return reservationFromRow(row);
   }
 
   async updateReservation(reservation: Reservation): Promise<void> {
-    const { rowCount } = await this.tx.query(this.reservations.update, reservationParams(reservation));
-    if (rowCount === 0) {
-      throw new SubstrateError("not_found", `reservation ${reservation.reservation_id} does not exist`);
+    const params = reservationParams(reservation);
+    const id = reservation.reservation_id;
+    const missing = () => new SubstrateError("not_found", `reservation ${id} does not exist`);
+    if (this.heldReservations.has(id)) {
+      return this.tx.defer(this.reservations.update, params, (r) => (r.rowCount === 0 ? missing() : null));
     }
+    const { rowCount } = await this.tx.query(this.reservations.update, params);
+    if (rowCount === 0) throw missing();
   }
 
   async listExpired(nowNs: number, limit: number): Promise<Reservation[]> {

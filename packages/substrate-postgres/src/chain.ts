@@ -64,21 +64,42 @@ function missingHead(): SubstrateError {
   );
 }
 
+type Head = { seq: number; entry_hash: string } | null;
+
 export class PostgresChainStore implements ChainStore {
+  /**
+   * The head as this transaction last read it. head() locks the row until the transaction ends, so
+   * only this transaction's own append can move it: a second head() (a caller that checks the head
+   * and then appends after it reads it twice) is answered from here instead of another round trip.
+   */
+  private known: { head: Head } | null = null;
+  /** Bumped by every append, so a head() answer that raced an append is not remembered. */
+  private appends = 0;
+
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["chain"],
   ) {}
 
-  async head(): Promise<{ seq: number; entry_hash: string } | null> {
+  async head(): Promise<Head> {
+    if (this.known !== null) {
+      const { head } = this.known;
+      await this.tx.usable("chain.head");
+      return head === null ? null : { ...head };
+    }
+    const appends = this.appends;
     const { rows } = await this.tx.query<{ seq: unknown; entry_hash: string | null }>(this.sql.head, []);
     const row = rows[0];
     if (row === undefined) throw missingHead();
     const seq = decodeOptionalInt(row.seq, "leash_chain_head.seq");
-    return seq === null || row.entry_hash === null ? null : { seq, entry_hash: row.entry_hash };
+    const head = seq === null || row.entry_hash === null ? null : { seq, entry_hash: row.entry_hash };
+    if (appends === this.appends) this.known = { head: head === null ? null : { ...head } };
+    return head;
   }
 
   async append(entry: ChainEntryRecord): Promise<void> {
+    this.appends++;
+    this.known = null;
     const { rows } = await this.tx.query<{ heads: unknown; head_seq: unknown; moved: unknown }>(
       this.sql.append,
       toParams(entry),

@@ -11,6 +11,8 @@ export interface TableNames {
   readonly lockKey: string;
   /** Prefix of the per-row key locks (sql.ts keys.lock), so schemas sharing a database never share keys. */
   readonly rowKeyPrefix: string;
+  /** The text the batch lock is keyed on (see substrate.ts): shared by solo transactions, exclusive to batches. */
+  readonly batchKey: string;
   readonly version: string;
   readonly sessions: string;
   readonly nonces: string;
@@ -38,6 +40,7 @@ export function tableNames(schema: string | undefined): TableNames {
     schema: quoted,
     lockKey: `leash.migrate:${schema ?? ""}`,
     rowKeyPrefix: `leash.row:${schema ?? ""}:`,
+    batchKey: `leash.batch:${schema ?? ""}`,
     version: table("leash_schema_version"),
     sessions: table("leash_sessions"),
     nonces: table("leash_nonces"),

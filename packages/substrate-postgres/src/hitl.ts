@@ -71,6 +71,11 @@ function toParams(request: HitlRequest): unknown[] {
 }
 
 export class PostgresHitlStore implements HitlStore {
+  /** Rows this transaction knows exist and has locked (read FOR UPDATE, or inserted) until it ends. */
+  private readonly held = new Set<string>();
+  /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
+  private readonly absent = new Set<string>();
+
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["hitl"],
@@ -78,20 +83,38 @@ export class PostgresHitlStore implements HitlStore {
 
   async insert(request: HitlRequest): Promise<void> {
     const key = this.tx.rowKey("hitl", request.request_id);
-    const { rowCount } = await this.tx.query(this.sql.insert, [...toParams(request), key]);
-    if (rowCount === 0)
-      throw new SubstrateError("conflict", `HITL request ${request.request_id} already exists`);
+    const params = [...toParams(request), key];
+    const conflict = () =>
+      new SubstrateError("conflict", `HITL request ${request.request_id} already exists`);
+    if (this.absent.delete(request.request_id)) {
+      this.held.add(request.request_id);
+      return this.tx.defer(this.sql.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.insert, params);
+    if (rowCount === 0) throw conflict();
+    this.held.add(request.request_id);
   }
 
   async get(requestId: string): Promise<HitlRequest | null> {
-    const row = await this.tx.lockedRow<HitlRow>(this.sql.get, encodeText(requestId, "request_id"), "hitl");
-    return row === undefined ? null : fromRow(row);
+    const id = encodeText(requestId, "request_id");
+    const row = await this.tx.lockedRow<HitlRow>(this.sql.get, id, "hitl");
+    if (row === undefined) {
+      this.absent.add(id);
+      return null;
+    }
+    this.held.add(id);
+    return fromRow(row);
   }
 
   async update(request: HitlRequest): Promise<void> {
-    const { rowCount } = await this.tx.query(this.sql.update, toParams(request));
-    if (rowCount === 0)
-      throw new SubstrateError("not_found", `HITL request ${request.request_id} does not exist`);
+    const params = toParams(request);
+    const missing = () =>
+      new SubstrateError("not_found", `HITL request ${request.request_id} does not exist`);
+    if (this.held.has(request.request_id)) {
+      return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.update, params);
+    if (rowCount === 0) throw missing();
   }
 
   async list(filter: { sessionId?: string; status?: HitlRequestStatus }): Promise<HitlRequest[]> {

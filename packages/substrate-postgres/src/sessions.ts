@@ -58,29 +58,48 @@ function toParams(record: SessionRecord): unknown[] {
 }
 
 export class PostgresSessionStore implements SessionStore {
+  /** Rows this transaction knows exist and has locked (read FOR UPDATE, or inserted) until it ends. */
+  private readonly held = new Set<string>();
+  /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
+  private readonly absent = new Set<string>();
+
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["sessions"],
   ) {}
 
   async get(sessionId: string): Promise<SessionRecord | null> {
-    const row = await this.tx.lockedRow<SessionRow>(
-      this.sql.get,
-      encodeText(sessionId, "session_id"),
-      "sessions",
-    );
-    return row === undefined ? null : fromRow(row);
+    const id = encodeText(sessionId, "session_id");
+    const row = await this.tx.lockedRow<SessionRow>(this.sql.get, id, "sessions");
+    if (row === undefined) {
+      this.absent.add(id);
+      return null;
+    }
+    this.held.add(id);
+    return fromRow(row);
   }
 
   async insert(record: SessionRecord): Promise<void> {
     const key = this.tx.rowKey("sessions", record.session_id);
-    const { rowCount } = await this.tx.query(this.sql.insert, [...toParams(record), key]);
-    if (rowCount === 0) throw new SubstrateError("conflict", `session ${record.session_id} already exists`);
+    const params = [...toParams(record), key];
+    const conflict = () => new SubstrateError("conflict", `session ${record.session_id} already exists`);
+    if (this.absent.delete(record.session_id)) {
+      this.held.add(record.session_id);
+      return this.tx.defer(this.sql.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.insert, params);
+    if (rowCount === 0) throw conflict();
+    this.held.add(record.session_id);
   }
 
   async update(record: SessionRecord): Promise<void> {
-    const { rowCount } = await this.tx.query(this.sql.update, toParams(record));
-    if (rowCount === 0) throw new SubstrateError("not_found", `session ${record.session_id} does not exist`);
+    const params = toParams(record);
+    const missing = () => new SubstrateError("not_found", `session ${record.session_id} does not exist`);
+    if (this.held.has(record.session_id)) {
+      return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.update, params);
+    if (rowCount === 0) throw missing();
   }
 
   async list(filter: { status?: SessionStatus; limit?: number } = {}): Promise<SessionRecord[]> {

@@ -1,4 +1,4 @@
-// The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, retry on deadlock.
+// The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
@@ -15,7 +15,23 @@ import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statements } from "./sql.js";
-import { TxContext } from "./tx.js";
+import { corkThisTurn, TxContext } from "./tx.js";
+
+export interface GroupCommitOptions {
+  /**
+   * Most transactions that may share one COMMIT (default 64). Each one that writes gets its own
+   * subtransaction (its SAVEPOINT); PostgreSQL keeps 64 of them per transaction in shared memory and
+   * beyond that every other session's visibility checks take a slower path, so stay at or below 64.
+   */
+  maxBatch?: number;
+  /**
+   * Once a batch has been running this long, in milliseconds (default 2), it takes no transaction
+   * that arrived after it began: a bound on the latency later arrivals can add to those before them.
+   * Those already queued when it got its lock (they waited for it) always join, up to maxBatch:
+   * left out, they would wait for another whole batch, and in other processes' batches too.
+   */
+  maxBatchMs?: number;
+}
 
 export interface PostgresSubstrateOptions {
   /** A `postgres://` (or `postgresql://`) URL; the substrate builds its own pool and ends it on close(). */
@@ -36,16 +52,71 @@ export interface PostgresSubstrateOptions {
    * Turn off behind a pooler that cannot keep them, such as PgBouncer in transaction mode before 1.21.
    */
   preparedStatements?: boolean;
+  /**
+   * Group commit (default on): transactions that queue up on this handle run one after another on
+   * one connection inside a single BEGIN … COMMIT, each in its own SAVEPOINT, so one COMMIT (one WAL
+   * flush) makes the whole batch durable and the locks every engine decision shares (the budget
+   * account, the chain head) pass from one transaction to the next without a COMMIT in between.
+   * A transaction that fails is rolled back to its savepoint alone; the others resolve only after
+   * the shared COMMIT. `false`: every transaction gets its own connection and COMMIT.
+   * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
+   * second would run only after the first, and a batch holds off every other transaction on the
+   * schema (see beginBatch). A transaction on an idle handle still runs alone, as without it.
+   */
+  groupCommit?: GroupCommitOptions | false;
+}
+
+/** Counters for tests and benchmarks: how much group commit saved. */
+export interface PostgresSubstrateStats {
+  /** Transactions whose function resolved and whose COMMIT succeeded. */
+  committed: number;
+  /**
+   * Transactions that rejected: their function threw, a statement failed, or their (shared) COMMIT
+   * failed; those whose connection failed during COMMIT, so that whether they committed is unknown, too.
+   */
+  rolledBack: number;
+  /** Successful COMMIT statements (one WAL flush each); below `committed` when transactions shared them. */
+  commits: number;
+  /** The most transactions that ever shared one BEGIN … COMMIT. */
+  largestBatch: number;
 }
 
 const DEFAULT_MAX_RETRIES = 8;
 const DEFAULT_POOL_SIZE = 10;
+const DEFAULT_MAX_BATCH = 64;
+const DEFAULT_MAX_BATCH_MS = 2;
 // Full-jitter exponential backoff: conflicting transactions wake at different times instead of
 // colliding again, and the cap keeps the worst case for the default retries under a second.
 const BACKOFF_BASE_MS = 2;
 const BACKOFF_CAP_MS = 100;
+/**
+ * Transactions that find no batch running and none queued run alone, up to this many at once:
+ * a lone caller pays no batching latency, and two transactions of one handle that wait for each
+ * other (say, each holding a row the other wants) still both run, as they would without group commit.
+ */
+const SOLO_LIMIT = 2;
+const SAVEPOINT = "leash_tx";
 
 type Attempt<T> = { ok: true; value: T } | { ok: false; error: unknown; retry: boolean };
+
+interface Job {
+  readonly fn: (tx: SubstrateTx) => Promise<unknown>;
+  readonly resolve: (value: unknown) => void;
+  readonly reject: (error: unknown) => void;
+  /** Serialization failures counted against this transaction (see retryBatch), for maxRetries. */
+  failures: number;
+}
+
+/** A transaction that ran in the open batch: it settles when the batch does. */
+type Ran = { job: Job; ok: true; value: unknown } | { job: Job; ok: false; error: unknown };
+
+/** How a batch ended, for the lane that ran it. */
+interface BatchEnd {
+  /** The connection cannot be lent out again. */
+  broken?: Error;
+  /** Its transactions were queued again after a serialization failure: back off this many steps. */
+  retryStep?: number;
+}
 
 function describeUrl(url: string): string {
   try {
@@ -55,6 +126,39 @@ function describeUrl(url: string): string {
   } catch {
     return "the given URL";
   }
+}
+
+function backoff(step: number): Promise<void> {
+  return sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** step));
+}
+
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Gives a connection back to the pool; passing an error makes the pool discard it instead of lending it out again. */
+function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
+  client.off("error", listener);
+  client.release(broken);
+}
+
+function isPipelined(client: PoolClient): boolean {
+  return (client as { pipeline?: boolean }).pipeline === true;
+}
+
+function gaveUp(maxRetries: number, last: unknown): SubstrateError {
+  return new SubstrateError(
+    "serialization",
+    `transaction: still failing on a serialization failure or deadlock after ${maxRetries + 1} attempts`,
+    { cause: last },
+  );
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new RangeError(`${name} must be a positive integer, got ${String(value)}`);
+  }
+  return value;
 }
 
 export class PostgresSubstrate implements Substrate {
@@ -69,7 +173,32 @@ export class PostgresSubstrate implements Substrate {
   private readonly maxRetries: number;
   private readonly prepared: boolean;
   private readonly where: string;
+  private readonly group: Required<GroupCommitOptions> | null;
+  /** BEGIN for a transaction of its own: the batch lock in shared mode (see beginBatch). */
+  private readonly beginSolo: string;
+  /**
+   * BEGIN for a batch: the batch lock in exclusive mode, then the first savepoint. Without it two
+   * batches could deadlock: batch A's first transaction locks the budget account and the chain
+   * head, its second then waits for a session row that batch B (another process or lane) holds
+   * while B waits for the budget account. PostgreSQL would break that only after deadlock_timeout
+   * (1 s by default) and retry a whole batch. Every engine decision appends to the one chain, so
+   * batches run one at a time anyway and the lock costs no real concurrency, whereas it makes a
+   * batch's locks conflict with nothing still running. Solo transactions take it shared: they can
+   * run side by side as before (deadlocks among them are retried as ever) but never beside a batch.
+   */
+  private readonly beginBatch: string;
   private readonly inflight = new Set<Promise<unknown>>();
+  /** Transactions waiting for a batch, oldest first. */
+  private readonly queue: Job[] = [];
+  /** The loop running batches on one connection while any are queued. */
+  private lane: Promise<void> | null = null;
+  private solos = 0;
+  private readonly counters: PostgresSubstrateStats = {
+    committed: 0,
+    rolledBack: 0,
+    commits: 0,
+    largestBatch: 0,
+  };
   private closed = false;
   private closing: Promise<void> | null = null;
 
@@ -84,11 +213,30 @@ export class PostgresSubstrate implements Substrate {
     if (!Number.isInteger(poolSize) || poolSize < 1) {
       throw new RangeError(`poolSize must be a positive integer, got ${poolSize}`);
     }
+    const group = options.groupCommit;
+    if (group === false) {
+      this.group = null;
+    } else {
+      const maxBatchMs = group?.maxBatchMs ?? DEFAULT_MAX_BATCH_MS;
+      if (typeof maxBatchMs !== "number" || !Number.isFinite(maxBatchMs) || maxBatchMs < 0) {
+        throw new RangeError(
+          `groupCommit.maxBatchMs must be a finite number >= 0, got ${String(maxBatchMs)}`,
+        );
+      }
+      this.group = {
+        maxBatch: positiveInteger("groupCommit.maxBatch", group?.maxBatch ?? DEFAULT_MAX_BATCH),
+        maxBatchMs,
+      };
+    }
     this.names = tableNames(schema);
     this.schema = schema ?? null;
     this.sql = buildStatements(this.names);
     this.maxRetries = maxRetries;
     this.prepared = options.preparedStatements ?? true;
+    // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
+    const batchLock = `hashtextextended('${this.names.batchKey}', 0)`;
+    this.beginSolo = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(${batchLock})`;
+    this.beginBatch = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock}); SAVEPOINT ${SAVEPOINT}`;
     if (pool !== undefined) {
       this.pool = pool;
       this.ownsPool = false;
@@ -97,8 +245,9 @@ export class PostgresSubstrate implements Substrate {
       if (!/^postgres(ql)?:\/\//i.test(url!)) {
         throw new TypeError("url must start with postgres:// or postgresql://");
       }
-      // Pipeline mode lets BEGIN and the first read share a round trip (see TxContext.pipelineBegin);
-      // a pg without it ignores the option and every statement simply waits for the one before.
+      // Pipeline mode lets BEGIN and the first read share a round trip (see TxContext.pipelineBegin)
+      // and a batch's SAVEPOINTs travel without waiting for answers; a pg without it ignores the
+      // option and every statement simply waits for the one before.
       this.pool = new Pool({
         connectionString: url,
         max: poolSize,
@@ -115,6 +264,11 @@ export class PostgresSubstrate implements Substrate {
 
   /** The schema this substrate's tables live in (unquoted), or null for the connection's search_path. */
   readonly schema: string | null;
+
+  /** A copy of the counters since open. */
+  get stats(): PostgresSubstrateStats {
+    return { ...this.counters };
+  }
 
   /** Checks that the server answers; openPostgresSubstrate calls it so a bad URL fails at open. */
   async ping(): Promise<void> {
@@ -144,23 +298,44 @@ export class PostgresSubstrate implements Substrate {
           broken ??= error instanceof Error ? error : new Error(String(error));
           throw error;
         } finally {
-          client.off("error", onError);
-          client.release(broken);
+          release(client, onError, broken);
         }
       })(),
     );
   }
 
+  /**
+   * Runs `fn` in a transaction. With group commit on, a transaction that finds others queued or a
+   * batch running joins the next batch; its promise settles only after that batch's COMMIT.
+   */
   async transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
     this.assertOpen("transaction");
-    return this.track(this.run(fn));
+    return this.track(
+      new Promise<T>((resolve, reject) => {
+        const job: Job = { fn, resolve: resolve as (value: unknown) => void, reject, failures: 0 };
+        if (
+          this.group === null ||
+          (this.lane === null && this.queue.length === 0 && this.solos < SOLO_LIMIT)
+        ) {
+          this.solos++;
+          void this.runSolo(job).finally(() => {
+            this.solos--;
+          });
+          return;
+        }
+        this.queue.push(job);
+        this.lane ??= this.runLane();
+      }),
+    );
   }
 
-  /** Waits for transactions already running, then ends the pool if this substrate built it. */
+  /** Waits for transactions already running or queued, then ends the pool if this substrate built it. */
   close(): Promise<void> {
     this.closing ??= (async () => {
       this.closed = true;
       await Promise.allSettled([...this.inflight]);
+      // The lane lets go of its connection a turn after its last batch.
+      while (this.lane !== null) await this.lane;
       if (this.ownsPool) {
         try {
           await this.pool.end();
@@ -194,25 +369,44 @@ export class PostgresSubstrate implements Substrate {
     }
   }
 
+  private context(client: PoolClient): TxContext {
+    return new TxContext(
+      client,
+      this.prepared,
+      this.sql.keys.lock,
+      this.names.rowKeyPrefix,
+      isPipelined(client),
+    );
+  }
+
+  private async runSolo(job: Job): Promise<void> {
+    let value: unknown;
+    try {
+      value = await this.run(job.fn);
+    } catch (error) {
+      this.counters.rolledBack++;
+      job.reject(error);
+      return;
+    }
+    this.counters.committed++;
+    this.counters.commits++;
+    this.counters.largestBatch = Math.max(this.counters.largestBatch, 1);
+    job.resolve(value);
+  }
+
   private async run<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
     let last: unknown;
     for (let attempt = 0; attempt <= this.maxRetries; attempt++) {
-      if (attempt > 0) {
-        await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** attempt));
-      }
+      if (attempt > 0) await backoff(attempt);
       const outcome = await this.attempt(fn);
       if (outcome.ok) return outcome.value;
       if (!outcome.retry) throw outcome.error;
       last = outcome.error;
     }
-    throw new SubstrateError(
-      "serialization",
-      `transaction: still failing on a serialization failure or deadlock after ${this.maxRetries + 1} attempts`,
-      { cause: last },
-    );
+    throw gaveUp(this.maxRetries, last);
   }
 
-  /** One try: BEGIN, fn, COMMIT. Says whether a failure is worth another try. */
+  /** One try of a transaction of its own: BEGIN, fn, COMMIT. Says whether a failure is worth another try. */
   private async attempt<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<Attempt<T>> {
     let client: PoolClient;
     try {
@@ -226,18 +420,20 @@ export class PostgresSubstrate implements Substrate {
       broken = error;
     };
     client.on("error", onError);
-    const ctx = new TxContext(client, this.prepared, this.sql.keys.lock, this.names.rowKeyPrefix);
+    const ctx = this.context(client);
     try {
-      const begin = client.query("BEGIN ISOLATION LEVEL READ COMMITTED");
-      if ((client as { pipeline?: boolean }).pipeline === true) {
+      if (isPipelined(client)) corkThisTurn(client);
+      const begin = client.query(this.beginSolo);
+      if (isPipelined(client)) {
         // Saves a round trip per transaction: the first read goes out without waiting for BEGIN.
         ctx.pipelineBegin(begin);
       } else {
         try {
           await begin;
         } catch (error) {
-          broken ??= error as Error;
-          return { ok: false, error: toSubstrateError(error, "transaction: BEGIN"), retry: false };
+          const failure = toSubstrateError(error, "transaction: BEGIN");
+          broken ??= await this.abort(client, failure);
+          return { ok: false, error: failure, retry: false };
         }
       }
       let value: T;
@@ -247,7 +443,7 @@ export class PostgresSubstrate implements Substrate {
         ctx.finished = true;
         await ctx.drain();
         await ctx.settleBegin();
-        broken ??= await this.rollback(client, ctx);
+        broken ??= await this.abort(client, ctx.failure);
         // A deadlock victim is retried even when fn wrapped or replaced the error it saw.
         if (ctx.failure?.code === "serialization") return { ok: false, error: ctx.failure, retry: true };
         return { ok: false, error, retry: false };
@@ -257,7 +453,7 @@ export class PostgresSubstrate implements Substrate {
       await ctx.settleBegin();
       if (ctx.failure !== null) {
         // fn swallowed a failed statement: PostgreSQL would answer COMMIT with a silent ROLLBACK.
-        broken ??= await this.rollback(client, ctx);
+        broken ??= await this.abort(client, ctx.failure);
         return { ok: false, error: ctx.failure, retry: ctx.failure.code === "serialization" };
       }
       try {
@@ -266,31 +462,273 @@ export class PostgresSubstrate implements Substrate {
         const failure = toSubstrateError(error, "transaction: COMMIT");
         if (failure.code === "serialization") return { ok: false, error: failure, retry: true };
         broken ??= error as Error;
-        if (failure.code !== "io") return { ok: false, error: failure, retry: false };
-        // Retrying could apply fn twice: the server may have committed before the connection died.
-        const unknown = new SubstrateError(
-          "io",
-          `transaction: the connection failed during COMMIT, so whether it committed is unknown: ${failure.message}`,
-          { cause: error },
-        );
-        return { ok: false, error: unknown, retry: false };
+        return { ok: false, error: this.commitFailure(failure, error), retry: false };
       }
       return { ok: true, value };
     } finally {
-      client.off("error", onError);
-      // Passing an error makes the pool discard the connection instead of lending it out again.
-      client.release(broken);
+      release(client, onError, broken);
     }
   }
 
-  private async rollback(client: PoolClient, ctx: TxContext): Promise<Error | undefined> {
-    if (ctx.failure?.code === "io") return ctx.failure;
+  /** A failed COMMIT; when the connection failed, whether it committed is unknown, and retrying could apply fn twice. */
+  private commitFailure(failure: SubstrateError, error: unknown): SubstrateError {
+    if (failure.code !== "io") return failure;
+    return new SubstrateError(
+      "io",
+      `transaction: the connection failed during COMMIT, so whether it committed is unknown: ${failure.message}`,
+      { cause: error },
+    );
+  }
+
+  /** Rolls the open transaction back; returns the error that makes the connection unfit to lend out again. */
+  private async abort(client: PoolClient, failure: SubstrateError | null): Promise<Error | undefined> {
+    if (failure?.code === "io") return failure;
     try {
       await client.query("ROLLBACK");
       return undefined;
     } catch (error) {
       return error instanceof Error ? error : new Error(String(error));
     }
+  }
+
+  /**
+   * Runs batches on one connection while transactions are queued. Another turn of the event loop
+   * is given before it lets go: callers whose transactions just resolved often queue the next at once.
+   */
+  private async runLane(): Promise<void> {
+    let client: PoolClient | null = null;
+    let broken: Error | undefined;
+    const onError = (error: Error) => {
+      broken ??= error;
+    };
+    try {
+      for (;;) {
+        if (this.queue.length === 0) {
+          await nextTurn();
+          if (this.queue.length === 0) return;
+        }
+        if (client === null) {
+          try {
+            client = await this.connect("transaction");
+          } catch (error) {
+            // Every queued transaction waited for this connection: they fail with it, as one would alone.
+            this.shed(this.queue.length, error);
+            continue;
+          }
+          broken = undefined;
+          client.on("error", onError);
+        }
+        const end = await this.runBatch(client, () => broken);
+        broken ??= end.broken;
+        if (broken !== undefined) {
+          release(client, onError, broken);
+          client = null;
+        }
+        if (end.retryStep !== undefined) await backoff(end.retryStep);
+      }
+    } catch (error) {
+      // runBatch settles every transaction it takes; should anything else fail, no caller may hang.
+      this.shed(this.queue.length, error);
+    } finally {
+      if (client !== null) release(client, onError, broken);
+      this.lane = null;
+      if (this.queue.length > 0) this.lane = this.runLane();
+    }
+  }
+
+  /** Rejects the `count` oldest queued transactions with `error`. */
+  private shed(count: number, error: unknown): void {
+    const failure = toSubstrateError(error, "transaction");
+    for (const job of this.queue.splice(0, count)) {
+      this.counters.rolledBack++;
+      job.reject(failure);
+    }
+  }
+
+  /**
+   * One batch: BEGIN and the batch lock, then queued transactions one after another, each in the
+   * savepoint before it, as long as maxBatch and maxBatchMs allow, then one COMMIT. A transaction
+   * whose fn throws (or whose statement failed) is rolled back to its savepoint, which also clears
+   * PostgreSQL's aborted state, so the next one runs on. Everything settles when the batch ends:
+   * the failed with their own errors, the rest with their values once COMMIT succeeded. On a
+   * serialization failure anywhere (a deadlock with some other client, a trigger, COMMIT) the
+   * whole batch is rolled back and its transactions queued again in order, failed ones included:
+   * each may have seen what an earlier one wrote, which is gone now.
+   */
+  private async runBatch(client: PoolClient, brokenBy: () => Error | undefined): Promise<BatchEnd> {
+    const { maxBatch, maxBatchMs } = this.group!;
+    const pipelined = isPipelined(client);
+    const waiting = this.queue.length;
+    try {
+      await client.query(this.beginBatch);
+    } catch (error) {
+      // Nothing ran; those that waited through this BEGIN fail with it, later arrivals get a new one.
+      const failure = toSubstrateError(error, "transaction: BEGIN");
+      this.shed(waiting, failure);
+      return { broken: await this.abort(client, failure) };
+    }
+    const startedAt = performance.now();
+    const backlog = this.queue.length;
+    const ran: Ran[] = [];
+    /** Answers of SAVEPOINT, RELEASE and ROLLBACK TO sent without waiting; each resolves to its error or null. */
+    const controls: Promise<unknown>[] = [];
+    const control = async (text: string): Promise<unknown> => {
+      if (pipelined) corkThisTurn(client);
+      const answer = client.query(text).then(
+        () => null,
+        (error: unknown) => error ?? new Error(`${text} failed`),
+      );
+      controls.push(answer);
+      // pg queues a query sent while another runs only in pipeline mode; otherwise wait for the answer.
+      return pipelined ? null : answer;
+    };
+
+    let job = this.queue.shift();
+    while (job !== undefined) {
+      const ctx = this.context(client);
+      let failed = false;
+      let outcome: unknown;
+      try {
+        outcome = await job.fn(this.stores(ctx));
+      } catch (error) {
+        failed = true;
+        outcome = error;
+      }
+      ctx.finished = true;
+      await ctx.drain();
+      const failure = ctx.failure;
+      // A deadlock victim is retried even when fn wrapped or replaced the error it saw.
+      if (failure?.code === "serialization") return this.retryBatch(client, ran, job, failure, true);
+      const dropped = brokenBy();
+      const lost =
+        dropped !== undefined
+          ? toSubstrateError(dropped, "transaction")
+          : failure?.code === "io"
+            ? failure
+            : undefined;
+      if (lost !== undefined)
+        return this.loseBatch(client, ran, { job, error: failed ? outcome : lost }, lost);
+      if (!failed && failure !== null) {
+        // fn swallowed a failed statement: it fails all the same, as it would alone.
+        failed = true;
+        outcome = failure;
+      }
+      ran.push(failed ? { job, ok: false, error: outcome } : { job, ok: true, value: outcome });
+      let refused = failed ? await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`) : null;
+      const next =
+        refused === null &&
+        ran.length < maxBatch &&
+        (ran.length < backlog || performance.now() - startedAt < maxBatchMs)
+          ? this.queue.shift()
+          : undefined;
+      // After ROLLBACK TO the savepoint still stands, empty, for the next transaction to run in.
+      if (next !== undefined && !failed) {
+        refused = await control(`RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
+        if (refused !== null) this.queue.unshift(next);
+      }
+      job = refused === null ? next : undefined;
+    }
+
+    const refused = (await Promise.all(controls)).find((answer) => answer !== null);
+    if (refused !== undefined) {
+      const failure = toSubstrateError(refused, "transaction: SAVEPOINT");
+      if (failure.code === "serialization") return this.retryBatch(client, ran, undefined, failure, true);
+      return this.loseBatch(client, ran, undefined, failure);
+    }
+    if (!ran.some((r) => r.ok)) {
+      const broken = await this.abort(client, null);
+      this.settle(ran, null);
+      return { broken };
+    }
+    let command: string;
+    try {
+      ({ command } = await client.query("COMMIT"));
+    } catch (error) {
+      const failure = toSubstrateError(error, "transaction: COMMIT");
+      // A failed COMMIT has ended the transaction: nothing to roll back.
+      if (failure.code === "serialization") return this.retryBatch(client, ran, undefined, failure, false);
+      this.settle(ran, this.commitFailure(failure, error));
+      return { broken: error instanceof Error ? error : new Error(String(error)) };
+    }
+    if (command !== "COMMIT") {
+      // PostgreSQL answers COMMIT of an aborted transaction with ROLLBACK; every control answer was
+      // checked above, so this is not expected, but it must never pass for a commit.
+      const failure = new SubstrateError("io", `transaction: COMMIT was answered with ${command}`);
+      this.settle(ran, failure);
+      return {};
+    }
+    this.counters.commits++;
+    this.counters.largestBatch = Math.max(this.counters.largestBatch, ran.length);
+    this.settle(ran, null);
+    return {};
+  }
+
+  /** Settles a batch's transactions: the failed with their errors, the rest with `failure` or their values. */
+  private settle(ran: readonly Ran[], failure: SubstrateError | null): void {
+    for (const r of ran) {
+      if (r.ok && failure === null) {
+        this.counters.committed++;
+        r.job.resolve(r.value);
+      } else {
+        this.counters.rolledBack++;
+        r.job.reject(r.ok ? failure : r.error);
+      }
+    }
+  }
+
+  /**
+   * After a serialization failure: roll back, give up on those out of retries, queue the rest again
+   * in order. A failure raised in one transaction's statement counts against that one only, so one
+   * that keeps failing cannot use up the retries of those sharing its batches; one at COMMIT (a
+   * deferred trigger) cannot be told apart and counts against all.
+   */
+  private async retryBatch(
+    client: PoolClient,
+    ran: readonly Ran[],
+    current: Job | undefined,
+    failure: SubstrateError,
+    rollback: boolean,
+  ): Promise<BatchEnd> {
+    const broken = rollback ? await this.abort(client, failure) : undefined;
+    const again: Job[] = [];
+    let step = 0;
+    for (const job of current === undefined ? ran.map((r) => r.job) : [...ran.map((r) => r.job), current]) {
+      if (current === undefined || job === current) job.failures++;
+      if (job.failures > this.maxRetries) {
+        this.counters.rolledBack++;
+        job.reject(gaveUp(this.maxRetries, failure));
+      } else {
+        again.push(job);
+        step = Math.max(step, job.failures);
+      }
+    }
+    this.queue.unshift(...again);
+    return step === 0 ? { broken } : { broken, retryStep: step };
+  }
+
+  /**
+   * The batch cannot commit (its connection failed, or a savepoint statement did): nothing of it
+   * is committed. The transaction that was running fails with its own error, as do those that had
+   * failed already; those that had succeeded fail with `failure`.
+   */
+  private async loseBatch(
+    client: PoolClient,
+    ran: readonly Ran[],
+    current: { job: Job; error: unknown } | undefined,
+    failure: SubstrateError,
+  ): Promise<BatchEnd> {
+    const broken = await this.abort(client, failure);
+    const lost = new SubstrateError(
+      failure.code,
+      `transaction: rolled back with the rest of its batch before COMMIT: ${failure.message}`,
+      { cause: failure },
+    );
+    this.settle(ran, lost);
+    if (current !== undefined) {
+      this.counters.rolledBack++;
+      current.job.reject(current.error);
+    }
+    return { broken };
   }
 
   private stores(ctx: TxContext): SubstrateTx {

@@ -1,0 +1,558 @@
+// Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
+// losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
+import type { BudgetAccount, SessionRecord, Substrate, SubstrateTx } from "@leash/core";
+import { SubstrateError } from "@leash/core";
+import { Pool } from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  openPostgresSubstrate,
+  type PostgresSubstrate,
+  type PostgresSubstrateOptions,
+  type PostgresSubstrateStats,
+} from "./index.js";
+
+const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const T0 = 1_000_000_000_000_000;
+const admin = new Pool({ connectionString: DB_URL, max: 4 });
+const schemas: string[] = [];
+const opened: Substrate[] = [];
+let counter = 0;
+
+beforeAll(async () => {
+  try {
+    await admin.query("SELECT 1");
+  } catch (error) {
+    throw new Error(
+      `PostgreSQL is not reachable at ${DB_URL} (set LEASH_TEST_PG_URL, or start it with ` +
+        `"pg_ctlcluster --skip-systemctl-redirect 15 main start"): ${String(error)}`,
+    );
+  }
+});
+
+afterAll(async () => {
+  await Promise.allSettled(opened.map((s) => s.close()));
+  for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await admin.end();
+});
+
+function freshSchema(): string {
+  const schema = `leash_pggroup_${process.pid}_${Date.now().toString(36)}_${counter++}`;
+  schemas.push(schema);
+  return schema;
+}
+
+async function openMigrated(
+  schema: string,
+  extra: Omit<PostgresSubstrateOptions, "url" | "schema"> = {},
+): Promise<PostgresSubstrate> {
+  const substrate = await openPostgresSubstrate({ url: DB_URL, schema, ...extra });
+  opened.push(substrate);
+  await substrate.migrate();
+  return substrate;
+}
+
+const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord => ({
+  session_id: id,
+  agent_id: "agent-1",
+  organization_id: "org-1",
+  status: "ACTIVE",
+  config: { budget_usd: 10 },
+  state: { total_calls: 0, repeat_counts: {} },
+  call_count: 0,
+  created_ns: T0,
+  updated_ns: T0,
+  last_heartbeat_ns: null,
+  ...over,
+});
+
+const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount => ({
+  account_id: id,
+  scope: "session",
+  parent_id: null,
+  limit_usd: "1000",
+  spent_usd: "0",
+  reserved_usd: "0",
+  created_ns: T0,
+  updated_ns: T0,
+  ...over,
+});
+
+type Fn<T = unknown> = (tx: SubstrateTx) => Promise<T>;
+
+/** What the counters moved by while `work` ran. */
+async function counted<T>(
+  sub: PostgresSubstrate,
+  work: () => Promise<T>,
+): Promise<{ result: T; delta: PostgresSubstrateStats }> {
+  const before = sub.stats;
+  const result = await work();
+  const after = sub.stats;
+  return {
+    result,
+    delta: {
+      committed: after.committed - before.committed,
+      rolledBack: after.rolledBack - before.rolledBack,
+      commits: after.commits - before.commits,
+      largestBatch: after.largestBatch,
+    },
+  };
+}
+
+/**
+ * Runs `fns` as one batch, in order: two empty transactions first take the handle's two solo
+ * places, so every fn queues, and all of them are queued before the batch that takes them begins.
+ */
+async function inOneBatch(
+  sub: PostgresSubstrate,
+  fns: readonly Fn[],
+): Promise<PromiseSettledResult<unknown>[]> {
+  const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
+  const results = Promise.allSettled(fns.map((fn) => sub.transaction(fn)));
+  await Promise.all(fillers);
+  return results;
+}
+
+/** Adds 1 to an account's integer spent_usd, yielding between the locked read and the write. */
+function increment(substrate: Substrate, accountId: string): Promise<number> {
+  return substrate.transaction(async (tx) => {
+    const row = (await tx.budgets.getAccount(accountId))!;
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    const next = BigInt(row.spent_usd) + 1n;
+    await tx.budgets.updateAccount({ ...row, spent_usd: String(next) });
+    return Number(next);
+  });
+}
+
+const spentOf = async (sub: Substrate, id: string) =>
+  (await sub.transaction((tx) => tx.budgets.getAccount(id)))?.spent_usd;
+
+describe("group commit", () => {
+  it("concurrent transactions share COMMITs, and each sees the writes of those before it", {
+    timeout: 30_000,
+  }, async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("hot")));
+    const { result: seen, delta } = await counted(sub, () =>
+      Promise.all(Array.from({ length: 60 }, () => increment(sub, "hot"))),
+    );
+    expect(seen.sort((x, y) => x - y)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+    expect(delta.committed).toBe(60);
+    expect(delta.rolledBack).toBe(0);
+    expect(delta.commits).toBeLessThan(delta.committed);
+    expect(delta.largestBatch).toBeGreaterThan(1);
+    expect(await spentOf(sub, "hot")).toBe("60");
+  });
+
+  it("a fn that throws is rolled back to its savepoint alone: the others commit, the next does not see its writes", async () => {
+    const sub = await openMigrated(freshSchema());
+    const boom = new Error("boom");
+    const { result, delta } = await counted(sub, () =>
+      inOneBatch(sub, [
+        (tx) => tx.sessions.insert(session("s1")),
+        async (tx) => {
+          await tx.sessions.insert(session("s2"));
+          expect(await tx.nonces.add("s2", "n", T0)).toBe(true);
+          throw boom;
+        },
+        async (tx) => {
+          await tx.sessions.insert(session("s3"));
+          return [await tx.sessions.get("s1"), await tx.sessions.get("s2"), await tx.nonces.has("s2", "n")];
+        },
+      ]),
+    );
+    expect(result[0]).toEqual({ status: "fulfilled", value: undefined });
+    expect(result[1]).toEqual({ status: "rejected", reason: boom });
+    expect(result[2]).toEqual({ status: "fulfilled", value: [session("s1"), null, false] });
+    // Two fillers on their own, then the three in one batch.
+    expect(delta).toEqual({ committed: 4, rolledBack: 1, commits: 3, largestBatch: 3 });
+    const after = await sub.transaction(async (tx) => ({
+      sessions: (await tx.sessions.list()).map((s) => s.session_id).sort(),
+      nonce: await tx.nonces.has("s2", "n"),
+    }));
+    expect(after).toEqual({ sessions: ["s1", "s3"], nonce: false });
+  });
+
+  it("a statement error (PostgreSQL aborts the transaction) fails only its fn, thrown or swallowed", async () => {
+    const sub = await openMigrated(freshSchema());
+    // U+0000 cannot be stored in JSONB: the server rejects the statement.
+    const bad = session("bad", { state: { last_tool_name: "a\u0000b" } });
+    const result = await inOneBatch(sub, [
+      (tx) => tx.sessions.insert(session("s1")),
+      (tx) => tx.sessions.insert(bad),
+      async (tx) => {
+        await tx.sessions.insert(session("s2"));
+        await tx.sessions.insert(bad).catch(() => undefined);
+        return "pretend all is well";
+      },
+      async (tx) => {
+        // A conflict is not a statement error: the transaction goes on.
+        const code = await tx.sessions.insert(session("s1")).catch((e: SubstrateError) => e.code);
+        await tx.sessions.insert(session("s3"));
+        return code;
+      },
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled"]);
+    for (const failed of [result[1], result[2]] as PromiseRejectedResult[]) {
+      expect(SubstrateError.isInstance(failed.reason)).toBe(true);
+      expect((failed.reason as SubstrateError).code).toBe("corrupt");
+    }
+    expect((result[3] as PromiseFulfilledResult<unknown>).value).toBe("conflict");
+    const ids = await sub.transaction(async (tx) =>
+      (await tx.sessions.list()).map((s) => s.session_id).sort(),
+    );
+    expect(ids).toEqual(["s1", "s3"]);
+  });
+
+  it("a serialization failure in one fn re-runs the batch from its start; each commits once", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    await failTimes(schema, 1);
+    const calls = [0, 0, 0];
+    const { result, delta } = await counted(sub, () =>
+      inOneBatch(sub, [
+        async (tx) => {
+          calls[0]!++;
+          return tx.nonces.add("s1", "n1", T0);
+        },
+        async (tx) => {
+          calls[1]!++;
+          const row = (await tx.budgets.getAccount("a"))!;
+          // Caught and swallowed: the batch is retried all the same.
+          await tx.budgets.updateAccount({ ...row, spent_usd: "1" }).catch(() => undefined);
+          return tx.nonces.add("s1", "n2", T0);
+        },
+        async (tx) => {
+          calls[2]!++;
+          return tx.nonces.add("s1", "n3", T0);
+        },
+      ]),
+    );
+    expect(result).toEqual([
+      { status: "fulfilled", value: true },
+      { status: "fulfilled", value: true },
+      { status: "fulfilled", value: true },
+    ]);
+    // The first ran again (it shared the rolled-back transaction); the third had not started.
+    expect(calls).toEqual([2, 2, 1]);
+    expect(delta.committed).toBe(5);
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(3);
+    expect(await spentOf(sub, "a")).toBe("1");
+  });
+
+  it("a fn that keeps failing on serialization gives up alone; those sharing its batches commit", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema, { maxRetries: 2 });
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    await failTimes(schema, 1_000);
+    const calls = [0, 0];
+    const result = await inOneBatch(sub, [
+      async (tx) => {
+        calls[0]!++;
+        return tx.nonces.add("s1", "n1", T0);
+      },
+      async (tx) => {
+        calls[1]!++;
+        const row = (await tx.budgets.getAccount("a"))!;
+        await tx.budgets.updateAccount({ ...row, spent_usd: "1" });
+      },
+    ]);
+    expect(result[0]).toEqual({ status: "fulfilled", value: true });
+    const error = (result[1] as PromiseRejectedResult).reason as SubstrateError;
+    expect(error.code).toBe("serialization");
+    expect(error.message).toMatch(/after 3 attempts/);
+    // Three failed batches, then the first once more without the one that gave up.
+    expect(calls).toEqual([4, 3]);
+    expect(await spentOf(sub, "a")).toBe("0");
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
+  });
+
+  it("a serialization failure at the shared COMMIT (deferred trigger) re-runs every fn of the batch", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await failTimes(schema, 1, true);
+    const calls = [0, 0];
+    const result = await inOneBatch(sub, [
+      async (tx) => {
+        calls[0]!++;
+        return tx.nonces.add("s1", "n1", T0);
+      },
+      async (tx) => {
+        calls[1]!++;
+        return tx.nonces.add("s1", "n2", T0);
+      },
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled"]);
+    expect(calls).toEqual([2, 2]);
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(2);
+  });
+
+  it('a connection lost mid-batch fails what ran in it with "io" and commits none of it; the rest run in the next batch', async () => {
+    const schema = freshSchema();
+    const app = `leash_group_io_${process.pid}_${counter++}`;
+    const pool = new Pool({ connectionString: DB_URL, max: 4, application_name: app, pipeline: true });
+    // The killed connection's socket error reaches the pool once it is discarded; unhandled, it would throw.
+    pool.on("error", () => undefined);
+    try {
+      const sub = await openPostgresSubstrate({ pool, schema });
+      await sub.migrate();
+      const result = await inOneBatch(sub, [
+        (tx) => tx.sessions.insert(session("s1")),
+        async (tx) => {
+          await tx.sessions.insert(session("s2"));
+          // The batch's connection is the one holding the batch lock exclusively.
+          await admin.query(
+            `SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND a.application_name = $1`,
+            [app],
+          );
+          await tx.sessions.get("s1");
+        },
+        (tx) => tx.sessions.insert(session("s3")),
+      ]);
+      expect(result.map((r) => r.status)).toEqual(["rejected", "rejected", "fulfilled"]);
+      for (const failed of result.slice(0, 2) as PromiseRejectedResult[]) {
+        expect((failed.reason as SubstrateError).code).toBe("io");
+      }
+      const ids = await sub.transaction(async (tx) => (await tx.sessions.list()).map((s) => s.session_id));
+      expect(ids).toEqual(["s3"]);
+      await sub.close();
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("batches of two handles never deadlock: crossing session and account locks, every fn runs once", {
+    timeout: 60_000,
+  }, async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    await a.transaction(async (tx) => {
+      await tx.budgets.insertAccount(account("x"));
+      for (let i = 0; i < 3; i++) await tx.sessions.insert(session(`s${i}`));
+    });
+    // Each fn locks a session, then the account. Within a batch the account stays locked while the
+    // next fn asks for its session, which the other handle's batch may hold while it waits for the
+    // account: without the batch lock, a deadlock PostgreSQL breaks after a second, and a retry.
+    let calls = 0;
+    const work = (sub: Substrate, i: number) =>
+      sub.transaction(async (tx) => {
+        calls++;
+        const s = (await tx.sessions.get(`s${i % 3}`))!;
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        const x = (await tx.budgets.getAccount("x"))!;
+        await tx.budgets.updateAccount({ ...x, spent_usd: String(Number(x.spent_usd) + 1) });
+        await tx.sessions.update({ ...s, call_count: s.call_count + 1 });
+      });
+    const statsBefore = [a.stats, b.stats];
+    await Promise.all(Array.from({ length: 40 }, (_, i) => [work(a, i), work(b, i + 1)]).flat());
+    expect(calls).toBe(80);
+    expect(await spentOf(a, "x")).toBe("80");
+    const counts = await a.transaction(async (tx) => (await tx.sessions.list()).map((s) => s.call_count));
+    expect(counts.reduce((sum, n) => sum + n, 0)).toBe(80);
+    // Both handles really batched.
+    for (const [i, sub] of [a, b].entries()) {
+      expect(sub.stats.commits - statsBefore[i]!.commits).toBeLessThan(40);
+    }
+  });
+
+  it("two handles racing for one budget in batches never overspend it", { timeout: 60_000 }, async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    // Cents as integers: 10.00 of limit, holds of 0.25.
+    await a.transaction((tx) => tx.budgets.insertAccount(account("budget", { limit_usd: "1000" })));
+    const hold = (sub: Substrate) =>
+      sub.transaction(async (tx) => {
+        const row = (await tx.budgets.getAccount("budget"))!;
+        const reserved = Number(row.reserved_usd) + 25;
+        if (reserved > Number(row.limit_usd)) return false;
+        await tx.budgets.updateAccount({ ...row, reserved_usd: String(reserved) });
+        return true;
+      });
+    const granted = await Promise.all(Array.from({ length: 50 }, (_, i) => hold(i % 2 ? a : b)));
+    expect(granted.filter(Boolean)).toHaveLength(40);
+    expect((await a.transaction((tx) => tx.budgets.getAccount("budget")))?.reserved_usd).toBe("1000");
+    expect(a.stats.largestBatch + b.stats.largestBatch).toBeGreaterThan(2);
+  });
+
+  it("maxBatch caps a batch", async () => {
+    const sub = await openMigrated(freshSchema(), { groupCommit: { maxBatch: 3 } });
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("hot")));
+    const { delta } = await counted(sub, () =>
+      Promise.all(Array.from({ length: 20 }, () => increment(sub, "hot"))),
+    );
+    expect(delta.largestBatch).toBe(3);
+    expect(delta.commits).toBeGreaterThanOrEqual(Math.ceil((20 - 2) / 3));
+    expect(await spentOf(sub, "hot")).toBe("20");
+  });
+
+  it("groupCommit: false gives every transaction its own COMMIT, and they still serialize", {
+    timeout: 30_000,
+  }, async () => {
+    const sub = await openMigrated(freshSchema(), { groupCommit: false });
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("hot")));
+    const { result: seen, delta } = await counted(sub, () =>
+      Promise.all(Array.from({ length: 30 }, () => increment(sub, "hot"))),
+    );
+    expect(seen.sort((x, y) => x - y)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    expect(delta).toEqual({ committed: 30, rolledBack: 0, commits: 30, largestBatch: 1 });
+  });
+
+  it("batches work on a caller's pool without pipeline mode, with no pg queueing warning", async () => {
+    const pool = new Pool({ connectionString: DB_URL, max: 4, pipeline: false });
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.message);
+    process.on("warning", onWarning);
+    try {
+      const sub = await openPostgresSubstrate({ pool, schema: freshSchema() });
+      await sub.migrate();
+      const boom = new Error("boom");
+      const result = await inOneBatch(sub, [
+        async (tx) => {
+          expect(await tx.sessions.get("s1")).toBeNull();
+          await tx.sessions.insert(session("s1"));
+        },
+        async (tx) => {
+          await tx.sessions.insert(session("s2"));
+          throw boom;
+        },
+        (tx) => tx.sessions.insert(session("bad", { state: { x: "\u0000" } })),
+        async (tx) => {
+          const s1 = (await tx.sessions.get("s1"))!;
+          await tx.sessions.update({ ...s1, call_count: 7 });
+          return (await tx.sessions.get("s1"))?.call_count;
+        },
+      ]);
+      expect(result.map((r) => r.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled"]);
+      expect((result[3] as PromiseFulfilledResult<unknown>).value).toBe(7);
+      expect(sub.stats.largestBatch).toBe(4);
+      const ids = await sub.transaction(async (tx) => (await tx.sessions.list()).map((s) => s.session_id));
+      expect(ids).toEqual(["s1"]);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.filter((m) => /client\.query/.test(m))).toEqual([]);
+      await sub.close();
+    } finally {
+      process.off("warning", onWarning);
+      await pool.end();
+    }
+  });
+
+  it("rejects a bad maxBatch or maxBatchMs", async () => {
+    await expect(openPostgresSubstrate({ url: DB_URL, groupCommit: { maxBatch: 0 } })).rejects.toThrow(
+      RangeError,
+    );
+    await expect(openPostgresSubstrate({ url: DB_URL, groupCommit: { maxBatchMs: -1 } })).rejects.toThrow(
+      RangeError,
+    );
+  });
+});
+
+describe("round trips the stores save", () => {
+  it("a write to a row this transaction locked returns before its answer; a failure still fails the transaction", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    let afterUpdate = "";
+    const error = await sub
+      .transaction(async (tx) => {
+        const s1 = (await tx.sessions.get("s1"))!;
+        // The server refuses this JSONB, but the update was already vouched for by the row lock.
+        await tx.sessions.update({ ...s1, state: { x: "\u0000" } });
+        afterUpdate = "went on";
+        await tx.nonces.add("s1", "n", T0);
+      })
+      .then(
+        () => expect.fail("expected a rejection"),
+        (e: unknown) => e as SubstrateError,
+      );
+    expect(afterUpdate).toBe("went on");
+    // The failure reported is the update's own, not the aborted-transaction error of the add after it.
+    expect(error.code).toBe("corrupt");
+    expect(error.message).toMatch(/^sessions\.update/);
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(0);
+  });
+
+  it("account rows and the chain head read twice come back equal, as copies, and follow this transaction's writes", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a")));
+    const seen = await sub.transaction(async (tx) => {
+      const first = (await tx.budgets.getAccount("a"))!;
+      first.spent_usd = "999"; // a copy: changes nothing
+      const second = (await tx.budgets.getAccount("a"))!;
+      await tx.budgets.updateAccount({ ...second, spent_usd: "5" });
+      const third = (await tx.budgets.getAccount("a"))!;
+      const emptyHead = await tx.chain.head();
+      await tx.chain.append({
+        seq: 0,
+        entry_id: "e0",
+        entry_hash: "h0",
+        prev_hash: "0".repeat(64),
+        body: "{}",
+        signature: "s",
+        key_id: "k",
+        kind: "decision",
+        session_id: null,
+        created_ns: T0,
+      });
+      const head = await tx.chain.head();
+      head!.seq = 42; // a copy: changes nothing
+      return { second: second.spent_usd, third: third.spent_usd, emptyHead, head: await tx.chain.head() };
+    });
+    expect(seen).toEqual({ second: "0", third: "5", emptyHead: null, head: { seq: 0, entry_hash: "h0" } });
+  });
+
+  it("a locked get that finds nothing (key lock and look written together) keeps the id absent until it ends", async () => {
+    const schema = freshSchema();
+    const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
+    const events: string[] = [];
+    let seenAbsent!: () => void;
+    const absent = new Promise<void>((resolve) => {
+      seenAbsent = resolve;
+    });
+    const reader = a.transaction(async (tx) => {
+      const found = await tx.budgets.getReservation("r-new");
+      seenAbsent();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      events.push("reader commits");
+      return found;
+    });
+    await absent;
+    const writer = b.transaction(async (tx) => {
+      await tx.budgets.insertReservation({
+        reservation_id: "r-new",
+        account_ids: ["a"],
+        session_id: "s1",
+        call_number: 1,
+        amount_usd: "1",
+        actual_usd: null,
+        status: "PENDING",
+        idempotency_key: null,
+        created_ns: T0,
+        expires_ns: T0 + 1,
+        resolved_ns: null,
+      });
+      events.push("writer inserted");
+    });
+    expect(await reader).toBeNull();
+    await writer;
+    expect(events).toEqual(["reader commits", "writer inserted"]);
+  });
+});
+
+/** Makes account updates (or, deferred, nonce inserts at COMMIT) raise SQLSTATE 40001 the first `times` times. */
+async function failTimes(schema: string, times: number, deferred = false): Promise<void> {
+  await admin.query(`CREATE SEQUENCE "${schema}".fail_seq`);
+  await admin.query(`CREATE FUNCTION "${schema}".fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('"${schema}".fail_seq') <= ${times} THEN
+    RAISE EXCEPTION 'forced serialization failure' USING ERRCODE = '40001';
+  END IF;
+  RETURN NEW;
+END $$`);
+  await admin.query(
+    deferred
+      ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".leash_nonces
+DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`
+      : `CREATE TRIGGER fail_first BEFORE UPDATE ON "${schema}".leash_budget_accounts
+FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
+  );
+}
