@@ -26,8 +26,14 @@ export function auditJson(value: unknown): Json {
 }
 
 export class Auditor {
-  /** The chain's id, cached once read from a committed genesis entry. */
+  /** The chain's id, cached once a transaction that read it has committed (see `committed`). */
   #chainId: string | null = null;
+  /**
+   * The id each open transaction read from entry 0. Not cached before that transaction commits: in
+   * a group commit the genesis it read may be another transaction's of the same batch, which a
+   * failed COMMIT takes away, and every later entry would then name a chain that never existed.
+   */
+  readonly #readIn = new WeakMap<SubstrateTx, string>();
   /** The head this engine last appended: while it is still the head, the key in force is known. */
   #lastAppended: string | null = null;
 
@@ -67,15 +73,20 @@ export class Auditor {
   ): Promise<ChainEntryRecord> {
     const current = head === undefined ? await tx.chain.head() : head;
     await this.#assertKeyInForce(tx, current);
-    if (this.#chainId === null && current !== null) {
-      // Once per engine: entry 0 names the chain. A genesis this engine writes may still roll back,
-      // so the id is only remembered from a chain that already had a committed head.
-      const [genesis] = await tx.chain.range(0, 1);
-      if (genesis !== undefined) this.#chainId = chainIdOf(genesis);
+    let chainId = this.#chainId;
+    if (chainId === null && current !== null) {
+      chainId = this.#readIn.get(tx) ?? null;
+      if (chainId === null) {
+        const [genesis] = await tx.chain.range(0, 1);
+        if (genesis !== undefined) {
+          chainId = chainIdOf(genesis);
+          this.#readIn.set(tx, chainId);
+        }
+      }
     }
     const entry = buildEntry({
       head: current,
-      chainId: current === null ? null : this.#chainId,
+      chainId: current === null ? null : chainId,
       kind,
       data: auditJson(data) as Record<string, Json>,
       signer: this.signer,
@@ -85,6 +96,12 @@ export class Auditor {
     await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#lastAppended = entry.entry_hash;
     return entry;
+  }
+
+  /** Call once `tx` has committed: the chain id it read is then known to be the chain's for good. */
+  committed(tx: SubstrateTx): void {
+    const chainId = this.#readIn.get(tx);
+    if (chainId !== undefined) this.#chainId ??= chainId;
   }
 }
 

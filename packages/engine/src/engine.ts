@@ -27,6 +27,7 @@ import {
   type SessionRecord,
   type State,
   type Substrate,
+  SubstrateError,
   type SubstrateTx,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
@@ -104,6 +105,20 @@ export function createEngine(options: EngineOptions): Engine {
   }
   const auditor = new Auditor(options.signer);
 
+  /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
+  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+    let last: SubstrateTx | undefined;
+    return substrate
+      .transaction((tx) => {
+        last = tx;
+        return fn(tx);
+      })
+      .then((value) => {
+        if (last !== undefined) auditor.committed(last);
+        return value;
+      });
+  }
+
   function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {
       throw new LeashError("INVALID_ARGUMENT", "session_id must be a non-empty string");
@@ -180,10 +195,15 @@ export function createEngine(options: EngineOptions): Engine {
 
     let reservation_id: string | null = null;
     let remainingAfter = remainingBefore;
+    // Recorded on ALLOW, its answer awaited only at the end (so it shares a round trip with the
+    // writes below): under the session row's lock nobody else can have recorded it since `seen`.
+    let nonceRecorded: Promise<boolean> | null = null;
     if (decision.verdict === "ALLOW") {
-      if (hasNonce && !(await tx.nonces.add(session.session_id, nonce, nowNs))) {
-        decision = { verdict: "DENY", reason: "policy_violation:duplicate_nonce" };
-      } else if (accountId !== null) {
+      if (hasNonce) {
+        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs);
+        nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
+      }
+      if (accountId !== null) {
         const held = await reserve(tx, {
           reservation_id: reservationId(session.session_id, callNumber),
           account_id: accountId,
@@ -276,6 +296,13 @@ export function createEngine(options: EngineOptions): Engine {
         head,
       ),
     ]);
+    if (nonceRecorded !== null && !(await nonceRecorded)) {
+      // Fail closed: the whole transaction, verdict and entry included, rolls back.
+      throw new SubstrateError(
+        "conflict",
+        `nonce ${JSON.stringify(nonce)} of session ${session.session_id} was recorded by another transaction despite the session's lock`,
+      );
+    }
     return {
       session_id: session.session_id,
       call_number: callNumber,
@@ -301,7 +328,7 @@ export function createEngine(options: EngineOptions): Engine {
       if (typeof request.agent_id !== "string" || request.agent_id === "") {
         throw new LeashError("INVALID_ARGUMENT", "agent_id must be a non-empty string");
       }
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const nowNs = clock.nowNs();
         const ids = {
           session_id: request.session_id ?? newId(),
@@ -338,11 +365,11 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
-      return substrate.transaction((tx) => evaluateIn(tx, request));
+      return transaction((tx) => evaluateIn(tx, request));
     },
 
     postExec(request) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const session = await loadSession(tx, request.session_id);
         const nowNs = clock.nowNs();
         const actual = toMoney(request.actual_cost_usd);
@@ -408,11 +435,11 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     getSession(sessionId) {
-      return substrate.transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
+      return transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
     },
 
     resume(request) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const session = await loadSession(tx, request.session_id);
         const pending = await tx.hitl.list({ sessionId: session.session_id, status: "PENDING" });
         const open = pending.sort((a, b) => b.call_number - a.call_number)[0];
@@ -480,7 +507,7 @@ export function createEngine(options: EngineOptions): Engine {
           new LeashError("INVALID_ARGUMENT", "an operator id is required to reset a circuit"),
         );
       }
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         const state = resetCircuit(session.state);
         const nowNs = clock.nowNs();
@@ -506,7 +533,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     heartbeat(sessionId) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         const nowNs = clock.nowNs();
         const revived = session.status === "STALE";
@@ -521,7 +548,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     markStale(sessionId, options) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         if (session.status !== "ACTIVE" && session.status !== "PAUSED") return null;
         const nowNs = clock.nowNs();
@@ -550,7 +577,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     createGuard(guard) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const nowNs = clock.nowNs();
         const account = await ensureAccount(tx, {
           account_id: guardAccountId(guard.guard_id),
@@ -575,7 +602,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     expireReservations(limit = 1000) {
-      return substrate.transaction(async (tx) => {
+      return transaction(async (tx) => {
         const nowNs = clock.nowNs();
         const expired = await expire(tx, nowNs, limit);
         for (const r of expired) {
@@ -599,7 +626,7 @@ export function createEngine(options: EngineOptions): Engine {
       if (typeof operatorId !== "string" || operatorId === "") {
         throw new LeashError("INVALID_ARGUMENT", "an operator id is required to rotate the signing key");
       }
-      await substrate.transaction(async (tx) => {
+      await transaction(async (tx) => {
         await auditor.record(
           tx,
           "key_rotation",

@@ -474,3 +474,51 @@ describe.each(KINDS)("engine on %s", (kind) => {
     expect(kinds).toEqual(["session_registered", "session_stale", "session_revived"]);
   });
 });
+
+describe("a shared COMMIT that fails (group commit)", () => {
+  it("does not leave the engine naming the chain of a genesis that was rolled back", async () => {
+    const store = await openStore("memory");
+    try {
+      const inner = store.substrate;
+      // Runs the next two transactions in one inner transaction, as a group commit would, then
+      // fails that COMMIT: both are rolled back, the genesis the first one wrote included.
+      let batch: Array<{ fn: (tx: never) => Promise<unknown>; settle: (e: unknown) => void }> | null = [];
+      const batching = Object.create(inner) as Substrate;
+      batching.transaction = (<T>(fn: (tx: never) => Promise<T>): Promise<T> => {
+        if (batch === null) return inner.transaction(fn as never);
+        const queued = batch;
+        return new Promise<T>((_, reject) => {
+          queued.push({ fn, settle: reject });
+          if (queued.length < 2) return;
+          batch = null;
+          void inner
+            .transaction(async (tx) => {
+              for (const job of queued) await job.fn(tx as never);
+              throw new Error("COMMIT failed");
+            })
+            .catch((error: unknown) => {
+              for (const job of queued) job.settle(error);
+            });
+        });
+      }) as Substrate["transaction"];
+      const engine = createEngine({ substrate: batching, signer: KEY.signer });
+      const lost = await Promise.allSettled([
+        engine.register({ agent_id: "bot", session_id: "a", config: {} }),
+        engine.register({ agent_id: "bot", session_id: "b", config: {} }),
+      ]);
+      expect(lost.map((r) => r.status)).toEqual(["rejected", "rejected"]);
+      expect(await readChain(inner)).toEqual([]);
+
+      await engine.register({ agent_id: "bot", session_id: "c", config: {} });
+      await engine.register({ agent_id: "bot", session_id: "d", config: {} });
+      await engine.evaluate({ session_id: "d", tool_name: "t", nonce: 1 });
+      const entries = await readChain(inner);
+      expect(entries).toHaveLength(3);
+      expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({
+        ok: true,
+      });
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -92,9 +92,37 @@ export class TxContext {
   }
 
   query<R extends QueryResultRow>(statement: Statement, values: readonly unknown[]): Promise<QueryResult<R>> {
-    const turn = this.tail.then(() => this.send<R>(statement, values));
-    this.tail = turn.catch(() => undefined);
-    return turn;
+    if (!this.pipelined) {
+      const turn = this.tail.then(() => this.send<R>(statement, values));
+      this.tail = turn.catch(() => undefined);
+      return turn;
+    }
+    // Pipelined: the next statement may be written as soon as this one is, since answers come back
+    // in order; statements fn issues together (Promise.all) then share one round trip. The server
+    // still runs them one after another, so a read behind a FOR UPDATE sees what that lock guards.
+    // Boxed: an async function returning the bare promise would wait for its answer.
+    const written = this.tail.then(async () => {
+      await this.preflight(statement);
+      return { sent: this.write<R>(statement, values) };
+    });
+    this.tail = written.catch(() => undefined);
+    const answered = written.then(async ({ sent }) => {
+      await this.afterBegin([sent]);
+      return this.answer(sent, statement.op);
+    });
+    // drain() must not let COMMIT overtake an answer fn never awaited. The server's answer, not
+    // `answered`: answer() itself waits for unanswered writes when this statement fails.
+    const settled = written.then(
+      ({ sent }) =>
+        sent.then(
+          () => undefined,
+          () => undefined,
+        ),
+      () => undefined,
+    );
+    this.unanswered.add(settled);
+    void settled.then(() => this.unanswered.delete(settled));
+    return answered;
   }
 
   /**
