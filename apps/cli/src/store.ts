@@ -30,9 +30,11 @@ export type StoreTarget =
       readonly kind: "postgres";
       readonly url: string;
       readonly label: string;
-      /** The URL without `schema=`, as pg should see it. */
+      /** The URL without Leash's own parameters (`schema`, `group_commit`), as pg should see it. */
       readonly connection: string;
       readonly schema: string | undefined;
+      /** `group_commit=off`: every transaction gets its own BEGIN … COMMIT. */
+      readonly groupCommit: boolean;
     }
   | {
       readonly kind: "memory";
@@ -95,25 +97,40 @@ function badUrl(url: string, problem: string): CliError {
 }
 
 /**
- * Splits `schema=NAME` off a postgres URL's query, leaving every other parameter byte for byte
- * (sslmode, application_name …) for pg to read.
+ * Splits Leash's own parameters (`schema=NAME`, `group_commit=on|off`) off a postgres URL's query,
+ * leaving every other parameter byte for byte (sslmode, application_name …) for pg to read.
  */
-function splitSchema(url: string): { connection: string; schema: string | undefined } {
+function splitLeashParams(url: string): {
+  connection: string;
+  schema: string | undefined;
+  groupCommit: boolean;
+} {
   const queryAt = url.indexOf("?");
-  if (queryAt < 0) return { connection: url, schema: undefined };
+  if (queryAt < 0) return { connection: url, schema: undefined, groupCommit: true };
   const hashAt = url.indexOf("#", queryAt);
   const query = url.slice(queryAt + 1, hashAt < 0 ? undefined : hashAt);
   let schema: string | undefined;
+  let groupCommit: boolean | undefined;
   const kept: string[] = [];
   for (const part of query.split("&")) {
     const [name, value] = new URLSearchParams(part).entries().next().value ?? ["", ""];
     if (name === "schema") {
       if (schema !== undefined) throw badUrl(url, "`schema` is given twice");
       schema = value;
+    } else if (name === "group_commit") {
+      if (groupCommit !== undefined) throw badUrl(url, "`group_commit` is given twice");
+      if (value !== "on" && value !== "off") {
+        throw badUrl(url, `group_commit must be on or off, got ${JSON.stringify(value)}`);
+      }
+      groupCommit = value === "on";
     } else if (part !== "") kept.push(part);
   }
   const base = url.slice(0, queryAt);
-  return { connection: kept.length > 0 ? `${base}?${kept.join("&")}` : base, schema };
+  return {
+    connection: kept.length > 0 ? `${base}?${kept.join("&")}` : base,
+    schema,
+    groupCommit: groupCommit ?? true,
+  };
 }
 
 /** Reads a store URL; an unknown scheme or a malformed URL is a CliError (exit 2) naming the redacted URL. */
@@ -128,7 +145,7 @@ export function parseStoreUrl(url: string): StoreTarget {
     }
   }
   if (POSTGRES.test(url)) {
-    const { connection, schema } = splitSchema(url);
+    const { connection, schema, groupCommit } = splitLeashParams(url);
     if (schema !== undefined && (!IDENTIFIER.test(schema) || schema.length > 63)) {
       throw badUrl(
         url,
@@ -140,7 +157,7 @@ export function parseStoreUrl(url: string): StoreTarget {
     } catch {
       throw badUrl(url, "not a valid URL (percent-encode special characters in the password)");
     }
-    return { kind: "postgres", url, label, connection, schema };
+    return { kind: "postgres", url, label, connection, schema, groupCommit };
   }
   if (/^memory:/i.test(url)) {
     const name = url.slice("memory:".length);
@@ -169,7 +186,11 @@ export async function connectStore(target: StoreTarget): Promise<Substrate> {
       case "sqlite":
         return await openSqliteSubstrate(target.options);
       case "postgres":
-        return await openPostgresSubstrate({ url: target.connection, schema: target.schema });
+        return await openPostgresSubstrate({
+          url: target.connection,
+          schema: target.schema,
+          ...(target.groupCommit ? {} : { groupCommit: false }),
+        });
       case "memory":
         return createMemorySubstrate({ shared: target.shared });
     }

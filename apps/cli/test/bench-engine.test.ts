@@ -130,6 +130,31 @@ describe("leash bench engine", () => {
     expect(await count()).toBe(before);
   }, 30_000);
 
+  it("keeps group_commit=off through --fresh, across two processes", async () => {
+    const r = await leash(
+      [
+        "bench",
+        "engine",
+        "--store",
+        `${PG_URL}${PG_URL.includes("?") ? "&" : "?"}group_commit=off`,
+        "--fresh",
+        "--processes",
+        "2",
+        "--seconds",
+        "0.3",
+        "--warmup",
+        "0",
+        "--concurrency",
+        "2",
+      ],
+      "",
+      { LEASH_SIGNING_KEY: KEY.pem },
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(report(r.stdout)).toMatchObject({ store: "postgres", processes: 2, allow_ratio: 1 });
+  }, 60_000);
+
   it("runs on memory: in one process and refuses to share it between processes", async () => {
     const one = await leash([
       "bench",

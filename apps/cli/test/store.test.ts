@@ -3,8 +3,17 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DEFAULT_STORE, parseStoreUrl, redactStoreUrl, resolveStoreUrl, scrubSecrets } from "../src/store.js";
+import type { PostgresSubstrate } from "@leash/substrate-postgres";
+import {
+  DEFAULT_STORE,
+  openStore,
+  parseStoreUrl,
+  redactStoreUrl,
+  resolveStoreUrl,
+  scrubSecrets,
+} from "../src/store.js";
 import { expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
+import { testStore } from "./stores.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -32,6 +41,38 @@ describe("store URLs", () => {
       schema: undefined,
     });
     expect(parseStoreUrl("memory:")).toMatchObject({ kind: "memory", shared: undefined });
+  });
+
+  it("reads group_commit=on|off off a postgres URL (on by default) and refuses anything else", () => {
+    expect(parseStoreUrl("postgres://u@h/db?group_commit=off&sslmode=disable")).toMatchObject({
+      connection: "postgres://u@h/db?sslmode=disable",
+      groupCommit: false,
+    });
+    expect(parseStoreUrl("postgres://u@h/db?group_commit=on")).toMatchObject({ groupCommit: true });
+    expect(parseStoreUrl("postgres://u@h/db")).toMatchObject({ groupCommit: true });
+    expect(() => parseStoreUrl("postgres://u@h/db?group_commit=maybe")).toThrow(
+      /group_commit must be on or off/,
+    );
+    expect(() => parseStoreUrl("postgres://u@h/db?group_commit=on&group_commit=off")).toThrow(/twice/);
+  });
+
+  it("opens PostgreSQL with group commit on by default and off when the URL says so", async () => {
+    const store = await testStore("postgres");
+    try {
+      const commitsFor = async (url: string) => {
+        const substrate = (await openStore(url)) as PostgresSubstrate;
+        try {
+          await Promise.all(Array.from({ length: 12 }, () => substrate.transaction(async () => 1)));
+          return substrate.stats.commits;
+        } finally {
+          await substrate.close();
+        }
+      };
+      expect(await commitsFor(`${store.url}&group_commit=off`)).toBe(12);
+      expect(await commitsFor(store.url)).toBeLessThan(12);
+    } finally {
+      await store.cleanup();
+    }
   });
 
   it("never shows a password", () => {

@@ -323,7 +323,7 @@ function freshTarget(target: StoreTarget): { target: StoreTarget; dropSchema?: (
   }
   if (target.kind === "postgres") {
     const schema = `leash_bench_${randomBytes(6).toString("hex")}`;
-    const url = `${target.connection}${target.connection.includes("?") ? "&" : "?"}schema=${schema}`;
+    const url = `${target.connection}${target.connection.includes("?") ? "&" : "?"}schema=${schema}${target.groupCommit ? "" : "&group_commit=off"}`;
     return { target: parseStoreUrl(url), dropSchema: () => dropPostgresSchema(target.connection, schema) };
   }
   return { target };
