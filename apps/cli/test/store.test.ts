@@ -2,8 +2,8 @@
 // The stores opened here are real (memory:, a SQLite file); the postgres failure is a closed port, not a mock.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
 import type { PostgresSubstrate } from "@leash/substrate-postgres";
+import { afterAll, describe, expect, it } from "vitest";
 import {
   DEFAULT_STORE,
   openStore,
