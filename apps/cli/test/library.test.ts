@@ -41,8 +41,8 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     L(["evaluate", "--session", session, "--tool", "search", "--nonce", nonce, ...flags]);
 
   it("migrate creates the schema once, then has nothing to do", async () => {
-    // Each store numbers its own migrations: SQLite dropped two unused indexes in its version 4.
-    const version = kind === "sqlite" ? 4 : 3;
+    // Each store numbers its own migrations; both are at version 4 now.
+    const version = 4;
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
     expect(first.stdout).toBe(`created the Leash schema (version ${version}) in ${store.url}\n`);

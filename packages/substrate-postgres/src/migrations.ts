@@ -139,6 +139,16 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX leash_outbox_session ON ${t.outbox} (session_id, seq)`,
     ],
   },
+  {
+    version: 4,
+    // No statement reads chain entries or outbox items by session (relays claim in seq order), yet
+    // every decision paid for both indexes. The SQLite substrate dropped its twins in its version 4.
+    description: "drop unused per-session indexes of the chain and the outbox",
+    statements: (t) => {
+      const at = t.schema === null ? "" : `${t.schema}.`;
+      return [`DROP INDEX ${at}leash_chain_session`, `DROP INDEX ${at}leash_outbox_session`];
+    },
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

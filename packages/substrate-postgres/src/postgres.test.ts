@@ -599,8 +599,8 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3]);
-    expect(LATEST_SCHEMA_VERSION).toBe(3);
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
+    expect(LATEST_SCHEMA_VERSION).toBe(4);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s1"),
       nonce: await tx.nonces.has("s1", "n1"),
@@ -617,7 +617,7 @@ describe("migrations", () => {
     expect(await sub.transaction((tx) => tx.hitl.get("h1"))).toEqual(hitl("h1"));
   });
 
-  it("migrates a version-2 schema holding data to version 3: rows kept, an empty chain with its head row", async () => {
+  it("migrates a version-2 schema holding data to the latest version: rows kept, an empty chain with its head row", async () => {
     const schema = freshSchema();
     const names = tableNames(schema);
     const client = await admin.connect();
@@ -641,9 +641,20 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3]);
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
     const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
     expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
+    // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them.
+    const indexes = await admin.query(
+      "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename IN ('leash_chain', 'leash_outbox') ORDER BY indexname",
+      [schema],
+    );
+    expect(indexes.rows.map((r) => r.indexname)).toEqual([
+      "leash_chain_entry_id_key",
+      "leash_chain_pkey",
+      "leash_outbox_claim",
+      "leash_outbox_pkey",
+    ]);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s1"),
       nonces: [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")],
@@ -681,7 +692,7 @@ describe("migrations", () => {
     const { rows } = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(rows.map((r) => r.version)).toEqual([1, 2, 3]);
+    expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
     const heads = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".leash_chain_head`);
     expect(heads.rows).toEqual([{ n: 1 }]);
     await handles[1]!.transaction((tx) => tx.sessions.insert(session("s1")));
