@@ -66,6 +66,26 @@ function missingHead(): SubstrateError {
 
 type Head = { seq: number; entry_hash: string } | null;
 
+type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown };
+
+/** What the append statement's one answer row says went wrong, or null when the entry went in. */
+function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): SubstrateError | null {
+  if (result === undefined || decodeInt(result.heads, "heads") === 0) return missingHead();
+  if (decodeInt(result.moved, "moved") === 1) return null;
+  const headSeq = decodeOptionalInt(result.head_seq, "leash_chain_head.seq") ?? -1;
+  const head = headSeq < 0 ? "the chain is empty" : `the head is at ${headSeq}`;
+  if (entry.seq <= headSeq) {
+    return new SubstrateError("conflict", `chain seq ${entry.seq} is taken (${head})`);
+  }
+  if (entry.seq > headSeq + 1) {
+    return new SubstrateError(
+      "conflict",
+      `chain seq ${entry.seq} is not the next one (${head}): appending it would leave a gap`,
+    );
+  }
+  return new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
+}
+
 export class PostgresChainStore implements ChainStore {
   /**
    * The head as this transaction last read it. head() locks the row until the transaction ends, so
@@ -98,27 +118,21 @@ export class PostgresChainStore implements ChainStore {
   }
 
   async append(entry: ChainEntryRecord): Promise<void> {
+    // With the head read (and locked) by this transaction and this entry right after it, only an
+    // id clash could stop the append: send it without waiting, its answer checked before COMMIT.
+    const certain = this.known !== null && (this.known.head?.seq ?? -1) === entry.seq - 1;
     this.appends++;
     this.known = null;
-    const { rows } = await this.tx.query<{ heads: unknown; head_seq: unknown; moved: unknown }>(
-      this.sql.append,
-      toParams(entry),
-    );
-    const result = rows[0];
-    if (result === undefined || decodeInt(result.heads, "heads") === 0) throw missingHead();
-    if (decodeInt(result.moved, "moved") === 1) return;
-    const headSeq = decodeOptionalInt(result.head_seq, "leash_chain_head.seq") ?? -1;
-    const head = headSeq < 0 ? "the chain is empty" : `the head is at ${headSeq}`;
-    if (entry.seq <= headSeq) {
-      throw new SubstrateError("conflict", `chain seq ${entry.seq} is taken (${head})`);
+    if (certain) {
+      const params = toParams(entry);
+      await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
+      // The head row stays locked by this transaction, so the head is now this entry for it.
+      this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
+      return;
     }
-    if (entry.seq > headSeq + 1) {
-      throw new SubstrateError(
-        "conflict",
-        `chain seq ${entry.seq} is not the next one (${head}): appending it would leave a gap`,
-      );
-    }
-    throw new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
+    const { rows } = await this.tx.query<AppendRow>(this.sql.append, toParams(entry));
+    const problem = appendProblem(rows[0], entry);
+    if (problem !== null) throw problem;
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {

@@ -500,6 +500,42 @@ describe("round trips the stores save", () => {
     expect(seen).toEqual({ second: "0", third: "5", emptyHead: null, head: { seq: 0, entry_hash: "h0" } });
   });
 
+  it("an append right after this transaction's head() is sent without waiting; a clashing entry id still fails it", async () => {
+    const sub = await openMigrated(freshSchema());
+    const entry = (seq: number, id: string) => ({
+      seq,
+      entry_id: id,
+      entry_hash: `h${seq}`,
+      prev_hash: "0".repeat(64),
+      body: "{}",
+      signature: "s",
+      key_id: "k",
+      kind: "decision",
+      session_id: null,
+      created_ns: T0,
+    });
+    await sub.transaction(async (tx) => {
+      await tx.chain.head();
+      await tx.chain.append(entry(0, "e0"));
+    });
+    let afterAppend = "";
+    const error = await sub
+      .transaction(async (tx) => {
+        await tx.chain.head();
+        await tx.chain.append(entry(1, "e0")); // the id of entry 0: nothing goes in
+        afterAppend = "went on";
+      })
+      .then(
+        () => expect.fail("expected a rejection"),
+        (e: unknown) => e as SubstrateError,
+      );
+    expect(afterAppend).toBe("went on");
+    expect(error.code).toBe("conflict");
+    expect(error.message).toMatch(/chain entry "e0" already exists/);
+    expect(await sub.transaction((tx) => tx.chain.head())).toEqual({ seq: 0, entry_hash: "h0" });
+    expect(await sub.transaction((tx) => tx.chain.count())).toBe(1);
+  });
+
   it("a locked get that finds nothing (key lock and look written together) keeps the id absent until it ends", async () => {
     const schema = freshSchema();
     const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
