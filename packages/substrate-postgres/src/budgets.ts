@@ -20,7 +20,7 @@ import {
   encodeText,
 } from "./codec.js";
 import type { Statements } from "./sql.js";
-import type { TxContext } from "./tx.js";
+import type { BatchMemory, TxContext } from "./tx.js";
 
 interface AccountRow {
   account_id: string;
@@ -114,7 +114,7 @@ export class PostgresBudgetStore implements BudgetStore {
    * can change them, so reading one again (budget-guard reads an account for the remaining and again
    * to reserve) is answered from here. Any account write empties it.
    */
-  private readonly known = new Map<string, AccountRow>();
+  private readonly known = new Map<string, BudgetAccount>();
   /** Bumped by every account write, so a read that raced a write is not remembered. */
   private accountWrites = 0;
   /** Accounts and reservations this transaction knows exist and has locked until it ends. */
@@ -128,14 +128,27 @@ export class PostgresBudgetStore implements BudgetStore {
     private readonly tx: TxContext,
     private readonly accounts: Statements["accounts"],
     private readonly reservations: Statements["reservations"],
-  ) {}
+    /** What earlier transactions of the same batch left locked and known (see BatchMemory). */
+    memory?: BatchMemory,
+  ) {
+    if (memory === undefined) return;
+    for (const [id, account] of memory.accounts) this.known.set(id, { ...account });
+    for (const id of memory.heldAccounts) this.heldAccounts.add(id);
+  }
+
+  /** Hands what this transaction knows to the batch, once its savepoint has been released. */
+  rememberIn(memory: BatchMemory): void {
+    for (const id of this.heldAccounts) memory.heldAccounts.add(id);
+    memory.accounts.clear();
+    for (const [id, account] of this.known) memory.accounts.set(id, { ...account });
+  }
 
   async getAccount(accountId: string): Promise<BudgetAccount | null> {
     const id = encodeText(accountId, "account_id");
     const known = this.known.get(id);
     if (known !== undefined) {
       await this.tx.usable("accounts.get");
-      return accountFromRow(known);
+      return { ...known };
     }
     const writes = this.accountWrites;
     const row = await this.tx.lockedRow<AccountRow>(this.accounts.get, id, "accounts");
@@ -144,8 +157,9 @@ export class PostgresBudgetStore implements BudgetStore {
       return null;
     }
     this.heldAccounts.add(id);
-    if (writes === this.accountWrites) this.known.set(id, row);
-    return accountFromRow(row);
+    const account = accountFromRow(row);
+    if (writes === this.accountWrites) this.known.set(id, { ...account });
+    return account;
   }
 
   async insertAccount(account: BudgetAccount): Promise<void> {
@@ -171,7 +185,11 @@ export class PostgresBudgetStore implements BudgetStore {
     const missing = () =>
       new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
     if (this.heldAccounts.has(account.account_id)) {
-      return this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+      await this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+      // Locked by this transaction, the row now holds exactly what was written (money is stored as
+      // the text given); should the write fail, so does the transaction, and this is forgotten.
+      this.known.set(account.account_id, { ...account });
+      return;
     }
     const { rowCount } = await this.tx.query(this.accounts.update, params);
     if (rowCount === 0) throw missing();

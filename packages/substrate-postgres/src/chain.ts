@@ -12,7 +12,7 @@ import {
   encodeText,
 } from "./codec.js";
 import type { Statements } from "./sql.js";
-import type { TxContext } from "./tx.js";
+import type { BatchMemory, TxContext } from "./tx.js";
 
 interface ChainRow {
   seq: unknown;
@@ -99,7 +99,17 @@ export class PostgresChainStore implements ChainStore {
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["chain"],
-  ) {}
+    /** What earlier transactions of the same batch left locked and known (see BatchMemory). */
+    memory?: BatchMemory,
+  ) {
+    if (memory?.head !== undefined) this.known = { head: memory.head === null ? null : { ...memory.head } };
+  }
+
+  /** Hands the head this transaction knows to the batch, once its savepoint has been released. */
+  rememberIn(memory: BatchMemory): void {
+    if (this.known !== null) memory.head = this.known.head === null ? null : { ...this.known.head };
+    else memory.head = undefined;
+  }
 
   async head(): Promise<Head> {
     if (this.known !== null) {

@@ -536,6 +536,62 @@ describe("round trips the stores save", () => {
     expect(await sub.transaction((tx) => tx.chain.count())).toBe(1);
   });
 
+  it("later transactions of a batch take the account and chain head the earlier ones left without asking again; a failed one's writes are forgotten", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.budgets.insertAccount(account("a", { spent_usd: "0" })));
+    const entry = (seq: number, prev: string) => ({
+      seq,
+      entry_id: `e${seq}`,
+      entry_hash: `h${seq}`,
+      prev_hash: prev,
+      body: "{}",
+      signature: "s",
+      key_id: "k",
+      kind: "decision",
+      session_id: null,
+      created_ns: T0,
+    });
+    // Each fn: read the account and the head, add to spent, append after the head it read.
+    const step =
+      (add: bigint, fail = false): Fn =>
+      async (tx) => {
+        const [row, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
+        const seen = { spent: row!.spent_usd, head: head?.seq ?? null };
+        await tx.budgets.updateAccount({ ...row!, spent_usd: String(BigInt(row!.spent_usd) + add) });
+        const seq = (head?.seq ?? -1) + 1;
+        await tx.chain.append(entry(seq, head?.entry_hash ?? "0".repeat(64)));
+        if (fail) throw new Error("changed its mind");
+        return seen;
+      };
+    const names: string[] = [];
+    const Client = (await import("pg")).Client;
+    const original = Client.prototype.query;
+    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
+      const name = (config as { name?: string } | null)?.name;
+      if (typeof name === "string") names.push(name);
+      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof original;
+    let results: PromiseSettledResult<unknown>[];
+    try {
+      results = await inOneBatch(sub, [step(1n), step(100n, true), step(10n), step(1000n)]);
+    } finally {
+      Client.prototype.query = original;
+    }
+    expect(results.map((r) => (r.status === "fulfilled" ? r.value : "failed"))).toEqual([
+      { spent: "0", head: null },
+      "failed",
+      // The failed one's +100 and its entry were rolled back to its savepoint, and forgotten too.
+      { spent: "1", head: 0 },
+      { spent: "11", head: 1 },
+    ]);
+    expect(await spentOf(sub, "a")).toBe("1011");
+    expect(await sub.transaction((tx) => tx.chain.head())).toEqual({ seq: 2, entry_hash: "h2" });
+    // Only the first fn read them from the server: the rest, the one after the failure included,
+    // took what the last released transaction left.
+    expect(names.filter((n) => n.includes("accounts_get"))).toHaveLength(1);
+    expect(names.filter((n) => n.includes("chain_head"))).toHaveLength(1);
+  });
+
   it("a locked get that finds nothing (key lock and look written together) keeps the id absent until it ends", async () => {
     const schema = freshSchema();
     const [a, b] = [await openMigrated(schema), await openMigrated(schema)];

@@ -15,7 +15,7 @@ import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statements } from "./sql.js";
-import { corkThisTurn, TxContext } from "./tx.js";
+import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
 
 export interface GroupCommitOptions {
   /**
@@ -583,13 +583,15 @@ export class PostgresSubstrate implements Substrate {
       return pipelined ? null : answer;
     };
 
+    const memory = newBatchMemory();
     let job = this.queue.shift();
     while (job !== undefined) {
       const ctx = this.context(client);
+      const stores = this.stores(ctx, memory);
       let failed = false;
       let outcome: unknown;
       try {
-        outcome = await job.fn(this.stores(ctx));
+        outcome = await job.fn(stores);
       } catch (error) {
         failed = true;
         outcome = error;
@@ -614,6 +616,8 @@ export class PostgresSubstrate implements Substrate {
         outcome = failure;
       }
       ran.push(failed ? { job, ok: false, error: outcome } : { job, ok: true, value: outcome });
+      // Its savepoint is released below (a refused RELEASE ends the batch, memory and all).
+      if (!failed) stores.rememberIn(memory);
       let refused = failed ? await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`) : null;
       const next =
         refused === null &&
@@ -731,16 +735,27 @@ export class PostgresSubstrate implements Substrate {
     return { broken };
   }
 
-  private stores(ctx: TxContext): SubstrateTx {
+  private stores(ctx: TxContext, memory?: BatchMemory): SubstrateTx & Remembering {
+    const budgets = new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations, memory);
+    const chain = new PostgresChainStore(ctx, this.sql.chain, memory);
     return {
       sessions: new PostgresSessionStore(ctx, this.sql.sessions),
       nonces: new PostgresNonceStore(ctx, this.sql.nonces),
-      budgets: new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations),
+      budgets,
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
-      chain: new PostgresChainStore(ctx, this.sql.chain),
+      chain,
       outbox: new PostgresOutboxStore(ctx, this.sql.outbox),
+      rememberIn: (into) => {
+        budgets.rememberIn(into);
+        chain.rememberIn(into);
+      },
     };
   }
+}
+
+/** The stores of one batched transaction, which can hand what they know to the next one. */
+interface Remembering {
+  rememberIn(memory: BatchMemory): void;
 }
 
 /**

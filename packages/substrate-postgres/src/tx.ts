@@ -1,7 +1,7 @@
 // One open database transaction as the stores see it: the connection, the SQL, and how it failed.
 // It does not begin, commit or retry; transaction() in substrate.ts owns that life cycle.
 
-import { SubstrateError } from "@leash/core";
+import { type BudgetAccount, SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
 import { sqlState, toSubstrateError } from "./errors.js";
 import type { Statement } from "./sql.js";
@@ -33,6 +33,24 @@ export function corkThisTurn(client: PoolClient): void {
     corked.delete(socket);
     socket.uncork();
   });
+}
+
+/**
+ * What the transactions of one group-commit batch hand on to the next: rows they read FOR UPDATE (or
+ * wrote) as they now stand, locked by the batch's PostgreSQL transaction until its COMMIT, so the
+ * next one can skip reading them again. Only a transaction whose savepoint was released adds to it
+ * (ROLLBACK TO undoes the writes and releases the locks of one that failed); it dies with the batch.
+ */
+export interface BatchMemory {
+  /** Budget accounts as they stand, each locked; emptied and refilled from every released transaction. */
+  readonly accounts: Map<string, BudgetAccount>;
+  readonly heldAccounts: Set<string>;
+  /** The chain head as it stands (locked), null for an empty chain, undefined when not known. */
+  head: { seq: number; entry_hash: string } | null | undefined;
+}
+
+export function newBatchMemory(): BatchMemory {
+  return { accounts: new Map(), heldAccounts: new Set(), head: undefined };
 }
 
 export class TxContext {
