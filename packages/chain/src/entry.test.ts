@@ -208,49 +208,6 @@ describe("appendEntry", () => {
     expect(result).toEqual({ ok: true, count: 3, head_hash: third.entry_hash, chain_id: first.entry_id });
   });
 
-  it("uses a head the caller already read instead of reading it again; a stale one earns a conflict", async () => {
-    const store = new ArrayChainStore();
-    const first = await appendEntry(
-      { chain: store },
-      { kind: "decision", data: decision, signer: key.signer, nowNs: T0 },
-    );
-    let headReads = 0;
-    const counting = Object.assign(Object.create(store), {
-      head: () => {
-        headReads += 1;
-        return store.head();
-      },
-    }) as ArrayChainStore;
-    const head = await store.head();
-    const second = await appendEntry(
-      { chain: counting },
-      {
-        kind: "decision",
-        data: decision,
-        signer: key.signer,
-        nowNs: T0 + 1n,
-        chainId: chainIdOf(first),
-        head,
-      },
-    );
-    expect(headReads).toBe(0);
-    expect(second.prev_hash).toBe(first.entry_hash);
-    await expect(
-      appendEntry(
-        { chain: store },
-        {
-          kind: "decision",
-          data: decision,
-          signer: key.signer,
-          nowNs: T0 + 2n,
-          chainId: chainIdOf(first),
-          head,
-        },
-      ),
-    ).rejects.toThrow(/seq 1 is taken/);
-    expect(store.rows).toEqual([first, second]);
-  });
-
   it("refuses a chainId for an empty store", async () => {
     const store = new ArrayChainStore();
     await expect(

@@ -124,13 +124,7 @@ export function compactJws(entry: Pick<ChainEntryRecord, "body" | "key_id" | "si
   return `${protectedHeaderB64(entry.key_id)}.${Buffer.from(entry.body, "utf8").toString("base64url")}.${entry.signature}`;
 }
 
-export type AppendEntryInput = Omit<BuildEntryInput, "head"> & {
-  /**
-   * The head as the caller already read it in this same transaction (which locked it there), to
-   * save a second read; omitted, appendEntry reads it. A stale head only earns a "conflict" from append.
-   */
-  head?: { seq: number; entry_hash: string } | null;
-};
+export type AppendEntryInput = Omit<BuildEntryInput, "head">;
 
 /**
  * head() → buildEntry → append, inside the caller's transaction (head() locks the head there).
@@ -141,7 +135,7 @@ export async function appendEntry(
   tx: { chain: ChainStore },
   input: AppendEntryInput,
 ): Promise<ChainEntryRecord> {
-  const head = input.head === undefined ? await tx.chain.head() : input.head;
+  const head = await tx.chain.head();
   let chainId = input.chainId ?? null;
   if (head === null && chainId !== null) {
     throw new ChainError("invalid_input", `chainId ${chainId} was given, but the chain store is empty`);

@@ -44,7 +44,7 @@ export class Auditor {
    * another process): such entries would only ever verify as `unknown_key`. Checked only when the
    * head is not this engine's own last entry, so a lone writer pays one head read per entry.
    */
-  async #assertKeyInForce(tx: SubstrateTx, head: { seq: number; entry_hash: string } | null): Promise<void> {
+  async #assertKeyInForce(tx: SubstrateTx, head: ChainHead | null): Promise<void> {
     if (head === null || head.entry_hash === this.#lastAppended) return;
     const [entry] = await tx.chain.range(head.seq, 1);
     if (entry === undefined) return;

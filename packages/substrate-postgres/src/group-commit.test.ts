@@ -1,6 +1,6 @@
 // Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
-import type { BudgetAccount, SessionRecord, Substrate, SubstrateTx } from "@leash/core";
+import type { BudgetAccount, ChainEntryRecord, SessionRecord, Substrate, SubstrateTx } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -78,6 +78,21 @@ const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount =
 });
 
 type Fn<T = unknown> = (tx: SubstrateTx) => Promise<T>;
+
+/** A chain row the store accepts (it never hashes or verifies): entry `seq`, hash `h<seq>`. */
+const chainEntry = (seq: number, over: Partial<ChainEntryRecord> = {}): ChainEntryRecord => ({
+  seq,
+  entry_id: `e${seq}`,
+  entry_hash: `h${seq}`,
+  prev_hash: "0".repeat(64),
+  body: "{}",
+  signature: "s",
+  key_id: "k",
+  kind: "decision",
+  session_id: null,
+  created_ns: T0,
+  ...over,
+});
 
 /** What the counters moved by while `work` ran. */
 async function counted<T>(
@@ -481,18 +496,7 @@ describe("round trips the stores save", () => {
       await tx.budgets.updateAccount({ ...second, spent_usd: "5" });
       const third = (await tx.budgets.getAccount("a"))!;
       const emptyHead = await tx.chain.head();
-      await tx.chain.append({
-        seq: 0,
-        entry_id: "e0",
-        entry_hash: "h0",
-        prev_hash: "0".repeat(64),
-        body: "{}",
-        signature: "s",
-        key_id: "k",
-        kind: "decision",
-        session_id: null,
-        created_ns: T0,
-      });
+      await tx.chain.append(chainEntry(0));
       const head = await tx.chain.head();
       head!.seq = 42; // a copy: changes nothing
       return { second: second.spent_usd, third: third.spent_usd, emptyHead, head: await tx.chain.head() };
@@ -502,27 +506,15 @@ describe("round trips the stores save", () => {
 
   it("an append right after this transaction's head() is sent without waiting; a clashing entry id still fails it", async () => {
     const sub = await openMigrated(freshSchema());
-    const entry = (seq: number, id: string) => ({
-      seq,
-      entry_id: id,
-      entry_hash: `h${seq}`,
-      prev_hash: "0".repeat(64),
-      body: "{}",
-      signature: "s",
-      key_id: "k",
-      kind: "decision",
-      session_id: null,
-      created_ns: T0,
-    });
     await sub.transaction(async (tx) => {
       await tx.chain.head();
-      await tx.chain.append(entry(0, "e0"));
+      await tx.chain.append(chainEntry(0));
     });
     let afterAppend = "";
     const error = await sub
       .transaction(async (tx) => {
         await tx.chain.head();
-        await tx.chain.append(entry(1, "e0")); // the id of entry 0: nothing goes in
+        await tx.chain.append(chainEntry(1, { entry_id: "e0" })); // the id of entry 0: nothing goes in
         afterAppend = "went on";
       })
       .then(
@@ -539,18 +531,6 @@ describe("round trips the stores save", () => {
   it("later transactions of a batch take the account and chain head the earlier ones left without asking again; a failed one's writes are forgotten", async () => {
     const sub = await openMigrated(freshSchema());
     await sub.transaction((tx) => tx.budgets.insertAccount(account("a", { spent_usd: "0" })));
-    const entry = (seq: number, prev: string) => ({
-      seq,
-      entry_id: `e${seq}`,
-      entry_hash: `h${seq}`,
-      prev_hash: prev,
-      body: "{}",
-      signature: "s",
-      key_id: "k",
-      kind: "decision",
-      session_id: null,
-      created_ns: T0,
-    });
     // Each fn: read the account and the head, add to spent, append after the head it read.
     const step =
       (add: bigint, fail = false): Fn =>
@@ -559,7 +539,7 @@ describe("round trips the stores save", () => {
         const seen = { spent: row!.spent_usd, head: head?.seq ?? null };
         await tx.budgets.updateAccount({ ...row!, spent_usd: String(BigInt(row!.spent_usd) + add) });
         const seq = (head?.seq ?? -1) + 1;
-        await tx.chain.append(entry(seq, head?.entry_hash ?? "0".repeat(64)));
+        await tx.chain.append(chainEntry(seq, { prev_hash: head?.entry_hash ?? "0".repeat(64) }));
         if (fail) throw new Error("changed its mind");
         return seen;
       };
