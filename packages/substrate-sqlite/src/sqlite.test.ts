@@ -454,6 +454,8 @@ describe("group commit", () => {
     }
     expect(sub.stats).toMatchObject({ commits: 0, committed: 0, rolledBack: 3 });
     expect(await sub.transaction((tx) => tx.sessions.list())).toEqual([]);
+    // Point reads too: the rows the failed batch wrote were cached and must not be served.
+    expect(await sub.transaction((tx) => tx.sessions.get("ok-1"))).toBeNull();
   });
 
   it("a transaction queued behind a slow one joins its batch and resolves only after the COMMIT", async () => {

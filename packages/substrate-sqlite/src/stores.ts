@@ -47,6 +47,7 @@ import {
   text,
 } from "./codec.js";
 import { isDriverError, toSubstrateError } from "./errors.js";
+import type { HeadRow, RowCache } from "./row-cache.js";
 
 /** Prepared statements by SQL text, one cache per connection: preparing costs more than running. */
 export class StatementCache {
@@ -80,7 +81,10 @@ export class SqliteTx implements SubstrateTx {
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
 
-  constructor(readonly statements: StatementCache) {
+  constructor(
+    readonly statements: StatementCache,
+    readonly rows: RowCache,
+  ) {
     this.sessions = new Sessions(this);
     this.nonces = new Nonces(this);
     this.budgets = new Budgets(this);
@@ -119,10 +123,14 @@ class Sessions implements SessionStore {
 
   async get(sessionId: string): Promise<SessionRecord | null> {
     // The substrate holds the database write lock (BEGIN IMMEDIATE), so this row is locked already.
+    const cached = this.tx.exec("sessions.get", () => this.tx.rows.sessions.get(sessionId));
+    if (cached !== undefined) return rowToSession(cached);
     const row = this.tx.exec("sessions.get", (st) =>
       st("SELECT * FROM leash_sessions WHERE session_id = ?").get(sessionId),
     ) as SessionRow | undefined;
-    return row === undefined ? null : rowToSession(row);
+    if (row === undefined) return null;
+    this.tx.rows.putSession(row);
+    return rowToSession(row);
   }
 
   async insert(record: SessionRecord): Promise<void> {
@@ -135,6 +143,7 @@ class Sessions implements SessionStore {
            @call_count, @created_ns, @updated_ns, @last_heartbeat_ns)`,
       ).run(row),
     );
+    this.tx.rows.putSession(row);
   }
 
   async update(record: SessionRecord): Promise<void> {
@@ -149,7 +158,10 @@ class Sessions implements SessionStore {
          WHERE session_id = @session_id AND status = @status AND created_ns = @created_ns`,
       ).run(row),
     );
-    if (kept.changes === 1) return;
+    if (kept.changes === 1) {
+      this.tx.rows.putSession(row);
+      return;
+    }
     const { changes } = this.tx.exec("sessions.update", (st) =>
       st(
         `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
@@ -159,6 +171,7 @@ class Sessions implements SessionStore {
       ).run(row),
     );
     if (changes === 0) throw notFound("session", row.session_id);
+    this.tx.rows.putSession(row);
   }
 
   async list(filter: { status?: SessionStatus; limit?: number } = {}): Promise<SessionRecord[]> {
@@ -210,10 +223,14 @@ class Budgets implements BudgetStore {
   constructor(readonly tx: SqliteTx) {}
 
   async getAccount(accountId: string): Promise<BudgetAccount | null> {
+    const cached = this.tx.exec("budgets.getAccount", () => this.tx.rows.accounts.get(accountId));
+    if (cached !== undefined) return rowToAccount(cached);
     const row = this.tx.exec("budgets.getAccount", (st) =>
       st("SELECT * FROM leash_budget_accounts WHERE account_id = ?").get(accountId),
     ) as AccountRow | undefined;
-    return row === undefined ? null : rowToAccount(row);
+    if (row === undefined) return null;
+    this.tx.rows.putAccount(row);
+    return rowToAccount(row);
   }
 
   async insertAccount(account: BudgetAccount): Promise<void> {
@@ -226,6 +243,7 @@ class Budgets implements BudgetStore {
            @created_ns, @updated_ns)`,
       ).run(row),
     );
+    this.tx.rows.putAccount(row);
   }
 
   async updateAccount(account: BudgetAccount): Promise<void> {
@@ -239,6 +257,7 @@ class Budgets implements BudgetStore {
       ).run(row),
     );
     if (changes === 0) throw notFound("budget account", row.account_id);
+    this.tx.rows.putAccount(row);
   }
 
   async insertReservation(reservation: Reservation): Promise<void> {
@@ -356,17 +375,23 @@ class Chain implements ChainStore {
   async head(): Promise<{ seq: number; entry_hash: string } | null> {
     // The transaction holds the database write lock (BEGIN IMMEDIATE) from its start, so no other
     // connection can append until it ends: the head is locked without asking.
-    const row = this.tx.exec("chain.head", (st) => st(CHAIN_HEAD).get()) as
-      | { seq: number; entry_hash: string }
-      | undefined;
-    return row === undefined ? null : { seq: row.seq, entry_hash: row.entry_hash };
+    const head = this.tx.exec("chain.head", (st) => this.#head(st));
+    return head === null ? null : { ...head };
+  }
+
+  /** The head, from the row cache when this connection already knows it. */
+  #head(st: (sql: string) => Database.Statement): HeadRow {
+    if (this.tx.rows.head !== undefined) return this.tx.rows.head;
+    const row = st(CHAIN_HEAD).get() as { seq: number; entry_hash: string } | undefined;
+    const head = row === undefined ? null : { seq: row.seq, entry_hash: row.entry_hash };
+    this.tx.rows.head = head;
+    return head;
   }
 
   async append(entry: ChainEntryRecord): Promise<void> {
     const row = chainToRow(entry);
     this.tx.exec("chain.append", (st) => {
-      const head = st(CHAIN_HEAD).get() as { seq: number } | undefined;
-      const headSeq = head?.seq ?? -1;
+      const headSeq = this.#head(st)?.seq ?? -1;
       // Only the next seq: an earlier one is taken, a later one would leave a gap in the chain.
       if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
       const { changes } = st(
@@ -379,6 +404,7 @@ class Chain implements ChainStore {
       if (changes === 0) {
         throw new SubstrateError("conflict", `chain entry ${JSON.stringify(row.entry_id)} already exists`);
       }
+      this.tx.rows.head = { seq: row.seq, entry_hash: row.entry_hash };
     });
   }
 

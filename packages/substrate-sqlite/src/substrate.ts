@@ -6,6 +6,7 @@ import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
 import { sqliteCode, toSubstrateError } from "./errors.js";
 import { type ResolvedOptions, resolveOptions, type SqliteSubstrateOptions } from "./options.js";
+import { RowCache } from "./row-cache.js";
 import { applyMigrations, readSchemaVersion, SCHEMA_VERSION, SchemaTooNewError } from "./schema.js";
 import { SqliteTx, StatementCache } from "./stores.js";
 import { WalSyncer } from "./wal-sync.js";
@@ -53,6 +54,9 @@ export class SqliteSubstrate implements Substrate {
 
   readonly #db: Database.Database;
   readonly #statements: StatementCache;
+  /** Rows this connection wrote or read under the write lock; see RowCache for when it is trusted. */
+  readonly #rows = new RowCache();
+  readonly #dataVersion: Database.Statement;
   readonly #maxBatch: number;
   readonly #maxBatchMs: number;
   readonly #grouped: boolean;
@@ -102,6 +106,7 @@ export class SqliteSubstrate implements Substrate {
     this.#savepoint = db.prepare(`SAVEPOINT ${SAVEPOINT}`);
     this.#release = db.prepare(`RELEASE ${SAVEPOINT}`);
     this.#rollbackTo = db.prepare(`ROLLBACK TO ${SAVEPOINT}`);
+    this.#dataVersion = db.prepare("PRAGMA data_version").pluck();
   }
 
   get stats(): SqliteSubstrateStats {
@@ -221,8 +226,11 @@ export class SqliteSubstrate implements Substrate {
     for (let attempt = 0; ; attempt++) {
       try {
         this.#begin.run();
+        // Under the lock now: what another connection committed since our last batch shows here.
+        this.#rows.checkDataVersion(this.#dataVersion.get() as number);
         return;
       } catch (error) {
+        if (this.#db.inTransaction) this.#rollback.run();
         if (!sqliteCode(error)?.startsWith("SQLITE_BUSY")) throw error;
         this.#lastBusyAt = performance.now();
         if (this.#lastBusyAt >= deadline) throw error;
@@ -260,11 +268,13 @@ export class SqliteSubstrate implements Substrate {
       throw toSubstrateError(error, action);
     }
     try {
+      this.#rows.clear();
       applyMigrations(this.#db);
       this.#commit.run();
       await this.#syncer?.durable();
       this.#schemaReady = true;
     } catch (error) {
+      this.#rows.clear();
       if (this.#db.inTransaction) this.#rollback.run();
       if (error instanceof SchemaTooNewError) {
         throw new SubstrateError("corrupt", `${action}: ${error.message}`, { cause: error });
@@ -313,6 +323,7 @@ export class SqliteSubstrate implements Substrate {
       if (current === undefined) throw new Error("no transaction queued");
       this.#ensureSchema();
     } catch (error) {
+      this.#rows.clear();
       this.#rollback.run();
       if (current !== undefined) {
         this.#stats.rolledBack++;
@@ -328,7 +339,7 @@ export class SqliteSubstrate implements Substrate {
       while (current !== undefined) {
         size++;
         if (this.#grouped) this.#savepoint.run();
-        const tx = new SqliteTx(this.#statements);
+        const tx = new SqliteTx(this.#statements, this.#rows);
         let failed = false;
         let outcome: unknown;
         try {
@@ -339,6 +350,9 @@ export class SqliteSubstrate implements Substrate {
         } finally {
           tx.finish();
         }
+        // Whatever it cached may be about to roll back (or a failed statement may have left the
+        // connection in doubt): start the next transaction from the file.
+        if (failed || !this.#db.inTransaction) this.#rows.clear();
         if (!this.#db.inTransaction) {
           // SQLite rolled the whole transaction back itself (SQLITE_FULL, SQLITE_IOERR …): every
           // write of the batch is gone, including those of transactions that already succeeded.
@@ -371,6 +385,7 @@ export class SqliteSubstrate implements Substrate {
       this.#commit.run();
     } catch (error) {
       // A SAVEPOINT, RELEASE or the COMMIT failed: nothing of this batch is committed.
+      this.#rows.clear();
       const failure = toSubstrateError(error, "COMMIT");
       if (this.#db.open && this.#db.inTransaction) {
         try {
