@@ -1,6 +1,7 @@
 // Tests for `leash bench engine`: one JSON line with a positive rate on SQLite (one and two processes), fresh stores.
 // Runs are half a second; figures are checked for sanity only. --processes runs the built dist/bin.js as workers.
 import { existsSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { bucketOf, bucketRange, LatencyHistogram } from "../src/histogram.js";
@@ -22,6 +23,7 @@ const REPORT_KEYS = [
   "p50_ms",
   "p99_ms",
   "max_ms",
+  "cpu_us_per_decision",
   "allow_ratio",
   "node",
 ];
@@ -37,6 +39,12 @@ function report(stdout: string) {
   expect(r.p50_ms).toBeLessThanOrEqual(r.p99_ms);
   expect(r.p99_ms).toBeLessThanOrEqual(r.max_ms);
   expect(r.node).toBe(process.version);
+  // CPU per decision is real work (an Ed25519 signature alone is tens of µs) and no more than all
+  // the machine's cores could have spent in the measured seconds.
+  expect(r.cpu_us_per_decision).toBeGreaterThan(10);
+  expect((r.cpu_us_per_decision * r.decisions) / 1e6).toBeLessThanOrEqual(
+    r.seconds * availableParallelism() * 1.05,
+  );
   return r;
 }
 

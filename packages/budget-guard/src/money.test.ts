@@ -128,6 +128,31 @@ describe("moneyString", () => {
     expect(() => moneyString(new Money("-1"))).toThrow(InvalidAmountError);
   });
 
+  it("what it prints parses back (from the parse memo) as Money with the same value", () => {
+    fc.assert(
+      fc.property(anyAmount, anyAmount, (a, b) => {
+        const sum = addMoney(a, b);
+        const parsed = toMoney(moneyString(sum));
+        expect(parsed.constructor).toBe(Money);
+        expect(parsed.eq(sum)).toBe(true);
+        // The memo must not change what is refused.
+        expect(() => toMoney(`-${moneyString(sum)}`)).toThrow(InvalidAmountError);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("never hands out another Decimal constructor's instance for text it printed", () => {
+    // A global Decimal runs at precision 20: reused as money, a later sum would round.
+    const foreign = new Decimal("12345678901234567890.5");
+    const text = moneyString(foreign);
+    const parsed = toMoney(text);
+    expect(parsed.constructor).toBe(Money);
+    expect(moneyString(addMoney(parsed, toMoney("0.000000000000000001")))).toBe(
+      "12345678901234567890.500000000000000001",
+    );
+  });
+
   it("round-trips: parsing a canonical string gives back the same string", () => {
     fc.assert(
       fc.property(anyAmount, (amount) => {

@@ -43,6 +43,20 @@ const MONEY_LIMIT: Money = new Money(10).pow(MONEY_LIMIT_EXPONENT);
 const DECIMAL_TEXT = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;
 
 /**
+ * Amounts already parsed (or printed by `moneyString`), by their text: a decision reads back the
+ * spent and reserved strings the previous one wrote, and parsing and range-checking them again is
+ * a large share of a budget check. Values are immutable, so sharing them is safe. A full map is
+ * emptied rather than evicted from: the live amounts of a busy store come back at once.
+ */
+const PARSED = new Map<string, Money>();
+const PARSED_MAX = 4096;
+
+function remember(text: string, value: Money): void {
+  if (PARSED.size >= PARSED_MAX) PARSED.clear();
+  PARSED.set(text, value);
+}
+
+/**
  * Converts an amount to exact money. A JS number goes through its shortest round-trip decimal
  * string (`String(0.1)` is "0.1"), never its binary expansion (0.1000000000000000055…): the caller
  * meant the number they wrote. Rejects NaN, ±Infinity, negative values, text that is not a plain
@@ -54,6 +68,8 @@ export function toMoney(value: number | string | Decimal): Money {
     if (!Number.isFinite(value)) throw new InvalidAmountError(value, `amount must be finite, got ${value}`);
     parsed = new Money(String(value));
   } else if (typeof value === "string") {
+    const known = PARSED.get(value);
+    if (known !== undefined) return known;
     if (!DECIMAL_TEXT.test(value)) {
       throw new InvalidAmountError(
         value,
@@ -81,7 +97,9 @@ export function toMoney(value: number | string | Decimal): Money {
     throw new InvalidAmountError(value, `amount must be below 10^${MONEY_LIMIT_EXPONENT}`);
   }
   // -0 would print as "0" anyway, but an explicit +0 keeps `isNegative()` honest for callers.
-  return parsed.isZero() ? ZERO : parsed;
+  const money = parsed.isZero() ? ZERO : parsed;
+  if (typeof value === "string") remember(value, money);
+  return money;
 }
 
 /**
@@ -95,7 +113,19 @@ export function moneyString(value: Money, allowNegative = false): DecimalString 
   if (value.isNegative() && !allowNegative) {
     throw new InvalidAmountError(value, "a stored amount cannot be negative");
   }
-  return value.toFixed();
+  const text = value.toFixed();
+  // What toMoney(text) would return, so the next read of this stored text skips the parse; only
+  // for amounts toMoney accepts (a negative one, printed for an error message, is not money), and
+  // only instances of Money: another Decimal constructor carries its own precision into arithmetic.
+  if (
+    value.constructor === Money &&
+    !value.isNegative() &&
+    value.decimalPlaces() <= MONEY_SCALE &&
+    value.lt(MONEY_LIMIT)
+  ) {
+    remember(text, value);
+  }
+  return text;
 }
 
 /** True when `text` is exactly what `moneyString` writes for some valid amount. */

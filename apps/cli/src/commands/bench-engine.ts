@@ -47,6 +47,8 @@ interface ProcessReport {
   readonly decisions: number;
   readonly allow: number;
   readonly elapsed_ns: number;
+  /** CPU time (user + system, all threads) this process spent in the measured window, in µs. */
+  readonly cpu_us: number;
   readonly histogram: HistogramJson;
 }
 
@@ -165,12 +167,20 @@ async function measure(
   const histogram = new LatencyHistogram();
   const done = progress(io, "measuring", options.seconds, load);
   let elapsed: number;
+  const cpu = process.cpuUsage();
   try {
     elapsed = await load.run(options.concurrency, options.seconds * 1e9, histogram);
   } finally {
     done();
   }
-  return { decisions: load.decisions, allow: load.allow, elapsed_ns: elapsed, histogram: histogram.toJSON() };
+  const { user, system } = process.cpuUsage(cpu);
+  return {
+    decisions: load.decisions,
+    allow: load.allow,
+    elapsed_ns: elapsed,
+    cpu_us: user + system,
+    histogram: histogram.toJSON(),
+  };
 }
 
 /** A child's view: the parent registered the sessions; the store URL arrives in LEASH_STORE, never in argv. */
@@ -388,7 +398,9 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     let decisions = 0;
     let allow = 0;
     let elapsedNs = 0;
+    let cpuUs = 0;
     for (const r of reports) {
+      cpuUs += r.cpu_us;
       histogram.merge(r.histogram);
       decisions += r.decisions;
       allow += r.allow;
@@ -418,6 +430,9 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         p50_ms: ms(histogram.quantileNs(0.5)),
         p99_ms: ms(histogram.quantileNs(0.99)),
         max_ms: ms(histogram.maxNs),
+        // Steadier than decisions/s on a shared machine: CPU that other tenants take is not in it.
+        // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
+        cpu_us_per_decision: Math.round(cpuUs / decisions),
         allow_ratio: floorTo(allowRatio, 4),
         node: process.version,
       })}\n`,
@@ -483,7 +498,9 @@ verdicts is an error (it measured something else). --concurrency is per process.
 signed into the audit chain, so the figures include the Ed25519 signature; worker processes get the
 same key (--key-file, LEASH_SIGNING_KEY, or the --ephemeral-key's PEM through their environment).
 Prints one JSON line:
-{"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","allow_ratio","node"}.
+{"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","cpu_us_per_decision",
+"allow_ratio","node"}; cpu_us_per_decision is the CPU time (all threads, user + system) of the benchmark
+processes per decision, steadier than decisions_per_sec on a shared machine.
 Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config, signing key or store URL.`,
     )
     .action(async (options: BenchEngineOptions) => {
