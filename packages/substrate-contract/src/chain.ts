@@ -342,5 +342,113 @@ export function chainStoreContract(opts: SubstrateContractOptions): void {
         stored.chain.map((e) => [e.seq, e.entry_id]),
       );
     });
+
+    describe("appendSigning (an entry whose signature is still being made)", () => {
+      it("moves the head at once and stores the entry with the signature it resolved to; reads in the transaction wait for it", async () => {
+        const sub = await (await useHarness(opts)).openMigrated();
+        const entries = makeChain(3);
+        await appendAll(sub, entries.slice(0, 1));
+        const seen = await sub.transaction(async (tx) => {
+          const { signature, ...unsigned } = entries[1]!;
+          await tx.chain.appendSigning(unsigned, later(signature, 5));
+          const head = await tx.chain.head();
+          // An ordinary append after a signing one, in the same transaction.
+          await tx.chain.append(entries[2]!);
+          return { head, count: await tx.chain.count(), range: await tx.chain.range(1, 10) };
+        });
+        expect(seen).toEqual({ head: headOf(entries[1]!), count: 3, range: entries.slice(1) });
+        expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual(entries);
+      });
+
+      it("concurrent transactions whose signatures resolve in reverse order all commit, gapless, each row with its own signature", {
+        timeout: CONCURRENCY_TIMEOUT_MS,
+      }, async () => {
+        const sub = await (await useHarness(opts)).openMigrated();
+        const entries = makeChain(6);
+        const results = await Promise.allSettled(
+          entries.map((_, i) =>
+            sub.transaction(async (tx) => {
+              const head = await tx.chain.head();
+              const seq = head === null ? 0 : head.seq + 1;
+              const { signature, ...unsigned } = entries[seq]!;
+              // The first appended is signed last.
+              await tx.chain.appendSigning(unsigned, later(signature, 3 * (entries.length - i)));
+              await tx.outbox.enqueue(outboxItemFor(entries[seq]!));
+              return seq;
+            }),
+          ),
+        );
+        expect(results.map((r) => r.status)).toEqual(entries.map(() => "fulfilled"));
+        const stored = await sub.transaction(async (tx) => ({
+          head: await tx.chain.head(),
+          all: await tx.chain.range(0, 10),
+          outbox: (await tx.outbox.list({})).map((item) => item.seq),
+        }));
+        expect(stored).toEqual({
+          head: headOf(entries.at(-1)!),
+          all: entries,
+          outbox: entries.map((e) => e.seq),
+        });
+      });
+
+      it("a rejected signature fails the transaction: no entry, no moved head, no outbox item, on either handle", async () => {
+        const [a, b] = await twoHandles(await useHarness(opts));
+        const entries = makeChain(2);
+        await appendAll(a, entries.slice(0, 1));
+        const { signature: _unused, ...unsigned } = entries[1]!;
+        const refused = new Error("the signer failed");
+        const outcome = await a
+          .transaction(async (tx) => {
+            await tx.chain.appendSigning(unsigned, later(refused, 2));
+            await tx.outbox.enqueue(outboxItemFor(entries[1]!));
+          })
+          .then(
+            () => "committed",
+            () => "failed",
+          );
+        expect(outcome).toBe("failed");
+        for (const sub of [a, b]) {
+          expect(
+            await sub.transaction(async (tx) => ({
+              head: await tx.chain.head(),
+              count: await tx.chain.count(),
+              outbox: (await tx.outbox.list({})).length,
+            })),
+          ).toEqual({ head: headOf(entries[0]!), count: 1, outbox: 0 });
+        }
+        // The seq is free again.
+        await a.transaction((tx) => tx.chain.append(entries[1]!));
+        expect(await b.transaction((tx) => tx.chain.range(0, 10))).toEqual(entries);
+      });
+
+      it('a taken seq, a gap or a taken entry_id fails with "conflict" and moves nothing', async () => {
+        const sub = await (await useHarness(opts)).openMigrated();
+        const entries = makeChain(2);
+        await appendAll(sub, entries);
+        const unsign = ({ signature: _s, ...rest }: ChainEntryRecord) => rest;
+        await sub.transaction(async (tx) => {
+          const taken = makeChainEntry(1, entries[0]!.entry_hash, { entry_id: chainEntryId(2001) });
+          const gap = makeChainEntry(3, entries[1]!.entry_hash, { entry_id: chainEntryId(2002) });
+          const sameId = makeChainEntry(2, entries[1]!.entry_hash, { entry_id: entries[0]!.entry_id });
+          for (const entry of [taken, gap, sameId]) {
+            await expectSubstrateError(
+              tx.chain.appendSigning(unsign(entry), Promise.resolve(entry.signature)),
+              "conflict",
+            );
+          }
+          expect(await tx.chain.head()).toEqual(headOf(entries[1]!));
+        });
+        expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual(entries);
+      });
+    });
   });
+}
+
+/** A promise that settles after `ms`: resolves with a string, rejects with an Error. */
+function later(outcome: string | Error, ms: number): Promise<string> {
+  const settled = new Promise<string>((resolve, reject) =>
+    setTimeout(() => (typeof outcome === "string" ? resolve(outcome) : reject(outcome)), ms),
+  );
+  settled.catch(() => undefined); // the store under test is the one that must handle it
+  return settled;
 }

@@ -1,6 +1,6 @@
 // The chain store on leash_chain and its one-row head table leash_chain_head; bodies stay the exact text given.
 // It never hashes, signs or verifies (that is @leash/chain): it keeps the chain gapless and appenders in line.
-import type { ChainEntryRecord, ChainStore } from "@leash/core";
+import type { ChainEntryRecord, ChainStore, UnsignedChainEntry } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
@@ -143,6 +143,11 @@ export class PostgresChainStore implements ChainStore {
     const { rows } = await this.tx.query<AppendRow>(this.sql.append, toParams(entry));
     const problem = appendProblem(rows[0], entry);
     if (problem !== null) throw problem;
+  }
+
+  /** Waits for the signature, then appends: correct, though the transaction waits for the signer. */
+  async appendSigning(entry: UnsignedChainEntry, signature: Promise<string>): Promise<void> {
+    await this.append({ ...entry, signature: await signature });
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
