@@ -628,3 +628,273 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_fir
 FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
   );
 }
+
+/** A promise settled from outside, for signatures that arrive when the test says. */
+function later<T>(): { promise: Promise<T>; resolve: (value: T) => void; reject: (error: unknown) => void } {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+const unsigned = (seq: number, over: Partial<ChainEntryRecord> = {}) => {
+  const { signature: _, ...entry } = chainEntry(seq, over);
+  return entry;
+};
+
+const wholeChain = (sub: Substrate) =>
+  sub.transaction(async (tx) => ({
+    head: await tx.chain.head(),
+    entries: (await tx.chain.range(0, 100)).map((e) => ({ seq: e.seq, id: e.entry_id, sig: e.signature })),
+  }));
+
+describe("appendSigning", () => {
+  it("transactions of one batch append without waiting for their signatures; the rows are written signed, in one COMMIT", async () => {
+    const sub = await openMigrated(freshSchema());
+    const signatures = Array.from({ length: 6 }, () => later<string>());
+    const events: string[] = [];
+    // Each appends after the head it reads (the batch hands it on), with a signature still to come.
+    const appender =
+      (i: number): Fn =>
+      async (tx) => {
+        const head = await tx.chain.head();
+        const seq = (head?.seq ?? -1) + 1;
+        await tx.chain.appendSigning(unsigned(seq, { entry_id: `t${i}` }), signatures[i]!.promise);
+        // The head this transaction knows has moved at once.
+        expect(await tx.chain.head()).toEqual({ seq, entry_hash: `h${seq}` });
+        events.push(`fn ${i} done`);
+        return seq;
+      };
+    const { result, delta } = await counted(sub, async () => {
+      const results = inOneBatch(sub, [0, 1, 2, 3, 4, 5].map(appender));
+      // Every fn finishes before any signature exists; they resolve in reverse order.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      for (let i = 5; i >= 0; i--) {
+        events.push(`signed ${i}`);
+        signatures[i]!.resolve(`sig${i}`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      return results;
+    });
+    expect(events.slice(0, 6)).toEqual([0, 1, 2, 3, 4, 5].map((i) => `fn ${i} done`));
+    expect(result.map((r) => (r.status === "fulfilled" ? r.value : r.reason))).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(delta).toEqual({ committed: 8, rolledBack: 0, commits: 3, largestBatch: 6 });
+    expect(await wholeChain(sub)).toEqual({
+      head: { seq: 5, entry_hash: "h5" },
+      entries: [0, 1, 2, 3, 4, 5].map((i) => ({ seq: i, id: `t${i}`, sig: `sig${i}` })),
+    });
+  });
+
+  it("mixes with append in the same and later transactions; range and count see pending entries signed", async () => {
+    const sub = await openMigrated(freshSchema());
+    const first = later<string>();
+    const second = later<string>();
+    setTimeout(() => second.resolve("late-1"), 60);
+    setTimeout(() => first.resolve("late-0"), 80);
+    const results = await inOneBatch(sub, [
+      async (tx) => {
+        await tx.chain.head();
+        await tx.chain.appendSigning(unsigned(0), first.promise);
+        await tx.chain.append(chainEntry(1, { signature: "plain-1" }));
+        return "a";
+      },
+      async (tx) => {
+        // The batch's head (entry 1) is known without asking; entry 0's row is still pending.
+        await tx.chain.appendSigning(unsigned(2), second.promise);
+        const seen = (await tx.chain.range(0, 10)).map((e) => [e.seq, e.signature]);
+        const limited = (await tx.chain.range(1, 1)).map((e) => e.seq);
+        return { seen, limited, count: await tx.chain.count(), head: await tx.chain.head() };
+      },
+    ]);
+    expect(results).toEqual([
+      { status: "fulfilled", value: "a" },
+      {
+        status: "fulfilled",
+        value: {
+          seen: [
+            [0, "late-0"],
+            [1, "plain-1"],
+            [2, "late-1"],
+          ],
+          limited: [1],
+          count: 3,
+          head: { seq: 2, entry_hash: "h2" },
+        },
+      },
+    ]);
+    expect(await wholeChain(sub)).toEqual({
+      head: { seq: 2, entry_hash: "h2" },
+      entries: [
+        { seq: 0, id: "e0", sig: "late-0" },
+        { seq: 1, id: "e1", sig: "plain-1" },
+        { seq: 2, id: "e2", sig: "late-1" },
+      ],
+    });
+  });
+
+  it("a rejected signature fails its transaction even when fn swallows it: no entry, no moved head", async () => {
+    const sub = await openMigrated(freshSchema());
+    const refused = new Error("signer refused");
+    const signature = later<string>();
+    setTimeout(() => signature.reject(refused), 30);
+    const outcome = await sub
+      .transaction(async (tx) => {
+        await tx.chain.head();
+        await tx.chain.appendSigning(unsigned(0), signature.promise).catch(() => undefined);
+        return "pretend all is well";
+      })
+      .then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    expect(outcome).toEqual({ error: refused });
+    expect(await wholeChain(sub)).toEqual({ head: null, entries: [] });
+    // The uncertain path (no head() first) waits for the signature, and fails alike.
+    const direct = await sub
+      .transaction(async (tx) => {
+        await tx.chain.appendSigning(unsigned(0), Promise.reject(refused)).catch(() => undefined);
+      })
+      .then(
+        () => "committed",
+        (error: unknown) => error,
+      );
+    expect(direct).toBe(refused);
+    expect(await wholeChain(sub)).toEqual({ head: null, entries: [] });
+  });
+
+  it("in a batch, a signature already rejected when its fn ends fails that transaction alone", async () => {
+    const sub = await openMigrated(freshSchema());
+    const refused = new Error("signer refused");
+    const append =
+      (signature: Promise<string>): Fn =>
+      async (tx) => {
+        const head = await tx.chain.head();
+        const seq = (head?.seq ?? -1) + 1;
+        await tx.chain.appendSigning(unsigned(seq, { entry_id: `x${seq}-${Math.random()}` }), signature);
+        return seq;
+      };
+    // Rejected before its fn runs (handled here, so Node does not call it unhandled meanwhile).
+    const rejected = Promise.reject(refused);
+    rejected.catch(() => undefined);
+    const results = await inOneBatch(sub, [
+      append(Promise.resolve("ok-a")),
+      append(rejected),
+      append(new Promise((resolve) => setTimeout(() => resolve("ok-c"), 50))),
+    ]);
+    expect(results.map((r) => (r.status === "fulfilled" ? r.value : r.reason))).toEqual([0, refused, 1]);
+    const chain = await wholeChain(sub);
+    expect(chain.head?.seq).toBe(1);
+    expect(chain.entries.map((e) => [e.seq, e.sig])).toEqual([
+      [0, "ok-a"],
+      [1, "ok-c"],
+    ]);
+  });
+
+  it("a signature that rejects after its transaction ended fails the whole batch, and stores none of it", async () => {
+    const sub = await openMigrated(freshSchema());
+    const refused = new Error("signer refused late");
+    const late = later<string>();
+    const results = await inOneBatch(sub, [
+      async (tx) => {
+        await tx.chain.head();
+        await tx.chain.appendSigning(unsigned(0), late.promise);
+        setTimeout(() => late.reject(refused), 50);
+      },
+      async (tx) => {
+        await tx.chain.appendSigning(unsigned(1), Promise.resolve("fine"));
+      },
+      (tx) => tx.sessions.insert(session("bystander")),
+    ]);
+    expect(results[0]).toEqual({ status: "rejected", reason: refused });
+    for (const r of results.slice(1)) {
+      expect(r.status).toBe("rejected");
+      const reason = (r as PromiseRejectedResult).reason as SubstrateError;
+      expect(reason.code).toBe("io");
+      expect(reason.message).toMatch(/signature .* was rejected: signer refused late/);
+    }
+    expect(await wholeChain(sub)).toEqual({ head: null, entries: [] });
+    expect(await sub.transaction((tx) => tx.sessions.get("bystander"))).toBeNull();
+    // The connection is fine: the next transactions append from the empty chain.
+    await sub.transaction(async (tx) => {
+      await tx.chain.head();
+      await tx.chain.appendSigning(unsigned(0), Promise.resolve("again"));
+    });
+    expect((await wholeChain(sub)).entries).toEqual([{ seq: 0, id: "e0", sig: "again" }]);
+  });
+
+  it("checks as append does: a taken entry id fails the transaction, pending or stored", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.chain.head();
+      await tx.chain.append(chainEntry(0));
+    });
+    const stored = await sub
+      .transaction(async (tx) => {
+        await tx.chain.head();
+        await tx.chain.appendSigning(unsigned(1, { entry_id: "e0" }), Promise.resolve("s"));
+      })
+      .then(
+        () => expect.fail("expected a rejection"),
+        (e: unknown) => e as SubstrateError,
+      );
+    expect(stored.code).toBe("conflict");
+    expect(stored.message).toMatch(/chain entry "e0" already exists/);
+    const pending = await sub
+      .transaction(async (tx) => {
+        await tx.chain.head();
+        await tx.chain.appendSigning(unsigned(1, { entry_id: "dup" }), later<string>().promise);
+        await tx.chain.appendSigning(unsigned(2, { entry_id: "dup" }), Promise.resolve("s"));
+      })
+      .then(
+        () => expect.fail("expected a rejection"),
+        (e: unknown) => e as SubstrateError,
+      );
+    expect(pending.code).toBe("conflict");
+    expect(await wholeChain(sub)).toEqual({
+      head: { seq: 0, entry_hash: "h0" },
+      entries: [{ seq: 0, id: "e0", sig: "s" }],
+    });
+  });
+
+  it("works without group commit and without pipeline mode", async () => {
+    for (const extra of [
+      { groupCommit: false as const },
+      { pool: new Pool({ connectionString: DB_URL, max: 2 }) },
+    ]) {
+      const schema = freshSchema();
+      const sub =
+        "pool" in extra
+          ? await (async () => {
+              const s = await openPostgresSubstrate({ pool: extra.pool, schema });
+              opened.push(s);
+              await s.migrate();
+              return s;
+            })()
+          : await openMigrated(schema, extra);
+      const signatures = [later<string>(), later<string>(), later<string>(), later<string>()];
+      const results = Promise.allSettled(
+        signatures.map((signature) =>
+          sub.transaction(async (tx) => {
+            const head = await tx.chain.head();
+            const seq = (head?.seq ?? -1) + 1;
+            await tx.chain.appendSigning(unsigned(seq, { entry_id: `p${Math.random()}` }), signature.promise);
+            return (await tx.chain.range(seq, 1))[0]?.signature;
+          }),
+        ),
+      );
+      for (const [i, s] of signatures.entries()) setTimeout(() => s.resolve(`sig${i}`), 40 - i * 10);
+      const settled = await results;
+      expect(settled.every((r) => r.status === "fulfilled")).toBe(true);
+      const chain = await wholeChain(sub);
+      expect(chain.entries.map((e) => e.seq)).toEqual([0, 1, 2, 3]);
+      expect(chain.entries.map((e) => e.sig).sort()).toEqual(["sig0", "sig1", "sig2", "sig3"]);
+      if ("pool" in extra) {
+        await sub.close();
+        await extra.pool.end();
+      }
+    }
+  });
+});

@@ -55,7 +55,11 @@ const HITL_COLUMNS =
 /**
  * An insert that first takes the row's key lock (see keys.lock), so a transaction that found the id
  * absent and locked that absence keeps it absent until it ends. ON CONFLICT turns a duplicate into
- * an empty result instead of an error that would abort the caller's transaction.
+ * "INSERT 0 0" instead of an error that would abort the caller's transaction.
+ *
+ * Writes that only need to know whether a row was inserted (or matched) read the count in the
+ * command tag (rowCount) and return no rows: no RETURNING, so pg parses no row description and
+ * builds no row objects for them, which is most of what such a statement costs the client.
  */
 function insert(
   op: string,
@@ -68,7 +72,7 @@ function insert(
     op,
     `INSERT INTO ${table} (${columns}) SELECT ${values.join(", ")}
 FROM (SELECT pg_advisory_xact_lock(hashtextextended(${key}, 0))) AS key_lock
-ON CONFLICT DO NOTHING RETURNING 1`,
+ON CONFLICT DO NOTHING`,
   );
 }
 
@@ -128,13 +132,14 @@ call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE
       ),
     },
     nonces: {
-      has: statement("nonces.has", `SELECT 1 FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`),
+      // No column (rowCount says whether it exists): nothing for pg to parse but the row count.
+      has: statement("nonces.has", `SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`),
       // ON CONFLICT makes a concurrent duplicate wait for the first insert's commit and then insert
       // nothing, without the error that would abort the caller's transaction.
       add: statement(
         "nonces.add",
         `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns) VALUES ($1, $2, $3)
-ON CONFLICT DO NOTHING RETURNING 1`,
+ON CONFLICT DO NOTHING`,
       ),
       count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
     },
@@ -219,6 +224,30 @@ created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
 SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
   (SELECT count(*) FROM moved) AS moved`,
       ),
+      // appendSigning's first half: the checks and the head move of `append`, without the row,
+      // which waits for its signature; the answer has append's shape ($3 is the entry id).
+      move: statement(
+        "chain.move",
+        `WITH head AS (
+  SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
+), moved AS (
+  UPDATE ${t.chainHead} AS h SET seq = $1::bigint, entry_hash = $2 FROM head
+  WHERE h.id = 1 AND coalesce(head.seq, -1) = $1::bigint - 1
+    AND NOT EXISTS (SELECT 1 FROM ${t.chain} WHERE entry_id = $3)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
+  (SELECT count(*) FROM moved) AS moved`,
+      ),
+      // Its second half, for every row of a batch (or solo transaction) at once, just before COMMIT:
+      // one array per column. No ON CONFLICT: a clash is an error that aborts the transaction, so
+      // COMMIT, even sent right behind it, can only answer ROLLBACK.
+      insertSigned: statement(
+        "chain.insertSigned",
+        `INSERT INTO ${t.chain} (${CHAIN_COLUMNS})
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+  $8::text[], $9::text[], $10::bigint[])`,
+      ),
       range: statement(
         "chain.range",
         `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,
@@ -231,7 +260,7 @@ SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
       enqueue: statement(
         "outbox.enqueue",
         `INSERT INTO ${t.outbox} (seq, entry_id, session_id, status, attempts, created_ns)
-VALUES ($1, $2, $3, 'PENDING', 0, $4) ON CONFLICT DO NOTHING RETURNING 1`,
+VALUES ($1, $2, $3, 'PENDING', 0, $4) ON CONFLICT DO NOTHING`,
       ),
       // SKIP LOCKED: rows another relay is claiming (or acking) right now are passed over rather
       // than waited for, and once that relay commits they carry a live lease and no longer qualify.
