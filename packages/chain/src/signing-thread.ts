@@ -39,12 +39,6 @@ parentPort.on("message", (requests) => {
 });
 `;
 
-/**
- * Requests sent per message at most. Each message wakes the other thread, which costs more than a
- * signature on some VMs; the rest of a tick's requests follow on process.nextTick.
- */
-const REQUESTS_PER_MESSAGE = 4;
-
 type Reply = [id: number, signature: Uint8Array | null, error: string | null];
 
 interface Owed {
@@ -58,8 +52,6 @@ class SigningWorker {
   readonly #owed = new Map<number, Owed>();
   #nextId = 0;
   #failure: ChainError | null = null;
-  /** Requests not yet posted: sent in fours, or all together once the current tick's work is done. */
-  #queued: Array<[id: number, data: Uint8Array]> = [];
 
   constructor(pkcs8: Uint8Array, onFailure: () => void) {
     this.#worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { pkcs8 } });
@@ -99,17 +91,10 @@ class SigningWorker {
       this.#owed.set(id, { resolve, reject });
       // Copied to its own ArrayBuffer: posting a view (a Buffer from Node's 8 kB pool, say) would
       // clone the whole buffer behind it.
-      this.#queued.push([id, Uint8Array.prototype.slice.call(data)]);
-      if (this.#queued.length >= REQUESTS_PER_MESSAGE) this.#flush();
-      else if (this.#queued.length === 1) process.nextTick(() => this.#flush());
+      // Posted at once, one per message: a request held back to share a message (measured with
+      // four) leaves the last ones of a batch unsigned until the batch ends, and the caller idle.
+      this.#worker.postMessage([[id, Uint8Array.prototype.slice.call(data)]]);
     });
-  }
-
-  #flush(): void {
-    if (this.#queued.length === 0 || this.#failure !== null) return;
-    const requests = this.#queued;
-    this.#queued = [];
-    this.#worker.postMessage(requests);
   }
 
   async close(): Promise<void> {
