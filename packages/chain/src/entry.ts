@@ -2,13 +2,7 @@
 // is both the chain's and the receipt's. It opens no transaction; the engine passes its own.
 
 import { createHash } from "node:crypto";
-import {
-  CanonicalizationError,
-  type ChainEntryRecord,
-  type ChainStore,
-  canonicalJson,
-  type UnsignedChainEntry,
-} from "@leash/core";
+import { CanonicalizationError, type ChainEntryRecord, type ChainStore, canonicalJson } from "@leash/core";
 import { ChainError } from "./errors.js";
 import type { PublicKeyInfo, Signer } from "./keys.js";
 import { type RandomBytes, uuidv7 } from "./uuid.js";
@@ -23,8 +17,6 @@ import {
   sessionIdOf,
   ZERO_HASH,
 } from "./verify/format.js";
-
-export type PrepareEntryInput = Omit<BuildEntryInput, "signer"> & { signer: Pick<PublicKeyInfo, "keyId"> };
 
 export interface BuildEntryInput {
   /** The chain's newest entry, or null when this entry starts the chain. */
@@ -44,15 +36,11 @@ export interface BuildEntryInput {
 const HASH = /^[0-9a-f]{64}$/;
 
 /**
- * Everything of the entry following `head` except its signature, and the bytes to sign (the JWS
- * signing input). `buildEntry` signs them at once; an engine with a signing thread signs them there
- * and appends with ChainStore.appendSigning meanwhile. Only the signer's key id is used here.
+ * One signed entry following `head`. Pure apart from the signature (and the random bytes of its
+ * id): the same input and random bytes give the same record.
  * @throws ChainError "invalid_input" when the input cannot make a valid v1 entry.
  */
-export function prepareEntry(input: PrepareEntryInput): {
-  entry: UnsignedChainEntry;
-  signingInput: Uint8Array;
-} {
+export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
   const { head, kind, data, signer, nowNs } = input;
   const chainId = input.chainId ?? null;
   if (head === null && chainId !== null) {
@@ -114,33 +102,18 @@ export function prepareEntry(input: PrepareEntryInput): {
     `${protectedHeaderB64(signer.keyId)}.${payload.toString("base64url")}`,
     "latin1",
   );
-  const entry: UnsignedChainEntry = {
+  return {
     seq,
     entry_id: entryId,
     entry_hash: createHash("sha256").update(payload).digest("hex"),
     prev_hash: body.prev_hash,
     body: text,
+    signature: Buffer.from(signer.sign(signingInput)).toString("base64url"),
     key_id: signer.keyId,
     kind,
     session_id: sessionIdOf(data),
     created_ns: Number(nowNs),
   };
-  return { entry, signingInput };
-}
-
-/**
- * One signed entry following `head`. Pure apart from the signature (and the random bytes of its
- * id): the same input and random bytes give the same record.
- * @throws ChainError "invalid_input" when the input cannot make a valid v1 entry.
- */
-export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
-  const { entry, signingInput } = prepareEntry(input);
-  return { ...entry, signature: signatureText(input.signer.sign(signingInput)) };
-}
-
-/** A raw 64-byte Ed25519 signature as the chain stores it (base64url, no padding). */
-export function signatureText(signature: Uint8Array): string {
-  return Buffer.from(signature.buffer, signature.byteOffset, signature.byteLength).toString("base64url");
 }
 
 /**

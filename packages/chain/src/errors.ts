@@ -15,9 +15,7 @@ export type ChainErrorCode =
   /** writeKeyFiles would overwrite an existing file and was not told it may. */
   | "key_exists"
   /** An argument of buildEntry/appendEntry/verifyChain/exporters is malformed. */
-  | "invalid_input"
-  /** A signing thread stopped or refused (withSigningThread): that signature was not made. */
-  | "signer_failed";
+  | "invalid_input";
 
 // Symbol.for, not a module-local Symbol: two copies of this package in one process (a bundling
 // accident, a dual install) must still recognise each other's errors.

@@ -9,9 +9,6 @@ export {
   chainIdOf,
   compactJws,
   keyRotationData,
-  type PrepareEntryInput,
-  prepareEntry,
-  signatureText,
 } from "./entry.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";
 export { fromJsonl, referenceCanonical, toJsonl, toShackleLedger } from "./export.js";
@@ -29,7 +26,6 @@ export {
   type WriteKeyFilesOptions,
   writeKeyFiles,
 } from "./keys.js";
-export { type SigningThreadOptions, type ThreadedSigner, withSigningThread } from "./signing-thread.js";
 export { defaultRandom, type RandomBytes, uuidv7 } from "./uuid.js";
 export { checkpointOf } from "./verify/checkpoint.js";
 export {

@@ -33,19 +33,6 @@ export interface PublicKeyInfo {
 /** What the chain signs with. `sign` returns the 64-byte Ed25519 signature of `message`. */
 export interface Signer extends PublicKeyInfo {
   sign(message: Uint8Array): Uint8Array;
-  /**
-   * The same signature, made off the event loop (see withSigningThread). When present, the engine
-   * appends each entry before its signature exists and the store writes it once it does.
-   */
-  signAsync?(message: Uint8Array): Promise<Uint8Array>;
-}
-
-/** The private key behind each signer createSigner made, for withSigningThread; never exported. */
-const PRIVATE_KEYS = new WeakMap<Signer, KeyObject>();
-
-/** The private key of a signer made by createSigner (or loadSigningKey, generateKeyPair), else undefined. */
-export function privateKeyOf(signer: Signer): KeyObject | undefined {
-  return PRIVATE_KEYS.get(signer);
 }
 
 export interface GeneratedKeyPair extends PublicKeyInfo {
@@ -84,15 +71,13 @@ export function createSigner(privateKey: KeyObject | string): Signer {
   }
   const publicKeyRaw = rawPublicKey(createPublicKey(key));
   const id = keyId(publicKeyRaw);
-  const signer: Signer = {
+  return {
     keyId: id,
     publicKeyRaw,
     publicKeyHex: bytesToHex(publicKeyRaw),
     // Ed25519 takes no digest argument: null, and node:crypto signs the message itself (~40 µs).
     sign: (message) => sign(null, message, key),
   };
-  PRIVATE_KEYS.set(signer, key);
-  return signer;
 }
 
 function rawPublicKey(key: KeyObject): Uint8Array {

@@ -102,9 +102,6 @@ export class ArrayChainStore implements ChainStore {
     if (this.rows.some((r) => r.seq === entry.seq)) throw new Error(`conflict: seq ${entry.seq} is taken`);
     this.rows.push(entry);
   }
-  async appendSigning(entry: Omit<ChainEntryRecord, "signature">, signature: Promise<string>): Promise<void> {
-    await this.append({ ...entry, signature: await signature });
-  }
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
     return this.rows.filter((r) => r.seq >= fromSeq).slice(0, limit);
   }

@@ -1,14 +1,6 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
-import {
-  buildEntry,
-  chainIdOf,
-  type Json,
-  parseEntryBody,
-  prepareEntry,
-  type Signer,
-  signatureText,
-} from "@leash/chain";
+import { buildEntry, chainIdOf, type Json, parseEntryBody, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
 import { LeashError } from "./errors.js";
@@ -78,7 +70,7 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
     head?: ChainHead | null,
-  ): Promise<RecordedEntry> {
+  ): Promise<ChainEntryRecord> {
     const current = head === undefined ? await tx.chain.head() : head;
     await this.#assertKeyInForce(tx, current);
     let chainId = this.#chainId;
@@ -92,31 +84,18 @@ export class Auditor {
         }
       }
     }
-    const input = {
+    const entry = buildEntry({
       head: current,
       chainId: current === null ? null : chainId,
       kind,
       data: auditJson(data) as Record<string, Json>,
       signer: this.signer,
       nowNs,
-    };
-    const signer = this.signer;
-    if (signer.signAsync === undefined) {
-      const entry = buildEntry(input);
-      // The transactional outbox: queued with the entry or not at all.
-      await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
-      this.#lastAppended = entry.entry_hash;
-      return { seq: entry.seq, entry_hash: entry.entry_hash, signed: Promise.resolve(entry) };
-    }
-    // Signed on another thread while this transaction, and those queued behind it, go on: the
-    // store writes the row once the signature exists, before the commit (ChainStore.appendSigning).
-    const { entry, signingInput } = prepareEntry(input);
-    const signature = signer.signAsync(signingInput).then(signatureText);
-    const signed = signature.then((text): ChainEntryRecord => ({ ...entry, signature: text }));
-    signed.catch(() => undefined); // the store fails the transaction; nobody need await this
-    await Promise.all([tx.chain.appendSigning(entry, signature), enqueueEntry(tx, entry)]);
+    });
+    // The transactional outbox: queued with the entry or not at all.
+    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#lastAppended = entry.entry_hash;
-    return { seq: entry.seq, entry_hash: entry.entry_hash, signed };
+    return entry;
   }
 
   /** Call once `tx` has committed: the chain id it read is then known to be the chain's for good. */
@@ -127,13 +106,3 @@ export class Auditor {
 }
 
 export type ChainHead = { seq: number; entry_hash: string };
-
-/**
- * An entry the auditor appended. Its position and hash are final at once; the signed record (for a
- * receipt) settles once the signature exists, at the latest when the transaction has committed.
- */
-export interface RecordedEntry {
-  readonly seq: number;
-  readonly entry_hash: string;
-  readonly signed: Promise<ChainEntryRecord>;
-}

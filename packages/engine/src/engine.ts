@@ -16,7 +16,6 @@ import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
   type BudgetAccount,
   type Call,
-  type ChainEntryRecord,
   canonicalHash,
   canonicalizationError,
   decide,
@@ -152,11 +151,7 @@ export function createEngine(options: EngineOptions): Engine {
     };
   }
 
-  /** The verdict without its receipt: the receipt needs the entry's signature, which may come later. */
-  async function evaluateIn(
-    tx: SubstrateTx,
-    request: EvaluateRequest,
-  ): Promise<{ result: Omit<EvaluateResult, "receipt">; signed: Promise<ChainEntryRecord> }> {
+  async function evaluateIn(tx: SubstrateTx, request: EvaluateRequest): Promise<EvaluateResult> {
     checkSessionId(request.session_id); // before any statement names it
     const nonce = request.nonce;
     const hasNonce = nonce !== undefined && nonce !== null;
@@ -308,7 +303,7 @@ export function createEngine(options: EngineOptions): Engine {
         `nonce ${JSON.stringify(nonce)} of session ${session.session_id} was recorded by another transaction despite the session's lock`,
       );
     }
-    const result = {
+    return {
       session_id: session.session_id,
       call_number: callNumber,
       verdict: decision.verdict,
@@ -319,8 +314,8 @@ export function createEngine(options: EngineOptions): Engine {
       params_hash: paramsHash,
       entry_seq: entry.seq,
       entry_hash: entry.entry_hash,
+      receipt: compactJws(entry),
     };
-    return { result, signed: entry.signed };
   }
 
   return {
@@ -370,11 +365,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
-      // The signature is settled by the time the transaction has committed (the store wrote it).
-      return transaction((tx) => evaluateIn(tx, request)).then(async ({ result, signed }) => ({
-        ...result,
-        receipt: compactJws(await signed),
-      }));
+      return transaction((tx) => evaluateIn(tx, request));
     },
 
     postExec(request) {

@@ -1,12 +1,5 @@
 // The engine's behaviour, run identically on the memory, SQLite and PostgreSQL substrates.
-import {
-  generateKeyPair,
-  type Signer,
-  signatureText,
-  signingInputOf,
-  verifyChain,
-  withSigningThread,
-} from "@leash/chain";
+import { generateKeyPair, verifyChain } from "@leash/chain";
 import { type ChainEntryRecord, canonicalHash, type Substrate } from "@leash/core";
 import { verifyReceipt } from "@leash/receipts";
 import { afterEach, describe, expect, it } from "vitest";
@@ -524,71 +517,6 @@ describe("a shared COMMIT that fails (group commit)", () => {
       expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({
         ok: true,
       });
-    } finally {
-      await store.close();
-    }
-  });
-});
-
-describe.each(KINDS)("signing on a thread (withSigningThread) on %s", (kind) => {
-  it("40 concurrent decisions: every receipt and the whole chain verify, entries in decision order", async () => {
-    const store = await openStore(kind);
-    const signer = withSigningThread(KEY.signer);
-    try {
-      const engine = createEngine({ substrate: store.substrate, signer });
-      const config = { budget_usd: 100, budget_scope: "agent" as const };
-      for (const s of ["a", "b", "c", "d"]) await engine.register({ agent_id: "bot", session_id: s, config });
-      const results = await Promise.all(
-        Array.from({ length: 40 }, (_, i) =>
-          engine.evaluate({
-            session_id: ["a", "b", "c", "d"][i % 4]!,
-            tool_name: "search",
-            params: { q: i },
-            nonce: i,
-            estimated_cost_usd: 0.01,
-          }),
-        ),
-      );
-      expect(results.every((r) => r.verdict === "ALLOW")).toBe(true);
-      for (const r of results) {
-        const v = await verifyReceipt(r.receipt, KEY.signer.publicKeyHex);
-        expect(v.ok && [v.seq, v.entry_hash]).toEqual([r.entry_seq, r.entry_hash]);
-      }
-      const entries = await readChain(store.substrate);
-      expect(entries).toHaveLength(44);
-      expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({
-        ok: true,
-      });
-      // Each stored signature is the one the synchronous signer makes for that body (Ed25519 is
-      // deterministic): no signature landed on another entry's row.
-      for (const e of entries) {
-        const input = Buffer.from(signingInputOf(e), "latin1");
-        expect(e.signature).toBe(signatureText(KEY.signer.sign(input)));
-      }
-      expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i));
-    } finally {
-      await signer.close();
-      await store.close();
-    }
-  });
-
-  it("a signature that cannot be made fails the decision and stores nothing of it", async () => {
-    const store = await openStore(kind);
-    try {
-      const ok = createEngine({ substrate: store.substrate, signer: KEY.signer });
-      await ok.register({ agent_id: "bot", session_id: "s", config: {} });
-      const broken: Signer = {
-        ...KEY.signer,
-        signAsync: () => new Promise((_, reject) => setTimeout(() => reject(new Error("no signer")), 2)),
-      };
-      const engine = createEngine({ substrate: store.substrate, signer: broken });
-      await expect(engine.evaluate({ session_id: "s", tool_name: "t", nonce: 1 })).rejects.toThrow(
-        /no signer|could not be signed/,
-      );
-      expect((await ok.getSession("s")).call_count).toBe(0);
-      expect(await readChain(store.substrate)).toHaveLength(1);
-      // The nonce was not recorded: the same call goes through with a working signer.
-      expect((await ok.evaluate({ session_id: "s", tool_name: "t", nonce: 1 })).verdict).toBe("ALLOW");
     } finally {
       await store.close();
     }

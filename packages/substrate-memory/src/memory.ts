@@ -327,23 +327,20 @@ class MemoryTransaction {
   // Transactions on one data set run one at a time, so the head is locked simply by being inside one.
   #chainStore(): ChainStore {
     const chain = this.#chain;
-    const append = async (entry: ChainEntryRecord) => {
-      this.#live();
-      checkBody(entry.body);
-      // Only the next seq is accepted: an earlier one is taken, a later one would leave a gap.
-      if (entry.seq !== chain.length) throw chainConflict(entry.seq, chain.length - 1);
-      if (chain.hasEntryId(entry.entry_id)) throw conflict("chain entry", entry.entry_id);
-      chain.push(copy(entry));
-    };
     return {
       head: async () => {
         this.#live();
         const last = chain.at(chain.length - 1);
         return last === undefined ? null : { seq: last.seq, entry_hash: last.entry_hash };
       },
-      append,
-      // The reference waits for the signature inside the transaction: nothing else runs meanwhile.
-      appendSigning: async (entry, signature) => append({ ...entry, signature: await signature }),
+      append: async (entry) => {
+        this.#live();
+        checkBody(entry.body);
+        // Only the next seq is accepted: an earlier one is taken, a later one would leave a gap.
+        if (entry.seq !== chain.length) throw chainConflict(entry.seq, chain.length - 1);
+        if (chain.hasEntryId(entry.entry_id)) throw conflict("chain entry", entry.entry_id);
+        chain.push(copy(entry));
+      },
       range: async (fromSeq, limit) => {
         this.#live();
         const rows: ChainEntryRecord[] = [];

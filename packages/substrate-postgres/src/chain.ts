@@ -1,6 +1,6 @@
 // The chain store on leash_chain and its one-row head table leash_chain_head; bodies stay the exact text given.
 // It never hashes, signs or verifies (that is @leash/chain): it keeps the chain gapless and appenders in line.
-import type { ChainEntryRecord, ChainStore, UnsignedChainEntry } from "@leash/core";
+import type { ChainEntryRecord, ChainStore } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
@@ -57,23 +57,6 @@ function toParams(entry: ChainEntryRecord): unknown[] {
   ];
 }
 
-/**
- * The parameters of chain.insertSigned for these entries: one array per column, in CHAIN_COLUMNS
- * order, each entry encoded (and so checked) as `append` encodes it.
- */
-export function signedRowsParams(entries: readonly ChainEntryRecord[]): unknown[][] {
-  const columns: unknown[][] = Array.from({ length: 10 }, () => []);
-  for (const entry of entries) {
-    const params = toParams(entry);
-    for (let i = 0; i < params.length; i++) columns[i]!.push(params[i]);
-  }
-  return columns;
-}
-
-function entryExists(entryId: string): SubstrateError {
-  return new SubstrateError("conflict", `chain entry ${JSON.stringify(entryId)} already exists`);
-}
-
 function missingHead(): SubstrateError {
   return new SubstrateError(
     "corrupt",
@@ -86,7 +69,7 @@ type Head = { seq: number; entry_hash: string } | null;
 type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown };
 
 /** What the append statement's one answer row says went wrong, or null when the entry went in. */
-function appendProblem(result: AppendRow | undefined, entry: UnsignedChainEntry): SubstrateError | null {
+function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): SubstrateError | null {
   if (result === undefined || decodeInt(result.heads, "heads") === 0) return missingHead();
   if (decodeInt(result.moved, "moved") === 1) return null;
   const headSeq = decodeOptionalInt(result.head_seq, "leash_chain_head.seq") ?? -1;
@@ -100,7 +83,7 @@ function appendProblem(result: AppendRow | undefined, entry: UnsignedChainEntry)
       `chain seq ${entry.seq} is not the next one (${head}): appending it would leave a gap`,
     );
   }
-  return entryExists(entry.entry_id);
+  return new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
 }
 
 export class PostgresChainStore implements ChainStore {
@@ -145,8 +128,6 @@ export class PostgresChainStore implements ChainStore {
   }
 
   async append(entry: ChainEntryRecord): Promise<void> {
-    // An entry still waiting for its signature is not in the table yet, so ON CONFLICT cannot see it.
-    if (this.tx.pending.hasEntryId(entry.entry_id)) throw entryExists(entry.entry_id);
     // With the head read (and locked) by this transaction and this entry right after it, only an
     // id clash could stop the append: send it without waiting, its answer checked before COMMIT.
     const certain = this.known !== null && (this.known.head?.seq ?? -1) === entry.seq - 1;
@@ -164,75 +145,16 @@ export class PostgresChainStore implements ChainStore {
     if (problem !== null) throw problem;
   }
 
-  /**
-   * With the head read (and locked) by this transaction and this entry right after it, the checks
-   * and the head move go out at once (chain.move, sent without waiting like a certain append, its
-   * answer checked before COMMIT) and the row waits, with the entry kept in the transaction's
-   * PendingChain, until just before COMMIT: substrate.ts then writes every pending row of the
-   * transaction, or of the whole group-commit batch, in one statement with its signature. So the
-   * transaction, and the batch's transactions after it, go on while the signer works; only COMMIT
-   * waits for it. Until then range() and count() add the pending entries, signed (they wait for
-   * the signatures), to what they read.
-   *
-   * A rejected signature fails the transaction with the signer's error, even when fn swallows it.
-   * Under group commit, a signature that rejects after its transaction has finished (its savepoint
-   * released, later transactions built on the head it moved) fails every transaction of the batch:
-   * they all share the COMMIT that can no longer happen. Nothing of the batch is stored then.
-   *
-   * When the head is not known yet (no head() in this transaction or the batch), or the entry is
-   * not the next one, it waits for the signature and appends as `append` does.
-   */
-  async appendSigning(entry: UnsignedChainEntry, signature: Promise<string>): Promise<void> {
-    const signing = Promise.resolve(signature);
-    const certain = this.known !== null && (this.known.head?.seq ?? -1) === entry.seq - 1;
-    if (!certain) {
-      let signed: string;
-      try {
-        signed = await signing;
-      } catch (error) {
-        this.tx.signatureRejected(error);
-        throw error;
-      }
-      return this.append({ ...entry, signature: signed });
-    }
-    // Checked now with a stand-in signature; the real one is bound when the row is written.
-    toParams({ ...entry, signature: "" });
-    if (this.tx.pending.hasEntryId(entry.entry_id)) throw entryExists(entry.entry_id);
-    this.appends++;
-    this.known = null;
-    await this.tx.defer(
-      this.sql.move,
-      [
-        encodeInt(entry.seq, "seq"),
-        encodeText(entry.entry_hash, "entry_hash"),
-        encodeText(entry.entry_id, "entry_id"),
-      ],
-      (result) => appendProblem(result.rows[0] as AppendRow | undefined, entry),
-    );
-    this.tx.pending.add(entry, signing, this.tx);
-    this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
-  }
-
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
     const { rows } = await this.tx.query<ChainRow>(this.sql.range, [
       encodeInt(fromSeq, "fromSeq"),
       encodeLimit(Math.max(0, limit)),
     ]);
-    const stored = rows.map(fromRow);
-    if (this.tx.pending.size === 0) return stored;
-    // Entries appended with appendSigning are part of the chain already, in no row yet: the
-    // seqs differ from every stored one, so merging them keeps the first `limit` exact.
-    const pending = await this.tx.pending.signedEntries(fromSeq);
-    if (pending.length === 0) return stored;
-    return [...stored, ...pending].sort((a, b) => a.seq - b.seq).slice(0, Math.max(0, limit));
+    return rows.map(fromRow);
   }
 
   async count(): Promise<number> {
     const { rows } = await this.tx.query<{ count: unknown }>(this.sql.count, []);
-    const stored = decodeInt(rows[0]?.count ?? 0, "count");
-    if (this.tx.pending.size === 0) return stored;
-    // Counted once signed: an entry whose signature rejects will never be stored.
-    const pending = await this.tx.pending.signedEntries();
-    return stored + pending.length;
+    return decodeInt(rows[0]?.count ?? 0, "count");
   }
 }

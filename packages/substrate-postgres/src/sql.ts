@@ -224,30 +224,6 @@ created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
 SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
   (SELECT count(*) FROM moved) AS moved`,
       ),
-      // appendSigning's first half: the checks and the head move of `append`, without the row,
-      // which waits for its signature; the answer has append's shape ($3 is the entry id).
-      move: statement(
-        "chain.move",
-        `WITH head AS (
-  SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
-), moved AS (
-  UPDATE ${t.chainHead} AS h SET seq = $1::bigint, entry_hash = $2 FROM head
-  WHERE h.id = 1 AND coalesce(head.seq, -1) = $1::bigint - 1
-    AND NOT EXISTS (SELECT 1 FROM ${t.chain} WHERE entry_id = $3)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
-  (SELECT count(*) FROM moved) AS moved`,
-      ),
-      // Its second half, for every row of a batch (or solo transaction) at once, just before COMMIT:
-      // one array per column. No ON CONFLICT: a clash is an error that aborts the transaction, so
-      // COMMIT, even sent right behind it, can only answer ROLLBACK.
-      insertSigned: statement(
-        "chain.insertSigned",
-        `INSERT INTO ${t.chain} (${CHAIN_COLUMNS})
-SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-  $8::text[], $9::text[], $10::bigint[])`,
-      ),
       range: statement(
         "chain.range",
         `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,

@@ -1,19 +1,18 @@
 // The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { ChainEntryRecord, Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
+import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
 import { PostgresBudgetStore } from "./budgets.js";
-import { PostgresChainStore, signedRowsParams } from "./chain.js";
+import { PostgresChainStore } from "./chain.js";
 import { type TableNames, tableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 import { PostgresHitlStore } from "./hitl.js";
 import { runMigrations } from "./migrations.js";
 import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
-import { PendingChain } from "./pending.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statements } from "./sql.js";
 import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
@@ -63,9 +62,6 @@ export interface PostgresSubstrateOptions {
    * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
    * second would run only after the first, and a batch holds off every other transaction on the
    * schema (see beginBatch). A transaction on an idle handle still runs alone, as without it.
-   * Chain rows appended with `chain.appendSigning` are written, signed, just before the shared
-   * COMMIT: a signature that rejects once its transaction has finished fails every transaction of
-   * the batch (its own with the signer's error, the others with "io"), and none of it is stored.
    */
   groupCommit?: GroupCommitOptions | false;
 }
@@ -112,13 +108,7 @@ interface Job {
 }
 
 /** A transaction that ran in the open batch: it settles when the batch does. */
-type Ran = { job: Job; ok: true; value: unknown; ctx: TxContext } | { job: Job; ok: false; error: unknown };
-
-/** How COMMIT went after the pending chain rows were written (see PostgresSubstrate.commit). */
-type Committed =
-  | { command: string }
-  /** Writing the rows failed and the transaction has ended (COMMIT answered ROLLBACK, or ROLLBACK was sent). */
-  | { rowsFailed: SubstrateError; broken: Error | undefined };
+type Ran = { job: Job; ok: true; value: unknown } | { job: Job; ok: false; error: unknown };
 
 /** How a batch ended, for the lane that ran it. */
 interface BatchEnd {
@@ -379,14 +369,13 @@ export class PostgresSubstrate implements Substrate {
     }
   }
 
-  private context(client: PoolClient, pending?: PendingChain): TxContext {
+  private context(client: PoolClient): TxContext {
     return new TxContext(
       client,
       this.prepared,
       this.sql.keys.lock,
       this.names.rowKeyPrefix,
       isPipelined(client),
-      pending,
     );
   }
 
@@ -462,80 +451,23 @@ export class PostgresSubstrate implements Substrate {
       ctx.finished = true;
       await ctx.drain();
       await ctx.settleBegin();
-      // Rows appendSigning left pending are written just before COMMIT, once signed.
-      if (ctx.failure === null && ctx.pending.size > 0) await ctx.pending.settled();
       if (ctx.failure !== null) {
         // fn swallowed a failed statement: PostgreSQL would answer COMMIT with a silent ROLLBACK.
         broken ??= await this.abort(client, ctx.failure);
         return { ok: false, error: ctx.failure, retry: ctx.failure.code === "serialization" };
       }
-      if (ctx.rejection !== null) {
-        // A signature given to appendSigning rejected: its entry may never be stored unsigned.
-        broken ??= await this.abort(client, null);
-        return { ok: false, error: ctx.rejection.error, retry: false };
-      }
-      let committed: Committed;
       try {
-        committed = await this.commit(client, ctx.pending.size > 0 ? await ctx.pending.signedEntries() : []);
+        await client.query("COMMIT");
       } catch (error) {
         const failure = toSubstrateError(error, "transaction: COMMIT");
         if (failure.code === "serialization") return { ok: false, error: failure, retry: true };
         broken ??= error as Error;
         return { ok: false, error: this.commitFailure(failure, error), retry: false };
       }
-      if ("rowsFailed" in committed) {
-        broken ??= committed.broken;
-        const failure = committed.rowsFailed;
-        return { ok: false, error: failure, retry: failure.code === "serialization" };
-      }
       return { ok: true, value };
     } finally {
       release(client, onError, broken);
     }
-  }
-
-  /**
-   * COMMIT, preceded by the chain rows appendSigning left pending (their signatures resolved), all
-   * in one INSERT, written right in front of COMMIT on a pipelined connection: a failed INSERT
-   * aborts the transaction, so that COMMIT can only answer ROLLBACK. Throws what COMMIT throws;
-   * a failure of the INSERT is returned, with the transaction ended.
-   */
-  private async commit(client: PoolClient, rows: readonly ChainEntryRecord[]): Promise<Committed> {
-    if (rows.length === 0) return { command: (await client.query("COMMIT")).command };
-    const pipelined = isPipelined(client);
-    const insert = this.sql.chain.insertSigned;
-    let written: Promise<unknown>;
-    try {
-      const values = signedRowsParams(rows);
-      if (pipelined) corkThisTurn(client);
-      written = client
-        .query({ text: insert.text, values, ...(this.prepared ? { name: insert.name } : {}) })
-        .then(
-          () => null,
-          (error: unknown) => error ?? new Error(`${insert.op} failed`),
-        );
-    } catch (error) {
-      // A row that cannot be encoded (a signature that is no string): nothing was sent.
-      const failure = toSubstrateError(error, insert.op);
-      return { rowsFailed: failure, broken: await this.abort(client, failure) };
-    }
-    if (!pipelined) {
-      const error = await written;
-      if (error === null) return { command: (await client.query("COMMIT")).command };
-      const failure = toSubstrateError(error, insert.op);
-      return { rowsFailed: failure, broken: await this.abort(client, failure) };
-    }
-    const committing = client.query("COMMIT");
-    const error = await written;
-    if (error === null) return { command: (await committing).command };
-    const failure = toSubstrateError(error, insert.op);
-    let broken: Error | undefined = failure.code === "io" ? failure : undefined;
-    try {
-      await committing;
-    } catch (commitError) {
-      broken ??= commitError instanceof Error ? commitError : new Error(String(commitError));
-    }
-    return { rowsFailed: failure, broken };
   }
 
   /** A failed COMMIT; when the connection failed, whether it committed is unknown, and retrying could apply fn twice. */
@@ -652,11 +584,9 @@ export class PostgresSubstrate implements Substrate {
     };
 
     const memory = newBatchMemory();
-    /** Chain entries of the batch waiting for their signatures; written just before COMMIT. */
-    const pending = new PendingChain();
     let job = this.queue.shift();
     while (job !== undefined) {
-      const ctx = this.context(client, pending);
+      const ctx = this.context(client);
       const stores = this.stores(ctx, memory);
       let failed = false;
       let outcome: unknown;
@@ -685,15 +615,7 @@ export class PostgresSubstrate implements Substrate {
         failed = true;
         outcome = failure;
       }
-      if (!failed && ctx.rejection !== null) {
-        // A signature it gave appendSigning has already rejected: it fails alone, before its
-        // savepoint is released (one that rejects later fails the batch, below).
-        failed = true;
-        outcome = ctx.rejection.error;
-      }
-      // Rolled back below with its savepoint, head move and all.
-      if (failed) pending.drop(ctx);
-      ran.push(failed ? { job, ok: false, error: outcome } : { job, ok: true, value: outcome, ctx });
+      ran.push(failed ? { job, ok: false, error: outcome } : { job, ok: true, value: outcome });
       // Its savepoint is released below (a refused RELEASE ends the batch, memory and all).
       if (!failed) stores.rememberIn(memory);
       let refused = failed ? await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`) : null;
@@ -722,24 +644,9 @@ export class PostgresSubstrate implements Substrate {
       this.settle(ran, null);
       return { broken };
     }
-    let rows: ChainEntryRecord[] = [];
-    if (pending.size > 0) {
-      // The one wait for the signer: every transaction of the batch has run meanwhile.
-      await pending.settled();
-      if (ran.some((r) => r.ok && r.ctx.rejection !== null)) return this.failSigning(client, ran);
-      rows = await pending.signedEntries();
-    }
     let command: string;
     try {
-      const committed = await this.commit(client, rows);
-      if ("rowsFailed" in committed) {
-        const failure = committed.rowsFailed;
-        // The transaction has ended either way: nothing to roll back.
-        if (failure.code === "serialization") return this.retryBatch(client, ran, undefined, failure, false);
-        this.settle(ran, batchLost(failure));
-        return { broken: committed.broken };
-      }
-      ({ command } = committed);
+      ({ command } = await client.query("COMMIT"));
     } catch (error) {
       const failure = toSubstrateError(error, "transaction: COMMIT");
       // A failed COMMIT has ended the transaction: nothing to roll back.
@@ -771,35 +678,6 @@ export class PostgresSubstrate implements Substrate {
         r.job.reject(r.ok ? failure : r.error);
       }
     }
-  }
-
-  /**
-   * A signature given to appendSigning rejected after its transaction had finished: its savepoint
-   * is released and later transactions of the batch appended after the head it moved, so the batch
-   * cannot commit without it. Everything is rolled back: the transactions whose signatures
-   * rejected fail with the signer's error, every other one with an "io" SubstrateError saying so.
-   */
-  private async failSigning(client: PoolClient, ran: readonly Ran[]): Promise<BatchEnd> {
-    const broken = await this.abort(client, null);
-    let first: unknown;
-    for (const r of ran) {
-      if (r.ok && r.ctx.rejection !== null) {
-        first = r.ctx.rejection.error;
-        break;
-      }
-    }
-    const reason = first instanceof Error ? first.message : String(first);
-    const lost = new SubstrateError(
-      "io",
-      `transaction: rolled back with the rest of its batch before COMMIT: the signature of a chain entry another transaction of the batch appended was rejected: ${reason}`,
-      { cause: first },
-    );
-    for (const r of ran) {
-      this.counters.rolledBack++;
-      if (r.ok) r.job.reject(r.ctx.rejection !== null ? r.ctx.rejection.error : lost);
-      else r.job.reject(r.error);
-    }
-    return { broken };
   }
 
   /**
@@ -873,15 +751,6 @@ export class PostgresSubstrate implements Substrate {
       },
     };
   }
-}
-
-/** What the transactions of a batch that cannot commit any more fail with (see loseBatch). */
-function batchLost(failure: SubstrateError): SubstrateError {
-  return new SubstrateError(
-    failure.code,
-    `transaction: rolled back with the rest of its batch before COMMIT: ${failure.message}`,
-    { cause: failure },
-  );
 }
 
 /** The stores of one batched transaction, which can hand what they know to the next one. */

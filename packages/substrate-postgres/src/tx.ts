@@ -4,7 +4,6 @@
 import { type BudgetAccount, SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
 import { sqlState, toSubstrateError } from "./errors.js";
-import { PendingChain, type SignatureOwner } from "./pending.js";
 import type { Statement } from "./sql.js";
 
 /** in_failed_sql_transaction: the statement met a transaction an earlier one had aborted. */
@@ -54,7 +53,7 @@ export function newBatchMemory(): BatchMemory {
   return { accounts: new Map(), heldAccounts: new Set(), head: undefined };
 }
 
-export class TxContext implements SignatureOwner {
+export class TxContext {
   /**
    * The first failure: a statement error (PostgreSQL has aborted the transaction, so COMMIT would
    * roll back), or a write sent without waiting (see `defer`) that did not do what was certain.
@@ -62,11 +61,6 @@ export class TxContext implements SignatureOwner {
   failure: SubstrateError | null = null;
   /** Set once fn has settled; a store used after that must not run on a connection now lent to someone else. */
   finished = false;
-  /**
-   * The error a signature given to appendSigning rejected with: the transaction fails with it,
-   * whatever fn did with the rejection (an entry is never stored unsigned).
-   */
-  rejection: { error: unknown } | null = null;
   /**
    * Statements go out one at a time even when fn issues several at once (Promise.all): pg deprecates
    * queueing on a busy client, and COMMIT must come after the last of them. Resolves when the next
@@ -85,16 +79,7 @@ export class TxContext implements SignatureOwner {
     private readonly rowKeyPrefix: string,
     /** The client writes a query without waiting for the answers before it (pg's `pipeline`). */
     private readonly pipelined: boolean,
-    /**
-     * Chain entries appended but waiting for their signatures: this transaction's own, and under
-     * group commit those of the batch's earlier transactions too (one list for the whole batch).
-     */
-    readonly pending: PendingChain = new PendingChain(),
   ) {}
-
-  signatureRejected(error: unknown): void {
-    this.rejection ??= { error };
-  }
 
   /**
    * A locked get: FOR UPDATE locks the row when it exists (the common case, one round trip). When it

@@ -3,7 +3,6 @@
 import { writeFileSync } from "node:fs";
 import type { Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
-import { makeChain } from "@leash/substrate-contract";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { account, freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
@@ -483,74 +482,6 @@ describe("group commit", () => {
     await Promise.all([slow, quick]);
     expect(order).toEqual(["slow fn done", "quick fn done", "slow resolved", "quick resolved"]);
     expect(sub.stats).toMatchObject({ commits: 1, committed: 2, largestBatch: 2 });
-  });
-});
-
-describe("appendSigning under group commit", () => {
-  it("writes the rows at the batch's end; a rejected signature fails every transaction of the batch, naming the entry", async () => {
-    const sub = await openMigrated();
-    const entries = makeChain(4);
-    const unsigned = entries.map(({ signature: _s, ...rest }) => rest);
-    const append = (i: number, signature: Promise<string>) =>
-      sub.transaction(async (tx) => {
-        await tx.chain.appendSigning(unsigned[i]!, signature);
-        await tx.sessions.insert(session(`s${i}`));
-      });
-    // A batch of three: the middle signature fails, so the whole COMMIT is off.
-    let fail!: (error: Error) => void;
-    const failing = new Promise<string>((_, reject) => {
-      fail = reject;
-    });
-    const batch = Promise.allSettled([
-      append(0, Promise.resolve(entries[0]!.signature)),
-      append(1, failing),
-      append(2, Promise.resolve(entries[2]!.signature)),
-    ]);
-    setTimeout(() => fail(new Error("signer thread died")), 5);
-    const outcomes = await batch;
-    expect(sub.stats).toMatchObject({ commits: 0, committed: 0, rolledBack: 3 });
-    for (const outcome of outcomes) {
-      expect(outcome.status).toBe("rejected");
-      const reason = (outcome as PromiseRejectedResult).reason as SubstrateError;
-      expect(reason.code).toBe("io");
-      expect(reason.message).toContain("chain entry 1 could not be signed: signer thread died");
-    }
-    expect(
-      await sub.transaction(async (tx) => ({
-        head: await tx.chain.head(),
-        count: await tx.chain.count(),
-        sessions: await tx.sessions.list(),
-      })),
-    ).toEqual({ head: null, count: 0, sessions: [] });
-    // The next batch starts clean: nothing of the failed one is pending or cached.
-    await Promise.all(entries.map((e, i) => append(i, Promise.resolve(e.signature))));
-    expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual(entries);
-  });
-
-  it("a transaction that fails after appendSigning takes its entry with it; the batch's others keep theirs", async () => {
-    const sub = await openMigrated();
-    const entries = makeChain(3);
-    const boom = new Error("boom");
-    const outcomes = await Promise.allSettled(
-      [0, 1, 2].map((i) =>
-        sub.transaction(async (tx) => {
-          const head = await tx.chain.head();
-          const seq = head === null ? 0 : head.seq + 1;
-          const { signature, ...rest } = entries[seq]!;
-          await tx.chain.appendSigning(
-            rest,
-            new Promise((resolve) => setTimeout(() => resolve(signature), 2)),
-          );
-          if (i === 1) throw boom;
-          return seq;
-        }),
-      ),
-    );
-    expect(outcomes.map((o) => o.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
-    // The failed one's seq (1) was handed to the next transaction of the same batch.
-    expect(outcomes.map((o) => (o.status === "fulfilled" ? o.value : null))).toEqual([0, null, 1]);
-    expect(sub.stats.commits).toBe(1);
-    expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual(entries.slice(0, 2));
   });
 });
 

@@ -20,7 +20,6 @@ import type {
   SessionStatus,
   SessionStore,
   SubstrateTx,
-  UnsignedChainEntry,
 } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import type Database from "better-sqlite3";
@@ -48,7 +47,6 @@ import {
   text,
 } from "./codec.js";
 import { isDriverError, toSubstrateError } from "./errors.js";
-import type { PendingChain } from "./pending-chain.js";
 import type { HeadRow, RowCache } from "./row-cache.js";
 
 /** Prepared statements by SQL text, one cache per connection: preparing costs more than running. */
@@ -86,8 +84,6 @@ export class SqliteTx implements SubstrateTx {
   constructor(
     readonly statements: StatementCache,
     readonly rows: RowCache,
-    /** Entries appended with appendSigning in this batch, not yet written (see PendingChain). */
-    readonly pending: PendingChain,
   ) {
     this.sessions = new Sessions(this);
     this.nonces = new Nonces(this);
@@ -398,27 +394,16 @@ class Chain implements ChainStore {
       const headSeq = this.#head(st)?.seq ?? -1;
       // Only the next seq: an earlier one is taken, a later one would leave a gap in the chain.
       if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
-      if (this.tx.pending.hasEntryId(row.entry_id)) throw entryExists(row.entry_id);
-      writeChainRow(st, row);
-      this.tx.rows.head = { seq: row.seq, entry_hash: row.entry_hash };
-    });
-  }
-
-  /**
-   * The checks and the head move happen now; the row is written with its signature just before the
-   * batch commits (substrate.ts), so the transactions queued behind this one run while it is signed.
-   * A rejected signature fails the whole batch: every transaction sharing its COMMIT.
-   */
-  async appendSigning(entry: UnsignedChainEntry, signature: Promise<string>): Promise<void> {
-    // Validated now with a stand-in signature; the real one is checked as text when it is written.
-    const row = chainToRow({ ...entry, signature: "" });
-    this.tx.exec("chain.appendSigning", (st) => {
-      const headSeq = this.#head(st)?.seq ?? -1;
-      if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
-      if (this.tx.pending.hasEntryId(row.entry_id) || st(CHAIN_ENTRY_ID).get(row.entry_id) !== undefined) {
-        throw entryExists(row.entry_id);
+      const { changes } = st(
+        `INSERT INTO leash_chain (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind,
+           session_id, created_ns)
+         VALUES (@seq, @entry_id, @entry_hash, @prev_hash, @body, @signature, @key_id, @kind,
+           @session_id, @created_ns)
+         ON CONFLICT DO NOTHING`,
+      ).run(row);
+      if (changes === 0) {
+        throw new SubstrateError("conflict", `chain entry ${JSON.stringify(row.entry_id)} already exists`);
       }
-      this.tx.pending.add(row, signature, this.tx);
       this.tx.rows.head = { seq: row.seq, entry_hash: row.entry_hash };
     });
   }
@@ -429,37 +414,15 @@ class Chain implements ChainStore {
     const rows = this.tx.exec("chain.range", (st) =>
       st("SELECT * FROM leash_chain WHERE seq >= ? ORDER BY seq LIMIT ?").all(from, max),
     ) as ChainRow[];
-    if (this.tx.pending.size === 0) return rows.map(rowToChain);
-    // Entries still waiting for their signatures are part of the chain already: wait, then merge.
-    const pending = (await this.tx.pending.signedRows()).filter((row) => row.seq >= from);
-    const merged = [...rows, ...pending].sort((a, b) => a.seq - b.seq);
-    return (max < 0 ? merged : merged.slice(0, max)).map(rowToChain);
+    return rows.map(rowToChain);
   }
 
   async count(): Promise<number> {
     const row = this.tx.exec("chain.count", (st) => st("SELECT COUNT(*) AS n FROM leash_chain").get()) as {
       n: number;
     };
-    return row.n + this.tx.pending.size;
+    return row.n;
   }
-}
-
-const CHAIN_ENTRY_ID = "SELECT 1 FROM leash_chain WHERE entry_id = ?";
-
-function entryExists(entryId: string): SubstrateError {
-  return new SubstrateError("conflict", `chain entry ${JSON.stringify(entryId)} already exists`);
-}
-
-/** Inserts one chain row; "conflict" when its seq or entry id is taken. */
-export function writeChainRow(st: (sql: string) => Database.Statement, row: ChainRow): void {
-  const { changes } = st(
-    `INSERT INTO leash_chain (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind,
-       session_id, created_ns)
-     VALUES (@seq, @entry_id, @entry_hash, @prev_hash, @body, @signature, @key_id, @kind,
-       @session_id, @created_ns)
-     ON CONFLICT DO NOTHING`,
-  ).run(row);
-  if (changes === 0) throw entryExists(row.entry_id);
 }
 
 function chainConflict(seq: number, headSeq: number): SubstrateError {

@@ -6,10 +6,9 @@ import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
 import { sqliteCode, toSubstrateError } from "./errors.js";
 import { type ResolvedOptions, resolveOptions, type SqliteSubstrateOptions } from "./options.js";
-import { PendingChain } from "./pending-chain.js";
 import { RowCache } from "./row-cache.js";
 import { applyMigrations, readSchemaVersion, SCHEMA_VERSION, SchemaTooNewError } from "./schema.js";
-import { SqliteTx, StatementCache, writeChainRow } from "./stores.js";
+import { SqliteTx, StatementCache } from "./stores.js";
 import { WalSyncer } from "./wal-sync.js";
 
 interface TxJob {
@@ -57,8 +56,6 @@ export class SqliteSubstrate implements Substrate {
   readonly #statements: StatementCache;
   /** Rows this connection wrote or read under the write lock; see RowCache for when it is trusted. */
   readonly #rows = new RowCache();
-  /** Chain entries of the open batch still waiting for their signatures; empty between batches. */
-  readonly #pending = new PendingChain();
   readonly #dataVersion: Database.Statement;
   readonly #maxBatch: number;
   readonly #maxBatchMs: number;
@@ -286,12 +283,6 @@ export class SqliteSubstrate implements Substrate {
     }
   }
 
-  /** After a batch failed as a whole: nothing it cached or left pending may reach the next one. */
-  #forgetBatch(): void {
-    this.#pending.clear();
-    this.#rows.clear();
-  }
-
   /** The next queued job if it is a transaction that may join the open batch. */
   #nextForBatch(size: number, startedAt: number): TxJob | undefined {
     const next = this.#queue[0];
@@ -332,7 +323,7 @@ export class SqliteSubstrate implements Substrate {
       if (current === undefined) throw new Error("no transaction queued");
       this.#ensureSchema();
     } catch (error) {
-      this.#forgetBatch();
+      this.#rows.clear();
       this.#rollback.run();
       if (current !== undefined) {
         this.#stats.rolledBack++;
@@ -348,7 +339,7 @@ export class SqliteSubstrate implements Substrate {
       while (current !== undefined) {
         size++;
         if (this.#grouped) this.#savepoint.run();
-        const tx = new SqliteTx(this.#statements, this.#rows, this.#pending);
+        const tx = new SqliteTx(this.#statements, this.#rows);
         let failed = false;
         let outcome: unknown;
         try {
@@ -360,17 +351,11 @@ export class SqliteSubstrate implements Substrate {
           tx.finish();
         }
         // Whatever it cached may be about to roll back (or a failed statement may have left the
-        // connection in doubt): start the next transaction from the file, and from the entries the
-        // batch's earlier transactions left waiting for their signatures.
-        if (failed || !this.#db.inTransaction) {
-          this.#pending.dropOwnedBy(tx);
-          this.#rows.clear();
-          if (this.#pending.last !== undefined) this.#rows.head = this.#pending.last;
-        }
+        // connection in doubt): start the next transaction from the file.
+        if (failed || !this.#db.inTransaction) this.#rows.clear();
         if (!this.#db.inTransaction) {
           // SQLite rolled the whole transaction back itself (SQLITE_FULL, SQLITE_IOERR …): every
           // write of the batch is gone, including those of transactions that already succeeded.
-          this.#forgetBatch();
           this.#stats.rolledBack += done.length + 1;
           current.reject(failed ? outcome : new SubstrateError("io", "SQLite rolled the transaction back"));
           current = undefined;
@@ -394,17 +379,13 @@ export class SqliteSubstrate implements Substrate {
         current = this.#nextForBatch(size, startedAt);
       }
       if (done.length === 0) {
-        this.#forgetBatch();
         this.#rollback.run();
         return;
       }
-      // The rows appendSigning left for now, each with its signature, in seq order. A rejected
-      // signature or a failed insert lands in the catch below: the whole batch fails.
-      for (const row of await this.#pending.take()) writeChainRow((sql) => this.#statements.get(sql), row);
       this.#commit.run();
     } catch (error) {
-      // A SAVEPOINT, RELEASE, a signature or the COMMIT failed: nothing of this batch is committed.
-      this.#forgetBatch();
+      // A SAVEPOINT, RELEASE or the COMMIT failed: nothing of this batch is committed.
+      this.#rows.clear();
       const failure = toSubstrateError(error, "COMMIT");
       if (this.#db.open && this.#db.inTransaction) {
         try {

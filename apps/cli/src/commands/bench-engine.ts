@@ -6,11 +6,10 @@ import { existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { type Signer, withSigningThread } from "@leash/chain";
 import type { Substrate } from "@leash/core";
 import type { Engine } from "@leash/engine";
 import { type Command, Option } from "commander";
-import { nonNegativeInteger, nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
+import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
 import {
   addStoreOptions,
   checkSigner,
@@ -37,8 +36,6 @@ export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly seconds: number;
   readonly warmup: number;
   readonly processes: number;
-  /** Worker threads per process that sign chain entries (0: on the event loop). */
-  readonly signThreads: number;
   readonly sessions?: number;
   readonly fresh?: boolean;
   /** Internal: `RUNID:INDEX` of a child process started by a parent run. */
@@ -195,10 +192,9 @@ async function runWorker(spec: string, options: BenchEngineOptions, io: Io): Pro
   const settings = await loadSettings(options, io);
   const { signer } = resolveSigner(options, io);
   const substrate = await openTarget(settings.target);
-  const signing = threaded(signer, options.signThreads);
   try {
     await checkSigner(substrate, settings.target, signer);
-    const engine = newEngine(substrate, settings.file, signing.signer);
+    const engine = newEngine(substrate, settings.file, signer);
     const sessions = sessionIds(runId!, Number(index), options.sessions ?? options.concurrency);
     const report = await measure(engine, sessions, Number(index), options, io, async () => {
       io.stdout(`${JSON.stringify({ ready: true })}\n`);
@@ -211,15 +207,7 @@ async function runWorker(spec: string, options: BenchEngineOptions, io: Io): Pro
     throw engineFailure(err, settings.target.url) ?? err;
   } finally {
     await substrate.close().catch(() => undefined);
-    await signing.close();
   }
-}
-
-/** The engine's signer: on `threads` worker threads, or (0) on the event loop. */
-function threaded(signer: Signer, threads: number): { signer: Signer; close: () => Promise<void> } {
-  if (threads === 0) return { signer, close: async () => undefined };
-  const pooled = withSigningThread(signer, { threads });
-  return { signer: pooled, close: () => pooled.close() };
 }
 
 interface Child {
@@ -264,8 +252,6 @@ function startChild(
     String(options.warmup),
     "--sessions",
     String(sessionsPerProcess),
-    "--sign-threads",
-    String(options.signThreads),
     ...(options.config === undefined ? [] : ["--config", resolve(options.config)]),
     ...keyArgs.args,
   ];
@@ -378,11 +364,10 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
   const { target } = settings;
   const children: Child[] = [];
   let substrate: Substrate | undefined;
-  const signing = threaded(key.signer, options.signThreads);
   try {
     substrate = await openTarget(target);
     await checkSigner(substrate, target, key.signer);
-    const engine = newEngine(substrate, settings.file, signing.signer);
+    const engine = newEngine(substrate, settings.file, key.signer);
     const runId = randomBytes(4).toString("hex");
     const perProcess = options.sessions ?? options.concurrency;
     // Registered here, before any child starts, so no two processes race to create the shared account.
@@ -439,7 +424,6 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         store: target.kind,
         processes: options.processes,
         concurrency: options.concurrency,
-        sign_threads: options.signThreads,
         seconds: Number(seconds.toFixed(3)),
         decisions,
         decisions_per_sec: Math.round(decisions / seconds),
@@ -462,7 +446,6 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     }
     await Promise.allSettled(children.map((c) => c.report));
     await substrate?.close().catch(() => undefined);
-    await signing.close();
     if (fresh.dropSchema !== undefined) {
       await fresh.dropSchema().catch((err: unknown) => {
         io.stderr(`leash: warning: could not drop the benchmark schema: ${firstLine(err)}\n`);
@@ -499,12 +482,6 @@ export function registerBenchEngine(bench: Command, io: Io, setExit: (code: numb
           1,
         )
         .option("--sessions <n>", "sessions per process (default: one per caller)", positiveInteger)
-        .option(
-          "--sign-threads <n>",
-          "worker threads per process that sign chain entries while the next decisions run (0: sign on the event loop)",
-          nonNegativeInteger,
-          1,
-        )
         .option(
           "--fresh",
           "start empty: delete the sqlite file (and -wal/-shm) first, or use a new postgres schema dropped afterwards",

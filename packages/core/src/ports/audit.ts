@@ -25,9 +25,6 @@ export interface ChainEntryRecord {
   created_ns: number;
 }
 
-/** A chain entry before its signature exists: what `appendSigning` takes. */
-export type UnsignedChainEntry = Omit<ChainEntryRecord, "signature">;
-
 export interface ChainStore {
   /**
    * The newest entry's position and hash, or null for an empty chain. MUST lock the head for the
@@ -37,16 +34,6 @@ export interface ChainStore {
   head(): Promise<{ seq: number; entry_hash: string } | null>;
   /** MUST fail with SubstrateError "conflict" when `seq` is taken; MUST move the head to this entry. */
   append(entry: ChainEntryRecord): Promise<void>;
-  /**
-   * `append` for an entry whose signature is still being computed (on another thread, so that the
-   * transactions queued behind this one need not wait for it). The same checks and the same head
-   * movement happen at once, as for `append`. The row MAY be written later, but MUST be written
-   * with the resolved signature before the transaction commits, and every read of the chain (in
-   * this transaction or a later one) MUST see the entry with its signature. If `signature` rejects,
-   * the transaction MUST fail (under group commit, with every transaction sharing its commit): an
-   * entry is never stored unsigned. Resolving says the entry is appended, not that it is signed.
-   */
-  appendSigning(entry: UnsignedChainEntry, signature: Promise<string>): Promise<void>;
   /** Entries with seq >= fromSeq in ascending order, at most `limit`. */
   range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]>;
   /** Number of stored entries. */
