@@ -112,7 +112,11 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
     resolved_ns: null,
   };
   // Issued together (one round trip on a pipelining store); the transaction fails if either does.
-  const [accounts] = await Promise.all([charged, budgets.insertReservation(reservation)]);
+  const inserted = budgets.insertReservation(
+    reservation,
+    input.unusedId === true ? { unusedId: true } : undefined,
+  );
+  const [accounts] = await Promise.all([charged, inserted]);
   return {
     ok: true,
     reservation,

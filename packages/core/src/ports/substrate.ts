@@ -94,7 +94,13 @@ export interface BudgetStore {
   /** MUST fail with code "conflict" when the id exists. */
   insertAccount(account: BudgetAccount): Promise<void>;
   updateAccount(account: BudgetAccount): Promise<void>;
-  insertReservation(reservation: Reservation): Promise<void>;
+  /**
+   * MUST fail with code "conflict" when the id exists. With `unusedId` the caller vouches that the
+   * id was never used (it holds the lock that orders its ids, as the engine does for call numbers):
+   * a store MAY then send the insert without waiting for its answer, and a clash MUST still fail
+   * the transaction, before it commits, though perhaps not this call.
+   */
+  insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void>;
   /** MUST return the row locked for the rest of the transaction. */
   getReservation(reservationId: string): Promise<Reservation | null>;
   updateReservation(reservation: Reservation): Promise<void>;
