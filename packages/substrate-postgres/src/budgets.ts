@@ -195,12 +195,18 @@ export class PostgresBudgetStore implements BudgetStore {
     if (rowCount === 0) throw missing();
   }
 
-  async insertReservation(reservation: Reservation): Promise<void> {
+  /**
+   * An id found absent under its key lock, or one the caller vouches was never used (`unusedId`),
+   * is inserted without waiting for the answer (see TxContext.defer): a clash then still fails the
+   * transaction before it commits, with "conflict", though not at this call. The insert takes the
+   * key lock all the same, so a concurrent insert of the same id waits for this one's outcome.
+   */
+  async insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void> {
     const key = this.tx.rowKey("reservations", reservation.reservation_id);
     const params = [...reservationParams(reservation), key];
     const id = reservation.reservation_id;
     const conflict = () => new SubstrateError("conflict", `reservation ${id} already exists`);
-    if (this.absentReservations.delete(id)) {
+    if (this.absentReservations.delete(id) || options?.unusedId === true) {
       this.heldReservations.add(id);
       return this.tx.defer(this.reservations.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
     }

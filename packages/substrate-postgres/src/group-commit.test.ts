@@ -1,6 +1,13 @@
 // Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
-import type { BudgetAccount, ChainEntryRecord, SessionRecord, Substrate, SubstrateTx } from "@leash/core";
+import type {
+  BudgetAccount,
+  ChainEntryRecord,
+  Reservation,
+  SessionRecord,
+  Substrate,
+  SubstrateTx,
+} from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -74,6 +81,21 @@ const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount =
   reserved_usd: "0",
   created_ns: T0,
   updated_ns: T0,
+  ...over,
+});
+
+const reservation = (id: string, over: Partial<Reservation> = {}): Reservation => ({
+  reservation_id: id,
+  account_ids: ["a"],
+  session_id: "s1",
+  call_number: 1,
+  amount_usd: "1",
+  actual_usd: null,
+  status: "PENDING",
+  idempotency_key: null,
+  created_ns: T0,
+  expires_ns: T0 + 1,
+  resolved_ns: null,
   ...over,
 });
 
@@ -628,3 +650,51 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_fir
 FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
   );
 }
+
+describe("insertReservation with unusedId", () => {
+  for (const groupCommit of [undefined, false] as const) {
+    const mode = groupCommit === false ? "group commit off" : "group commit on";
+    it(`is sent without waiting; a clash still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
+      const sub = await openMigrated(freshSchema(), groupCommit === false ? { groupCommit } : {});
+      const first = reservation("r1");
+      await sub.transaction(async (tx) => {
+        await tx.budgets.insertAccount(account("a"));
+        await tx.budgets.insertReservation(first);
+      });
+      let afterInsert = "";
+      const error = await sub
+        .transaction(async (tx) => {
+          const a = (await tx.budgets.getAccount("a"))!;
+          await tx.budgets.updateAccount({ ...a, reserved_usd: "9" });
+          await tx.sessions.insert(session("s1"));
+          // Taken: the insert inserts nothing, which only its answer tells.
+          await tx.budgets.insertReservation(reservation("r1", { amount_usd: "9" }), { unusedId: true });
+          afterInsert = "went on";
+        })
+        .then(
+          () => expect.fail("expected a rejection"),
+          (e: unknown) => e as SubstrateError,
+        );
+      expect(afterInsert).toBe("went on");
+      expect(error.code).toBe("conflict");
+      expect(error.message).toMatch(/reservation r1 already exists/);
+      expect(
+        await sub.transaction(async (tx) => ({
+          reservation: await tx.budgets.getReservation("r1"),
+          spent: (await tx.budgets.getAccount("a"))?.reserved_usd,
+          sessions: await tx.sessions.list(),
+        })),
+      ).toEqual({ reservation: first, spent: "0", sessions: [] });
+    });
+  }
+
+  it("a fresh id is stored, and the transaction's later update of it is a write to a row it holds", async () => {
+    const sub = await openMigrated(freshSchema());
+    const settled = reservation("r1", { status: "SETTLED", actual_usd: "0.5", resolved_ns: T0 + 2 });
+    await sub.transaction(async (tx) => {
+      await tx.budgets.insertReservation(reservation("r1"), { unusedId: true });
+      await tx.budgets.updateReservation(settled);
+    });
+    expect(await sub.transaction((tx) => tx.budgets.getReservation("r1"))).toEqual(settled);
+  });
+});
