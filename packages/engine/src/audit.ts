@@ -93,7 +93,8 @@ export class Auditor {
       nowNs,
     });
     // The transactional outbox: queued with the entry or not at all.
-    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
+    // newSeq: the append above claims this seq under the head's lock, so no item can hold it.
+    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry, { newSeq: true })]);
     this.#lastAppended = entry.entry_hash;
     return entry;
   }

@@ -200,7 +200,8 @@ export function createEngine(options: EngineOptions): Engine {
     let nonceRecorded: Promise<boolean> | null = null;
     if (decision.verdict === "ALLOW") {
       if (hasNonce) {
-        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs);
+        // unseen: `seen` was read under the session row's lock, which orders this session's calls.
+        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs, { unseen: true });
         nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
       }
       if (accountId !== null) {

@@ -47,9 +47,13 @@ export interface NonceStore {
   /**
    * Records a nonce. MUST return false (and change nothing) when it was already recorded for the
    * session, so that two concurrent transactions can never both accept one nonce. The number 7 and
-   * the string "7" are different nonces.
+   * the string "7" are different nonces. With `unseen` the caller vouches that it found the nonce
+   * absent under a lock that orders this session's calls (the engine's session row): a store MAY
+   * then resolve true without waiting for its answer, and should the nonce be recorded after all,
+   * MUST fail the transaction with "conflict" before it commits (under group commit, possibly with
+   * the transactions sharing its commit).
    */
-  add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean>;
+  add(sessionId: string, nonce: Nonce, atNs: number, options?: { unseen?: boolean }): Promise<boolean>;
   count(sessionId: string): Promise<number>;
 }
 
