@@ -698,3 +698,194 @@ describe("insertReservation with unusedId", () => {
     expect(await sub.transaction((tx) => tx.budgets.getReservation("r1"))).toEqual(settled);
   });
 });
+
+describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
+  for (const groupCommit of [undefined, false] as const) {
+    const mode = groupCommit === false ? "group commit off" : "group commit on";
+    it(`are sent without waiting; a recorded nonce or a queued seq still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
+      const sub = await openMigrated(freshSchema(), groupCommit === false ? { groupCommit } : {});
+      const item = { seq: 1, entry_id: "e1", session_id: "s0", created_ns: T0 };
+      await sub.transaction(async (tx) => {
+        await tx.nonces.add("s1", "n1", T0);
+        await tx.outbox.enqueue(item);
+      });
+      const clash = async (write: (tx: SubstrateTx) => Promise<unknown>) => {
+        let after = "";
+        const error = await sub
+          .transaction(async (tx) => {
+            await tx.sessions.insert(session("s1"));
+            await tx.nonces.add("s1", "n2", T0, { unseen: true });
+            // Taken: the insert inserts nothing, which only its answer tells.
+            after = String(await write(tx));
+          })
+          .then(
+            () => expect.fail("expected a rejection"),
+            (e: unknown) => e as SubstrateError,
+          );
+        return { after, error };
+      };
+      const nonce = await clash((tx) => tx.nonces.add("s1", "n1", T0 + 1, { unseen: true }));
+      expect(nonce.after).toBe("true");
+      expect(nonce.error.code).toBe("conflict");
+      const queued = await clash((tx) =>
+        tx.outbox.enqueue({ ...item, entry_id: "e-other", session_id: "s1" }, { newSeq: true }),
+      );
+      expect(queued.after).toBe("undefined");
+      expect(queued.error.code).toBe("conflict");
+      expect(queued.error.message).toMatch(/outbox item 1 is already queued/);
+      expect(
+        await sub.transaction(async (tx) => ({
+          nonces: await tx.nonces.count("s1"),
+          sessions: await tx.sessions.list(),
+          outbox: (await tx.outbox.list({})).map((i) => [i.seq, i.entry_id, i.session_id]),
+        })),
+      ).toEqual({ nonces: 1, sessions: [], outbox: [[1, "e1", "s0"]] });
+    });
+  }
+
+  it("fresh ones are stored", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      expect(await tx.nonces.add("s1", 7, T0, { unseen: true })).toBe(true);
+      await tx.outbox.enqueue({ seq: 3, entry_id: "e3", session_id: "s1", created_ns: T0 }, { newSeq: true });
+    });
+    expect(
+      await sub.transaction(async (tx) => ({
+        has: [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")],
+        outbox: (await tx.outbox.list({})).map((i) => i.seq),
+      })),
+    ).toEqual({ has: [true, false], outbox: [3] });
+  });
+});
+
+describe("a batch does not wait for a released transaction's deferred answers", () => {
+  it("the next transaction starts before the previous one's deferred answers arrive", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    // The first transaction's session update takes 400 ms on the server.
+    await admin.query(`CREATE FUNCTION "${schema}".slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.session_id = 'slow' THEN PERFORM pg_sleep(0.4); END IF;
+  RETURN NEW;
+END $$`);
+    await admin.query(
+      `CREATE TRIGGER slow BEFORE UPDATE ON "${schema}".leash_sessions FOR EACH ROW EXECUTE FUNCTION "${schema}".slow()`,
+    );
+    await sub.transaction((tx) => tx.sessions.insert(session("slow")));
+    let firstDone = 0;
+    let secondStarted = 0;
+    const { result, delta } = await counted(sub, () =>
+      inOneBatch(sub, [
+        async (tx) => {
+          const row = (await tx.sessions.get("slow"))!;
+          // A write to a row it holds: resolves once written, its answer comes 400 ms later.
+          await tx.sessions.update({ ...row, call_count: 1 });
+          firstDone = performance.now();
+        },
+        async (tx) => {
+          secondStarted = performance.now();
+          return tx.nonces.add("fast", "n1", T0, { unseen: true });
+        },
+      ]),
+    );
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled"]);
+    expect(secondStarted - firstDone).toBeLessThan(200);
+    expect(delta.largestBatch).toBeGreaterThanOrEqual(2);
+    expect(
+      await sub.transaction(async (tx) => [
+        (await tx.sessions.get("slow"))?.call_count,
+        await tx.nonces.count("fast"),
+      ]),
+    ).toEqual([1, 1]);
+  });
+
+  it("a clash of a released transaction's vouched write rejects it alone; the others of its batch commit after running again", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.nonces.add("s2", "n", T0));
+    const calls = [0, 0, 0];
+    const result = await inOneBatch(sub, [
+      async (tx) => {
+        calls[0]!++;
+        await tx.sessions.insert(session("s1"));
+      },
+      async (tx) => {
+        calls[1]!++;
+        await tx.sessions.insert(session("s2"));
+        // Recorded already: a clash that aborts nothing, found only when its answer arrives.
+        return tx.nonces.add("s2", "n", T0 + 1, { unseen: true });
+      },
+      async (tx) => {
+        calls[2]!++;
+        await tx.sessions.insert(session("s3"));
+      },
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect(((result[1] as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
+    expect(calls).toEqual([2, 1, 2]);
+    const ids = await sub.transaction(async (tx) => (await tx.sessions.list()).map((s) => s.session_id));
+    expect(ids.sort()).toEqual(["s1", "s3"]);
+    expect(await sub.transaction((tx) => tx.nonces.count("s2"))).toBe(1);
+  });
+
+  for (const [name, errcode, code, rerun] of [
+    ["fails the culprit alone; the others commit after running again", "23514", "corrupt", 1],
+    ["of serialization re-runs the whole batch", "40001", undefined, 2],
+  ] as const) {
+    it(`a late statement error (a trigger raising on one session's update) ${name}; later ones are not blamed for 25P02`, async () => {
+      const schema = freshSchema();
+      const sub = await openMigrated(schema);
+      await admin.query(`CREATE SEQUENCE "${schema}".late_seq`);
+      await admin.query(`CREATE FUNCTION "${schema}".late() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.session_id = 's2' AND ('${errcode}' <> '40001' OR nextval('"${schema}".late_seq') <= 1) THEN
+    RAISE EXCEPTION 'forced late failure' USING ERRCODE = '${errcode}';
+  END IF;
+  RETURN NEW;
+END $$`);
+      await admin.query(
+        `CREATE TRIGGER late BEFORE UPDATE ON "${schema}".leash_sessions FOR EACH ROW EXECUTE FUNCTION "${schema}".late()`,
+      );
+      await sub.transaction(async (tx) => {
+        for (const id of ["s1", "s2", "s3", "s4"]) await tx.sessions.insert(session(id));
+      });
+      const calls = [0, 0, 0, 0];
+      const bump = (i: number, id: string) => async (tx: SubstrateTx) => {
+        calls[i]!++;
+        const row = (await tx.sessions.get(id))!;
+        // A write to a row it holds: sent without waiting, so the trigger's error arrives after fn.
+        await tx.sessions.update({ ...row, call_count: row.call_count + 1 });
+        return "bumped";
+      };
+      const result = await inOneBatch(sub, [
+        bump(0, "s1"),
+        bump(1, "s2"),
+        async (tx) => {
+          calls[2]!++;
+          // Meets the transaction s2's update aborted; swallowing that does not make it the culprit.
+          await tx.sessions.insert(session("s5")).catch(() => undefined);
+          await tx.nonces.add("s5", "n", T0, { unseen: true }).catch(() => undefined);
+          return "inserted";
+        },
+        // Still queued when the failure comes out: it runs once, in the next batch.
+        bump(3, "s3"),
+      ]);
+      const statuses = result.map((r) => r.status);
+      if (code === undefined) {
+        expect(statuses).toEqual(["fulfilled", "fulfilled", "fulfilled", "fulfilled"]);
+      } else {
+        expect(statuses).toEqual(["fulfilled", "rejected", "fulfilled", "fulfilled"]);
+        expect(((result[1] as PromiseRejectedResult).reason as SubstrateError).code).toBe(code);
+      }
+      expect(calls).toEqual([2, rerun, 2, 1]);
+      const rows = await sub.transaction(async (tx) => await tx.sessions.list());
+      expect(Object.fromEntries(rows.map((r) => [r.session_id, r.call_count]))).toEqual({
+        s1: 1,
+        s2: code === undefined ? 1 : 0,
+        s3: 1,
+        s4: 0,
+        s5: 0,
+      });
+      expect(await sub.transaction((tx) => tx.nonces.count("s5"))).toBe(1);
+    });
+  }
+});

@@ -47,14 +47,27 @@ export class PostgresOutboxStore implements OutboxStore {
     private readonly sql: Statements["outbox"],
   ) {}
 
-  async enqueue(item: { seq: number; entry_id: string; session_id: string | null; created_ns: number }) {
-    const { rowCount } = await this.tx.query(this.sql.enqueue, [
+  /**
+   * With `newSeq` (the caller has just appended entry `seq` in this transaction) the insert is sent
+   * without waiting for its answer (see TxContext.defer): a clash still fails the transaction with
+   * "conflict" before it commits, though not at this call.
+   */
+  async enqueue(
+    item: { seq: number; entry_id: string; session_id: string | null; created_ns: number },
+    options?: { newSeq?: boolean },
+  ) {
+    const params = [
       encodeInt(item.seq, "seq"),
       encodeText(item.entry_id, "entry_id"),
       encodeOptionalText(item.session_id, "session_id"),
       encodeInt(item.created_ns, "created_ns"),
-    ]);
-    if (rowCount === 0) throw new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
+    ];
+    const conflict = () => new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
+    if (options?.newSeq === true) {
+      return this.tx.defer(this.sql.enqueue, params, (r) => (r.rowCount === 0 ? conflict() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.enqueue, params);
+    if (rowCount === 0) throw conflict();
   }
 
   async claim(options: {

@@ -59,6 +59,16 @@ export interface PostgresSubstrateOptions {
    * account, the chain head) pass from one transaction to the next without a COMMIT in between.
    * A transaction that fails is rolled back to its savepoint alone; the others resolve only after
    * the shared COMMIT. `false`: every transaction gets its own connection and COMMIT.
+   * Once `fn` has resolved, its savepoint is released and the next transaction starts without
+   * waiting for the answers of its deferred writes (writes whose outcome is vouched for or settled
+   * by its locks: `nonces.add` with `unseen`, `outbox.enqueue` with `newSeq`, `insertReservation`
+   * with `unusedId`, updates of rows it holds); they are all checked before COMMIT. A transaction
+   * whose `fn` threw or that already knows a failure is rolled back to its savepoint alone, as
+   * above. Should a deferred write turn out failed after its transaction was released (exceptional),
+   * nothing of the batch commits: the whole batch is rolled back, that transaction rejects with its
+   * error ("conflict" for a nonce, outbox seq or reservation id taken after all) and the others run
+   * again in a new batch, so their `fn` is called once more; a late "serialization" failure re-runs
+   * the batch as any serialization failure does, and a late "io" failure fails the whole batch.
    * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
    * second would run only after the first, and a batch holds off every other transaction on the
    * schema (see beginBatch). A transaction on an idle handle still runs alone, as without it.
@@ -584,6 +594,8 @@ export class PostgresSubstrate implements Substrate {
     };
 
     const memory = newBatchMemory();
+    /** Transactions whose savepoint was released, in order; answers of their deferred writes may still be coming. */
+    const released: Released[] = [];
     let job = this.queue.shift();
     while (job !== undefined) {
       const ctx = this.context(client);
@@ -597,10 +609,21 @@ export class PostgresSubstrate implements Substrate {
         outcome = error;
       }
       ctx.finished = true;
-      await ctx.drain();
+      // Written, not answered: its deferred writes are checked before COMMIT (see lateFailure), and
+      // RELEASE and the next transaction go out behind them without waiting a round trip.
+      await ctx.written();
+      if (failed || ctx.failure !== null) {
+        // Rolled back alone, as ever, but only once every answer before it is in: if a released
+        // transaction's deferred write failed, this one only met the transaction that write aborted.
+        await ctx.drain();
+        const late = await lateFailure(released);
+        if (late !== undefined) return this.undoBatch(client, ran, late, job);
+      }
       const failure = ctx.failure;
       // A deadlock victim is retried even when fn wrapped or replaced the error it saw.
-      if (failure?.code === "serialization") return this.retryBatch(client, ran, job, failure, true);
+      if (failure?.code === "serialization") {
+        return this.retryBatch(client, [...ran.map((r) => r.job), job], job, failure, true);
+      }
       const dropped = brokenBy();
       const lost =
         dropped !== undefined
@@ -617,7 +640,10 @@ export class PostgresSubstrate implements Substrate {
       }
       ran.push(failed ? { job, ok: false, error: outcome } : { job, ok: true, value: outcome });
       // Its savepoint is released below (a refused RELEASE ends the batch, memory and all).
-      if (!failed) stores.rememberIn(memory);
+      if (!failed) {
+        stores.rememberIn(memory);
+        released.push({ job, ctx });
+      }
       let refused = failed ? await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`) : null;
       const next =
         refused === null &&
@@ -633,10 +659,22 @@ export class PostgresSubstrate implements Substrate {
       job = refused === null ? next : undefined;
     }
 
-    const refused = (await Promise.all(controls)).find((answer) => answer !== null);
+    const answered = Promise.all(controls);
+    // Checked first: a failed deferred write makes every later statement, SAVEPOINTs included, fail too.
+    const late = await lateFailure(released);
+    if (late !== undefined) return this.undoBatch(client, ran, late, undefined);
+    const refused = (await answered).find((answer) => answer !== null);
     if (refused !== undefined) {
       const failure = toSubstrateError(refused, "transaction: SAVEPOINT");
-      if (failure.code === "serialization") return this.retryBatch(client, ran, undefined, failure, true);
+      if (failure.code === "serialization") {
+        return this.retryBatch(
+          client,
+          ran.map((r) => r.job),
+          undefined,
+          failure,
+          true,
+        );
+      }
       return this.loseBatch(client, ran, undefined, failure);
     }
     if (!ran.some((r) => r.ok)) {
@@ -650,7 +688,15 @@ export class PostgresSubstrate implements Substrate {
     } catch (error) {
       const failure = toSubstrateError(error, "transaction: COMMIT");
       // A failed COMMIT has ended the transaction: nothing to roll back.
-      if (failure.code === "serialization") return this.retryBatch(client, ran, undefined, failure, false);
+      if (failure.code === "serialization") {
+        return this.retryBatch(
+          client,
+          ran.map((r) => r.job),
+          undefined,
+          failure,
+          false,
+        );
+      }
       this.settle(ran, this.commitFailure(failure, error));
       return { broken: error instanceof Error ? error : new Error(String(error)) };
     }
@@ -682,22 +728,22 @@ export class PostgresSubstrate implements Substrate {
 
   /**
    * After a serialization failure: roll back, give up on those out of retries, queue the rest again
-   * in order. A failure raised in one transaction's statement counts against that one only, so one
-   * that keeps failing cannot use up the retries of those sharing its batches; one at COMMIT (a
-   * deferred trigger) cannot be told apart and counts against all.
+   * in order. A failure raised in one transaction's statement (`blamed`) counts against that one
+   * only, so one that keeps failing cannot use up the retries of those sharing its batches; one at
+   * COMMIT (a deferred trigger) cannot be told apart and counts against all.
    */
   private async retryBatch(
     client: PoolClient,
-    ran: readonly Ran[],
-    current: Job | undefined,
+    jobs: readonly Job[],
+    blamed: Job | undefined,
     failure: SubstrateError,
     rollback: boolean,
   ): Promise<BatchEnd> {
     const broken = rollback ? await this.abort(client, failure) : undefined;
     const again: Job[] = [];
     let step = 0;
-    for (const job of current === undefined ? ran.map((r) => r.job) : [...ran.map((r) => r.job), current]) {
-      if (current === undefined || job === current) job.failures++;
+    for (const job of jobs) {
+      if (blamed === undefined || job === blamed) job.failures++;
       if (job.failures > this.maxRetries) {
         this.counters.rolledBack++;
         job.reject(gaveUp(this.maxRetries, failure));
@@ -708,6 +754,36 @@ export class PostgresSubstrate implements Substrate {
     }
     this.queue.unshift(...again);
     return step === 0 ? { broken } : { broken, retryStep: step };
+  }
+
+  /**
+   * A deferred write of a released transaction (`late.job`) failed: its savepoint is gone, so only
+   * the whole batch can be rolled back. A serialization failure re-runs the batch (counted against
+   * that transaction), an "io" failure loses it; otherwise that transaction fails with its error and
+   * the others, `current` (the one running, not released) included, are queued again, in order, to
+   * run in a new batch: each may have seen what the failed one wrote.
+   */
+  private async undoBatch(
+    client: PoolClient,
+    ran: readonly Ran[],
+    late: Ran & { ok: false },
+    current: Job | undefined,
+  ): Promise<BatchEnd> {
+    const jobs = ran.map((r) => r.job);
+    if (current !== undefined) jobs.push(current);
+    const failure = toSubstrateError(late.error, "transaction");
+    if (failure.code === "serialization") return this.retryBatch(client, jobs, late.job, failure, true);
+    if (failure.code === "io") {
+      // The one running fails with the batch (ok: its own outcome only met the aborted transaction).
+      const lost: Ran[] = ran.map((r) => (r.job === late.job ? late : r));
+      if (current !== undefined) lost.push({ job: current, ok: true, value: undefined });
+      return this.loseBatch(client, lost, undefined, failure);
+    }
+    const broken = await this.abort(client, failure);
+    this.counters.rolledBack++;
+    late.job.reject(failure);
+    this.queue.unshift(...jobs.filter((job) => job !== late.job));
+    return { broken };
   }
 
   /**
@@ -751,6 +827,22 @@ export class PostgresSubstrate implements Substrate {
       },
     };
   }
+}
+
+/** A transaction of a batch whose savepoint was released, with the context its deferred answers reach. */
+interface Released {
+  readonly job: Job;
+  readonly ctx: TxContext;
+}
+
+/**
+ * Waits for the answers of the released transactions' deferred writes and returns the first that
+ * failed (after it, PostgreSQL answers everything with 25P02, which later ones must not be blamed for).
+ */
+async function lateFailure(released: readonly Released[]): Promise<(Ran & { ok: false }) | undefined> {
+  await Promise.all(released.map((r) => r.ctx.drain()));
+  const culprit = released.find((r) => r.ctx.failure !== null);
+  return culprit === undefined ? undefined : { job: culprit.job, ok: false, error: culprit.ctx.failure };
 }
 
 /** The stores of one batched transaction, which can hand what they know to the next one. */

@@ -214,6 +214,14 @@ export class TxContext {
     if (failure !== null) this.failure ??= failure;
   }
 
+  /**
+   * Resolves once every statement issued so far has been written (on a pipelined connection, not
+   * necessarily answered): what the batch loop sends next (RELEASE, the next transaction) follows them.
+   */
+  async written(): Promise<void> {
+    await this.tail;
+  }
+
   /** Resolves once every statement issued so far has been answered; transaction() awaits it before COMMIT. */
   async drain(): Promise<void> {
     await this.tail;
