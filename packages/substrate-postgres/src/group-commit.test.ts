@@ -1,16 +1,10 @@
 // Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
-import type {
-  BudgetAccount,
-  ChainEntryRecord,
-  Reservation,
-  SessionRecord,
-  Substrate,
-  SubstrateTx,
-} from "@leash/core";
+import type { ChainEntryRecord, Substrate, SubstrateTx } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
 import {
   openPostgresSubstrate,
   type PostgresSubstrate,
@@ -18,86 +12,16 @@ import {
   type PostgresSubstrateStats,
 } from "./index.js";
 
-const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const T0 = 1_000_000_000_000_000;
-const admin = new Pool({ connectionString: DB_URL, max: 4 });
-const schemas: string[] = [];
-const opened: Substrate[] = [];
-let counter = 0;
-
-beforeAll(async () => {
-  try {
-    await admin.query("SELECT 1");
-  } catch (error) {
-    throw new Error(
-      `PostgreSQL is not reachable at ${DB_URL} (set LEASH_TEST_PG_URL, or start it with ` +
-        `"pg_ctlcluster --skip-systemctl-redirect 15 main start"): ${String(error)}`,
-    );
-  }
-});
-
-afterAll(async () => {
-  await Promise.allSettled(opened.map((s) => s.close()));
-  for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await admin.end();
-});
-
-function freshSchema(): string {
-  const schema = `leash_pggroup_${process.pid}_${Date.now().toString(36)}_${counter++}`;
-  schemas.push(schema);
-  return schema;
-}
+const { admin, freshSchema, track } = pgHarness("leash_pggroup");
 
 async function openMigrated(
   schema: string,
   extra: Omit<PostgresSubstrateOptions, "url" | "schema"> = {},
 ): Promise<PostgresSubstrate> {
-  const substrate = await openPostgresSubstrate({ url: DB_URL, schema, ...extra });
-  opened.push(substrate);
+  const substrate = track(await openPostgresSubstrate({ url: DB_URL, schema, ...extra }));
   await substrate.migrate();
   return substrate;
 }
-
-const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord => ({
-  session_id: id,
-  agent_id: "agent-1",
-  organization_id: "org-1",
-  status: "ACTIVE",
-  config: { budget_usd: 10 },
-  state: { total_calls: 0, repeat_counts: {} },
-  call_count: 0,
-  created_ns: T0,
-  updated_ns: T0,
-  last_heartbeat_ns: null,
-  ...over,
-});
-
-const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount => ({
-  account_id: id,
-  scope: "session",
-  parent_id: null,
-  limit_usd: "1000",
-  spent_usd: "0",
-  reserved_usd: "0",
-  created_ns: T0,
-  updated_ns: T0,
-  ...over,
-});
-
-const reservation = (id: string, over: Partial<Reservation> = {}): Reservation => ({
-  reservation_id: id,
-  account_ids: ["a"],
-  session_id: "s1",
-  call_number: 1,
-  amount_usd: "1",
-  actual_usd: null,
-  status: "PENDING",
-  idempotency_key: null,
-  created_ns: T0,
-  expires_ns: T0 + 1,
-  resolved_ns: null,
-  ...over,
-});
 
 type Fn<T = unknown> = (tx: SubstrateTx) => Promise<T>;
 
@@ -326,7 +250,7 @@ describe("group commit", () => {
 
   it('a connection lost mid-batch fails what ran in it with "io" and commits none of it; the rest run in the next batch', async () => {
     const schema = freshSchema();
-    const app = `leash_group_io_${process.pid}_${counter++}`;
+    const app = `leash_group_io_${process.pid}_${Date.now().toString(36)}`;
     const pool = new Pool({ connectionString: DB_URL, max: 4, application_name: app, pipeline: true });
     // The killed connection's socket error reaches the pool once it is discarded; unhandled, it would throw.
     pool.on("error", () => undefined);
@@ -611,19 +535,7 @@ describe("round trips the stores save", () => {
     });
     await absent;
     const writer = b.transaction(async (tx) => {
-      await tx.budgets.insertReservation({
-        reservation_id: "r-new",
-        account_ids: ["a"],
-        session_id: "s1",
-        call_number: 1,
-        amount_usd: "1",
-        actual_usd: null,
-        status: "PENDING",
-        idempotency_key: null,
-        created_ns: T0,
-        expires_ns: T0 + 1,
-        resolved_ns: null,
-      });
+      await tx.budgets.insertReservation(reservation("r-new"));
       events.push("writer inserted");
     });
     expect(await reader).toBeNull();

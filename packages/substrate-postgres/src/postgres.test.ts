@@ -3,57 +3,21 @@
 import { execFileSync, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
-import type {
-  BudgetAccount,
-  ChainEntryRecord,
-  HitlRequest,
-  Reservation,
-  SessionRecord,
-  Substrate,
-} from "@leash/core";
+import type { ChainEntryRecord, HitlRequest, Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
 import { tableNames } from "./codec.js";
 import { LATEST_SCHEMA_VERSION, openPostgresSubstrate, type PostgresSubstrate } from "./index.js";
 import { runMigrations } from "./migrations.js";
 
-const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const T0 = 1_000_000_000_000_000;
 /** A real epoch-nanosecond clock reading: an integral double above 2^53 (2026-11-30). */
 const EPOCH_NS = 1_796_012_406_975_000_000;
-const admin = new Pool({ connectionString: DB_URL, max: 4 });
-const schemas: string[] = [];
-const opened: Substrate[] = [];
-let counter = 0;
-
-beforeAll(async () => {
-  try {
-    await admin.query("SELECT 1");
-  } catch (error) {
-    throw new Error(
-      `PostgreSQL is not reachable at ${DB_URL} (set LEASH_TEST_PG_URL, or start it with ` +
-        `"pg_ctlcluster --skip-systemctl-redirect 15 main start"): ${String(error)}`,
-    );
-  }
-});
-
-afterAll(async () => {
-  await Promise.allSettled(opened.map((s) => s.close()));
-  for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await admin.end();
-});
-
-function freshSchema(): string {
-  const schema = `leash_pgtest_${process.pid}_${Date.now().toString(36)}_${counter++}`;
-  schemas.push(schema);
-  return schema;
-}
+const { admin, freshSchema, track } = pgHarness("leash_pgtest");
 
 async function open(schema: string, extra: { maxRetries?: number; poolSize?: number } = {}) {
-  const substrate = await openPostgresSubstrate({ url: DB_URL, schema, ...extra });
-  opened.push(substrate);
-  return substrate;
+  return track(await openPostgresSubstrate({ url: DB_URL, schema, ...extra }));
 }
 
 async function openMigrated(schema: string, extra: { maxRetries?: number; poolSize?: number } = {}) {
@@ -61,47 +25,6 @@ async function openMigrated(schema: string, extra: { maxRetries?: number; poolSi
   await substrate.migrate();
   return substrate;
 }
-
-const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord => ({
-  session_id: id,
-  agent_id: "agent-1",
-  organization_id: "org-1",
-  status: "ACTIVE",
-  config: { budget_usd: 10 },
-  state: { total_calls: 0, repeat_counts: {} },
-  call_count: 0,
-  created_ns: T0,
-  updated_ns: T0,
-  last_heartbeat_ns: null,
-  ...over,
-});
-
-const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount => ({
-  account_id: id,
-  scope: "session",
-  parent_id: null,
-  limit_usd: "1000",
-  spent_usd: "0",
-  reserved_usd: "0",
-  created_ns: T0,
-  updated_ns: T0,
-  ...over,
-});
-
-const reservation = (id: string, over: Partial<Reservation> = {}): Reservation => ({
-  reservation_id: id,
-  account_ids: ["a"],
-  session_id: "s1",
-  call_number: 1,
-  amount_usd: "0.25",
-  actual_usd: null,
-  status: "PENDING",
-  idempotency_key: null,
-  created_ns: T0,
-  expires_ns: T0 + 1000,
-  resolved_ns: null,
-  ...over,
-});
 
 const hitl = (id: string, over: Partial<HitlRequest> = {}): HitlRequest => ({
   request_id: id,
@@ -778,7 +701,7 @@ describe("error codes", () => {
 
   it('a connection killed mid-transaction fails with "io"; the handle then works again', async () => {
     const schema = freshSchema();
-    const app = `leash_io_${process.pid}_${counter++}`;
+    const app = `leash_io_${process.pid}_${Date.now().toString(36)}`;
     const pool = new Pool({ connectionString: DB_URL, max: 2, application_name: app });
     try {
       const sub = await openPostgresSubstrate({ pool, schema });

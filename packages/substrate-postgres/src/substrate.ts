@@ -659,6 +659,7 @@ export class PostgresSubstrate implements Substrate {
       job = refused === null ? next : undefined;
     }
 
+    const jobs = ran.map((r) => r.job);
     const answered = Promise.all(controls);
     // Checked first: a failed deferred write makes every later statement, SAVEPOINTs included, fail too.
     const late = await lateFailure(released);
@@ -667,13 +668,7 @@ export class PostgresSubstrate implements Substrate {
     if (refused !== undefined) {
       const failure = toSubstrateError(refused, "transaction: SAVEPOINT");
       if (failure.code === "serialization") {
-        return this.retryBatch(
-          client,
-          ran.map((r) => r.job),
-          undefined,
-          failure,
-          true,
-        );
+        return this.retryBatch(client, jobs, undefined, failure, true);
       }
       return this.loseBatch(client, ran, undefined, failure);
     }
@@ -689,13 +684,7 @@ export class PostgresSubstrate implements Substrate {
       const failure = toSubstrateError(error, "transaction: COMMIT");
       // A failed COMMIT has ended the transaction: nothing to roll back.
       if (failure.code === "serialization") {
-        return this.retryBatch(
-          client,
-          ran.map((r) => r.job),
-          undefined,
-          failure,
-          false,
-        );
+        return this.retryBatch(client, jobs, undefined, failure, false);
       }
       this.settle(ran, this.commitFailure(failure, error));
       return { broken: error instanceof Error ? error : new Error(String(error)) };
