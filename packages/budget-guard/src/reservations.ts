@@ -112,10 +112,7 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
     resolved_ns: null,
   };
   // Issued together (one round trip on a pipelining store); the transaction fails if either does.
-  const inserted = budgets.insertReservation(
-    reservation,
-    input.unusedId === true ? { unusedId: true } : undefined,
-  );
+  const inserted = budgets.insertReservation(reservation, { unusedId: input.unusedId === true });
   const [accounts] = await Promise.all([charged, inserted]);
   return {
     ok: true,
