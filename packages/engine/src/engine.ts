@@ -29,6 +29,7 @@ import {
   type Substrate,
   SubstrateError,
   type SubstrateTx,
+  type TransactionHints,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
@@ -55,6 +56,16 @@ const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#$
 function storable(state: State): State {
   const { seen_nonces: _omit, ...rest } = state;
   return rest;
+}
+
+/** The rows evaluate reads first (the session and its nonce), so a substrate may fetch them ahead. */
+function evaluateHints(request: EvaluateRequest): TransactionHints | undefined {
+  const sessionId = request.session_id;
+  if (typeof sessionId !== "string" || sessionId === "") return undefined;
+  const nonce = request.nonce;
+  return typeof nonce === "string" || typeof nonce === "number"
+    ? { sessions: [sessionId], nonces: [{ sessionId, nonce }] }
+    : { sessions: [sessionId] };
 }
 
 export interface Engine {
@@ -106,13 +117,13 @@ export function createEngine(options: EngineOptions): Engine {
   const auditor = new Auditor(options.signer);
 
   /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
-  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
     let last: SubstrateTx | undefined;
     return substrate
       .transaction((tx) => {
         last = tx;
         return fn(tx);
-      })
+      }, hints)
       .then((value) => {
         if (last !== undefined) auditor.committed(last);
         return value;
@@ -366,7 +377,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
-      return transaction((tx) => evaluateIn(tx, request));
+      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request));
     },
 
     postExec(request) {

@@ -1,6 +1,6 @@
 // Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
-import type { ChainEntryRecord, Substrate, SubstrateTx } from "@leash/core";
+import type { ChainEntryRecord, Substrate, SubstrateTx, TransactionHints } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
@@ -267,7 +267,8 @@ describe("group commit", () => {
              WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND a.application_name = $1`,
             [app],
           );
-          await tx.sessions.get("s1");
+          // A statement after the kill (s1 itself would be answered from the batch's memory).
+          await tx.sessions.list();
         },
         (tx) => tx.sessions.insert(session("s3")),
       ]);
@@ -800,4 +801,199 @@ END $$`);
       expect(await sub.transaction((tx) => tx.nonces.count("s5"))).toBe(1);
     });
   }
+});
+
+describe("a batch's read-ahead (transaction hints)", () => {
+  /** inOneBatch for transactions that give hints. */
+  async function inOneHintedBatch(
+    sub: PostgresSubstrate,
+    jobs: ReadonlyArray<readonly [Fn, TransactionHints]>,
+  ): Promise<PromiseSettledResult<unknown>[]> {
+    const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
+    const results = Promise.allSettled(jobs.map(([fn, hints]) => sub.transaction(fn, hints)));
+    await Promise.all(fillers);
+    return results;
+  }
+
+  /** Runs `work` while recording the prepared-statement names every pg client sends. */
+  async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; names: string[] }> {
+    const names: string[] = [];
+    const Client = (await import("pg")).Client;
+    const original = Client.prototype.query;
+    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
+      const name = (config as { name?: string } | null)?.name;
+      if (typeof name === "string") names.push(name);
+      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof original;
+    try {
+      return { result: await work(), names };
+    } finally {
+      Client.prototype.query = original;
+    }
+  }
+
+  const hint = (sessionId: string, ...nonces: string[]): TransactionHints => ({
+    sessions: [sessionId],
+    nonces: nonces.map((nonce) => ({ sessionId, nonce })),
+  });
+
+  it("reads every hinted session and nonce in one statement each; its transactions read them from there and see each other's writes", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1"));
+      await tx.sessions.insert(session("s2"));
+      await tx.nonces.add("s1", "n1", T0);
+    });
+    const before = sub.stats.readAhead;
+    const { result, names } = await statementNames(() =>
+      inOneHintedBatch(sub, [
+        [
+          async (tx) => {
+            const [s, n1, n2] = await Promise.all([
+              tx.sessions.get("s1"),
+              tx.nonces.has("s1", "n1"),
+              tx.nonces.has("s1", "n2"),
+            ]);
+            await tx.nonces.add("s1", "n2", T0, { unseen: true });
+            await tx.sessions.update({ ...s!, call_count: 1 });
+            return [s!.call_count, n1, n2];
+          },
+          hint("s1", "n1", "n2"),
+        ],
+        [
+          async (tx) => {
+            const [s, n2] = await Promise.all([tx.sessions.get("s1"), tx.nonces.has("s1", "n2")]);
+            await tx.sessions.update({ ...s!, call_count: 2 });
+            await tx.nonces.add("s1", "n3", T0);
+            throw new Error(`changed its mind (saw ${s!.call_count}, ${n2})`);
+          },
+          hint("s1", "n2"),
+        ],
+        [
+          async (tx) => {
+            const [s, n2, n3] = await Promise.all([
+              tx.sessions.get("s1"),
+              tx.nonces.has("s1", "n2"),
+              tx.nonces.has("s1", "n3"),
+            ]);
+            return [s!.call_count, n2, n3];
+          },
+          hint("s1"),
+        ],
+        [
+          async (tx) => {
+            const [s, n1] = await Promise.all([tx.sessions.get("s2"), tx.nonces.has("s2", "n1")]);
+            return [s!.call_count, n1];
+          },
+          hint("s2", "n1"),
+        ],
+        [async (tx) => tx.sessions.get("absent"), hint("absent", "n1")],
+      ]),
+    );
+    expect(result.map((r) => (r.status === "fulfilled" ? r.value : (r.reason as Error).message))).toEqual([
+      [0, true, false],
+      "changed its mind (saw 1, true)",
+      // The failed one's update and nonce were rolled back to its savepoint, and forgotten too.
+      [1, true, false],
+      [0, false],
+      null,
+    ]);
+    expect(sub.stats.readAhead - before).toBe(2);
+    const count = (part: string) => names.filter((n) => n.includes(part)).length;
+    expect(count("sessions_prefetch")).toBe(1);
+    expect(count("nonces_prefetch")).toBe(1);
+    // Only "absent" (not found ahead, so not locked ahead: its look, key lock and second look) and
+    // the unhinted n3 went to the server; n2 came from the first transaction's write.
+    expect(count("sessions_get")).toBe(2);
+    expect(count("nonces_has")).toBe(1);
+    const stored = await sub.transaction(async (tx) => ({
+      calls: (await tx.sessions.get("s1"))!.call_count,
+      nonces: await tx.nonces.count("s1"),
+    }));
+    expect(stored).toEqual({ calls: 1, nonces: 2 });
+  });
+
+  it("its row locks last until COMMIT, whichever transaction rolls back to its savepoint", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1"));
+      await tx.sessions.insert(session("s2"));
+    });
+    const tryLock = (id: string) =>
+      admin
+        .query(`SELECT 1 FROM "${schema}".leash_sessions WHERE session_id = $1 FOR UPDATE NOWAIT`, [id])
+        .then(
+          () => "locked by admin",
+          (error: { code?: string }) => error.code,
+        );
+    const result = await inOneHintedBatch(sub, [
+      [
+        async () => {
+          throw new Error("rolled back to its savepoint");
+        },
+        hint("s1"),
+      ],
+      [async () => [await tryLock("s1"), await tryLock("s2")], hint("s2")],
+    ]);
+    expect(result[0]!.status).toBe("rejected");
+    // 55P03 lock_not_available: both rows read ahead are still locked by the batch.
+    expect(result[1]).toEqual({ status: "fulfilled", value: ["55P03", "55P03"] });
+    expect(await tryLock("s1")).toBe("locked by admin");
+  });
+
+  it("reads ahead on a caller's pool without pipeline mode too, one statement after another", async () => {
+    const pool = new Pool({ connectionString: DB_URL, max: 4, pipeline: false });
+    try {
+      const sub = await openPostgresSubstrate({ pool, schema: freshSchema() });
+      await sub.migrate();
+      await sub.transaction(async (tx) => {
+        await tx.sessions.insert(session("s1"));
+        await tx.nonces.add("s1", "n1", T0);
+      });
+      const read: Fn = async (tx) => {
+        const [s, n1, n2] = await Promise.all([
+          tx.sessions.get("s1"),
+          tx.nonces.has("s1", "n1"),
+          tx.nonces.has("s1", "n2"),
+        ]);
+        await tx.sessions.update({ ...s!, call_count: s!.call_count + 1 });
+        return [s!.call_count, n1, n2];
+      };
+      const result = await inOneHintedBatch(sub, [
+        [read, hint("s1", "n1", "n2")],
+        [read, hint("s1", "n1", "n2")],
+      ]);
+      expect(result).toEqual([
+        { status: "fulfilled", value: [0, true, false] },
+        { status: "fulfilled", value: [1, true, false] },
+      ]);
+      expect(sub.stats.readAhead).toBe(1);
+      await sub.close();
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("skips a hint PostgreSQL would refuse, so the batch's statement never fails for one caller's input", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    const before = sub.stats.readAhead;
+    const bad = {
+      sessions: ["bad\u0000id", 7, "s1"],
+      nonces: [
+        { sessionId: "s1", nonce: { not: "a nonce" } },
+        { sessionId: "bad\u0000id", nonce: "n" },
+      ],
+    } as unknown as TransactionHints;
+    const result = await inOneHintedBatch(sub, [
+      [async (tx) => (await tx.sessions.get("s1"))?.session_id, bad],
+      [async (tx) => (await tx.sessions.get("s1"))?.session_id, hint("s1")],
+    ]);
+    expect(result).toEqual([
+      { status: "fulfilled", value: "s1" },
+      { status: "fulfilled", value: "s1" },
+    ]);
+    expect(sub.stats.readAhead - before).toBe(1);
+  });
 });

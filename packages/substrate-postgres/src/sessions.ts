@@ -1,5 +1,6 @@
 // The session store on leash_sessions: config and state as JSONB, counters and times as BIGINT.
-// Seen nonces are not here (nonces.ts); `get` locks the row until the transaction ends.
+// Seen nonces are not here (nonces.ts); `get` locks the row until the transaction ends, or answers from
+// what its group-commit batch already holds locked (read ahead, or left by the batch's earlier transactions).
 import type { Config, SessionRecord, SessionStatus, SessionStore, State } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
@@ -12,7 +13,7 @@ import {
   encodeText,
 } from "./codec.js";
 import type { Statements } from "./sql.js";
-import type { TxContext } from "./tx.js";
+import type { BatchMemory, TxContext } from "./tx.js";
 
 interface SessionRow {
   session_id: string;
@@ -42,6 +43,49 @@ function fromRow(row: SessionRow): SessionRecord {
   };
 }
 
+/**
+ * A session row as a batch holds it (locked): config and state as JSON text, so that every reader is
+ * handed objects of its own, as a fresh read would give it.
+ */
+export interface SessionEntry {
+  readonly fields: Omit<SessionRecord, "config" | "state">;
+  readonly config: string;
+  readonly state: string;
+}
+
+function entryOf(record: SessionRecord, config: string, state: string): SessionEntry {
+  return {
+    fields: {
+      session_id: record.session_id,
+      agent_id: record.agent_id,
+      organization_id: record.organization_id,
+      status: record.status,
+      call_count: record.call_count,
+      created_ns: record.created_ns,
+      updated_ns: record.updated_ns,
+      last_heartbeat_ns: record.last_heartbeat_ns,
+    },
+    config,
+    state,
+  };
+}
+
+function recordOf(entry: SessionEntry): SessionRecord {
+  return {
+    ...entry.fields,
+    config: JSON.parse(entry.config) as Config,
+    state: JSON.parse(entry.state) as State,
+  };
+}
+
+/** A row of `sessions.prefetch` (config and state selected as text) as a batch entry. */
+export function prefetchedSession(
+  row: Omit<SessionRow, "config" | "state"> & { config: string; state: string },
+) {
+  const record = fromRow({ ...row, config: {} as Config, state: {} as State });
+  return entryOf(record, row.config, row.state);
+}
+
 function toParams(record: SessionRecord): unknown[] {
   return [
     encodeText(record.session_id, "session_id"),
@@ -63,20 +107,45 @@ export class PostgresSessionStore implements SessionStore {
   /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
   private readonly absent = new Set<string>();
 
+  /** In a batch: rows this transaction read or wrote, as they now stand, handed on by rememberIn. */
+  private readonly local = new Map<string, SessionEntry>();
+
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["sessions"],
+    private readonly memory?: BatchMemory,
   ) {}
 
   async get(sessionId: string): Promise<SessionRecord | null> {
     const id = encodeText(sessionId, "session_id");
+    const known = this.local.get(id) ?? this.memory?.sessions.get(id);
+    if (known !== undefined) {
+      // Locked by this batch's transaction since it was read: nobody else can have changed it.
+      await this.tx.usable(this.sql.get.op);
+      this.held.add(id);
+      return recordOf(known);
+    }
     const row = await this.tx.lockedRow<SessionRow>(this.sql.get, id, "sessions");
     if (row === undefined) {
       this.absent.add(id);
       return null;
     }
     this.held.add(id);
-    return fromRow(row);
+    const record = fromRow(row);
+    if (this.memory !== undefined) {
+      this.local.set(id, entryOf(record, JSON.stringify(row.config), JSON.stringify(row.state)));
+    }
+    return record;
+  }
+
+  /** Hands the rows this transaction holds to the batch's next transactions (once its savepoint is released). */
+  rememberIn(memory: BatchMemory): void {
+    for (const [id, entry] of this.local) memory.sessions.set(id, entry);
+  }
+
+  private keep(record: SessionRecord, params: readonly unknown[]): void {
+    if (this.memory === undefined) return;
+    this.local.set(record.session_id, entryOf(record, params[4] as string, params[5] as string));
   }
 
   async insert(record: SessionRecord): Promise<void> {
@@ -85,21 +154,27 @@ export class PostgresSessionStore implements SessionStore {
     const conflict = () => new SubstrateError("conflict", `session ${record.session_id} already exists`);
     if (this.absent.delete(record.session_id)) {
       this.held.add(record.session_id);
+      this.keep(record, params);
       return this.tx.defer(this.sql.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
     }
     const { rowCount } = await this.tx.query(this.sql.insert, params);
     if (rowCount === 0) throw conflict();
     this.held.add(record.session_id);
+    this.keep(record, params);
   }
 
   async update(record: SessionRecord): Promise<void> {
     const params = toParams(record);
     const missing = () => new SubstrateError("not_found", `session ${record.session_id} does not exist`);
     if (this.held.has(record.session_id)) {
+      this.keep(record, params);
       return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
     }
     const { rowCount } = await this.tx.query(this.sql.update, params);
     if (rowCount === 0) throw missing();
+    // The UPDATE has locked the row.
+    this.held.add(record.session_id);
+    this.keep(record, params);
   }
 
   async list(filter: { status?: SessionStatus; limit?: number } = {}): Promise<SessionRecord[]> {

@@ -117,6 +117,14 @@ export function buildStatements(t: TableNames) {
         params(10).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
         "$11",
       ),
+      // A batch's read-ahead (TransactionHints): every hinted session at once, locked in id order.
+      // config and state as text, which is what a later transaction of the batch is handed a copy of.
+      prefetch: statement(
+        "sessions.prefetch",
+        `SELECT session_id, agent_id, organization_id, status, config::text AS config, state::text AS state,
+call_count, created_ns, updated_ns, last_heartbeat_ns FROM ${t.sessions} WHERE session_id = ANY($1::text[])
+ORDER BY session_id FOR UPDATE`,
+      ),
       update: statement(
         "sessions.update",
         `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
@@ -140,6 +148,12 @@ call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE
         "nonces.add",
         `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns) VALUES ($1, $2, $3)
 ON CONFLICT DO NOTHING`,
+      ),
+      // Which of the hinted (session, nonce) pairs are recorded; read after their sessions' locks.
+      prefetch: statement(
+        "nonces.prefetch",
+        `SELECT session_id, nonce_json FROM ${t.nonces}
+WHERE (session_id, nonce_json) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
       ),
       count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
     },

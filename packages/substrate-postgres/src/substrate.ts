@@ -1,7 +1,7 @@
 // The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
+import type { Substrate, SubstrateCapabilities, SubstrateTx, TransactionHints } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
@@ -13,6 +13,7 @@ import { PostgresHitlStore } from "./hitl.js";
 import { runMigrations } from "./migrations.js";
 import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
+import { collectHints, type ReadAhead, rememberReadAhead, sendReadAhead } from "./prefetch.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statements } from "./sql.js";
 import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
@@ -89,6 +90,8 @@ export interface PostgresSubstrateStats {
   commits: number;
   /** The most transactions that ever shared one BEGIN … COMMIT. */
   largestBatch: number;
+  /** Session rows read ahead for batches, from their transactions' hints (see TransactionHints). */
+  readAhead: number;
 }
 
 const DEFAULT_MAX_RETRIES = 8;
@@ -111,6 +114,8 @@ type Attempt<T> = { ok: true; value: T } | { ok: false; error: unknown; retry: b
 
 interface Job {
   readonly fn: (tx: SubstrateTx) => Promise<unknown>;
+  /** What fn will read first; a batch reads it ahead for all its transactions at once. */
+  readonly hints: TransactionHints | undefined;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   /** Serialization failures counted against this transaction (see retryBatch), for maxRetries. */
@@ -197,6 +202,8 @@ export class PostgresSubstrate implements Substrate {
    * run side by side as before (deadlocks among them are retried as ever) but never beside a batch.
    */
   private readonly beginBatch: string;
+  /** beginBatch without its savepoint: a batch's read-ahead goes between the two, outside any savepoint. */
+  private readonly beginBatchLock: string;
   private readonly inflight = new Set<Promise<unknown>>();
   /** Transactions waiting for a batch, oldest first. */
   private readonly queue: Job[] = [];
@@ -208,6 +215,7 @@ export class PostgresSubstrate implements Substrate {
     rolledBack: 0,
     commits: 0,
     largestBatch: 0,
+    readAhead: 0,
   };
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -246,7 +254,8 @@ export class PostgresSubstrate implements Substrate {
     // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
     const batchLock = `hashtextextended('${this.names.batchKey}', 0)`;
     this.beginSolo = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(${batchLock})`;
-    this.beginBatch = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock}); SAVEPOINT ${SAVEPOINT}`;
+    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock})`;
+    this.beginBatch = `${this.beginBatchLock}; SAVEPOINT ${SAVEPOINT}`;
     if (pool !== undefined) {
       this.pool = pool;
       this.ownsPool = false;
@@ -318,11 +327,11 @@ export class PostgresSubstrate implements Substrate {
    * Runs `fn` in a transaction. With group commit on, a transaction that finds others queued or a
    * batch running joins the next batch; its promise settles only after that batch's COMMIT.
    */
-  async transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
     this.assertOpen("transaction");
     return this.track(
       new Promise<T>((resolve, reject) => {
-        const job: Job = { fn, resolve: resolve as (value: unknown) => void, reject, failures: 0 };
+        const job: Job = { fn, hints, resolve: resolve as (value: unknown) => void, reject, failures: 0 };
         if (
           this.group === null ||
           (this.lane === null && this.queue.length === 0 && this.solos < SOLO_LIMIT)
@@ -569,8 +578,9 @@ export class PostgresSubstrate implements Substrate {
     const { maxBatch, maxBatchMs } = this.group!;
     const pipelined = isPipelined(client);
     const waiting = this.queue.length;
+    const memory = newBatchMemory();
     try {
-      await client.query(this.beginBatch);
+      await this.beginWithReadAhead(client, pipelined, memory);
     } catch (error) {
       // Nothing ran; those that waited through this BEGIN fail with it, later arrivals get a new one.
       const failure = toSubstrateError(error, "transaction: BEGIN");
@@ -593,7 +603,6 @@ export class PostgresSubstrate implements Substrate {
       return pipelined ? null : answer;
     };
 
-    const memory = newBatchMemory();
     /** Transactions whose savepoint was released, in order; answers of their deferred writes may still be coming. */
     const released: Released[] = [];
     let job = this.queue.shift();
@@ -702,6 +711,42 @@ export class PostgresSubstrate implements Substrate {
     return {};
   }
 
+  /**
+   * BEGIN and the batch lock, then (when the queued transactions gave hints) their sessions and
+   * nonces read ahead into `memory`, then the first savepoint. The read-ahead runs outside any
+   * savepoint, so the row locks it takes last until COMMIT whichever transaction rolls back to its
+   * savepoint. A failure of any of it fails like a failed BEGIN (nothing of the batch has run).
+   */
+  private async beginWithReadAhead(
+    client: PoolClient,
+    pipelined: boolean,
+    memory: BatchMemory,
+  ): Promise<void> {
+    const ahead: ReadAhead | null = collectHints(
+      this.queue.slice(0, this.group!.maxBatch).map((job) => job.hints),
+    );
+    if (ahead === null) {
+      await client.query(this.beginBatch);
+      return;
+    }
+    if (!pipelined) {
+      await client.query(this.beginBatchLock);
+      const found = await sendReadAhead(client, this.prepared, this.sql, ahead, false);
+      await client.query(`SAVEPOINT ${SAVEPOINT}`);
+      this.counters.readAhead += rememberReadAhead(memory, ahead, found);
+      return;
+    }
+    // One write, one round trip: the server runs the reads once the batch lock is granted.
+    corkThisTurn(client);
+    const begin = client.query(this.beginBatchLock);
+    const found = sendReadAhead(client, this.prepared, this.sql, ahead, true);
+    const savepoint = client.query(`SAVEPOINT ${SAVEPOINT}`);
+    const [began, read, saved] = await Promise.allSettled([begin, found, savepoint]);
+    // The first failure is the real one: after it, the server refuses the rest as an aborted transaction.
+    for (const step of [began, read, saved]) if (step.status === "rejected") throw step.reason;
+    if (read.status === "fulfilled") this.counters.readAhead += rememberReadAhead(memory, ahead, read.value);
+  }
+
   /** Settles a batch's transactions: the failed with their errors, the rest with `failure` or their values. */
   private settle(ran: readonly Ran[], failure: SubstrateError | null): void {
     for (const r of ran) {
@@ -803,9 +848,11 @@ export class PostgresSubstrate implements Substrate {
   private stores(ctx: TxContext, memory?: BatchMemory): SubstrateTx & Remembering {
     const budgets = new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations, memory);
     const chain = new PostgresChainStore(ctx, this.sql.chain, memory);
+    const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
+    const nonces = new PostgresNonceStore(ctx, this.sql.nonces, memory);
     return {
-      sessions: new PostgresSessionStore(ctx, this.sql.sessions),
-      nonces: new PostgresNonceStore(ctx, this.sql.nonces),
+      sessions,
+      nonces,
       budgets,
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
       chain,
@@ -813,6 +860,8 @@ export class PostgresSubstrate implements Substrate {
       rememberIn: (into) => {
         budgets.rememberIn(into);
         chain.rememberIn(into);
+        sessions.rememberIn(into);
+        nonces.rememberIn(into);
       },
     };
   }

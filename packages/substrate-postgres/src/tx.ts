@@ -4,6 +4,7 @@
 import { type BudgetAccount, SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
 import { sqlState, toSubstrateError } from "./errors.js";
+import type { SessionEntry } from "./sessions.js";
 import type { Statement } from "./sql.js";
 
 /** in_failed_sql_transaction: the statement met a transaction an earlier one had aborted. */
@@ -47,10 +48,24 @@ export interface BatchMemory {
   readonly heldAccounts: Set<string>;
   /** The chain head as it stands (locked), null for an empty chain, undefined when not known. */
   head: { seq: number; entry_hash: string } | null | undefined;
+  /** Session rows as they stand, each locked: read ahead (see prefetch.ts) or left by a released transaction. */
+  readonly sessions: Map<string, SessionEntry>;
+  /**
+   * Whether a (session, nonce) pair is recorded (key: nonceKey), for sessions this batch holds
+   * locked: read ahead, or recorded by a released transaction. The batch lock keeps every other
+   * Leash transaction on the schema out until COMMIT, so no one else can record one meanwhile.
+   */
+  readonly nonces: Map<string, boolean>;
 }
 
 export function newBatchMemory(): BatchMemory {
-  return { accounts: new Map(), heldAccounts: new Set(), head: undefined };
+  return {
+    accounts: new Map(),
+    heldAccounts: new Set(),
+    head: undefined,
+    sessions: new Map(),
+    nonces: new Map(),
+  };
 }
 
 export class TxContext {

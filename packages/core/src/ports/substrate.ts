@@ -152,6 +152,20 @@ export interface SubstrateTx {
 }
 
 /**
+ * What a transaction's function is about to read, given ahead so that a substrate MAY fetch it early:
+ * a group-committing store can read (and lock) the rows of every queued transaction in one round
+ * trip instead of one per transaction. Hints MUST NOT change what the function sees: a substrate
+ * that uses them answers every call exactly as it would without them, and a hinted row that is
+ * missing, malformed or never read costs at most the lookup.
+ */
+export interface TransactionHints {
+  /** Sessions the function will `get`. */
+  readonly sessions?: readonly string[];
+  /** Nonces the function will ask `nonces.has` about, each after `get` of its session. */
+  readonly nonces?: ReadonlyArray<{ readonly sessionId: string; readonly nonce: Nonce }>;
+}
+
+/**
  * A storage backend for the engine.
  *
  * Guarantees every implementation MUST keep (the contract suite in @leash/substrate-contract checks them):
@@ -175,7 +189,8 @@ export interface Substrate {
   readonly kind: string;
   readonly capabilities: SubstrateCapabilities;
   migrate(): Promise<void>;
-  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T>;
+  /** `hints` (optional) names rows `fn` will read; see TransactionHints. */
+  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T>;
   close(): Promise<void>;
 }
 

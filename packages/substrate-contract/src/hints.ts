@@ -1,0 +1,111 @@
+// Contract tests for transaction hints (TransactionHints): a store may read hinted rows ahead, but what fn
+// sees must be exactly what it would see without them, under contention and rollbacks too.
+
+import type { Substrate, TransactionHints } from "@leash/core";
+import { describe, expect, it } from "vitest";
+import { seedWorld, T0, WORLD } from "./fixtures.js";
+import { CONCURRENCY_TIMEOUT_MS, twoHandles, useHarness } from "./harness.js";
+import type { SubstrateContractOptions } from "./options.js";
+
+/** Everything the hinted reads below can see, read without hints. */
+async function plainRead(sub: Substrate) {
+  return sub.transaction(async (tx) => ({
+    session: await tx.sessions.get(WORLD.session1),
+    missing: await tx.sessions.get("sess-missing"),
+    seen: await tx.nonces.has(WORLD.session1, "n-old"),
+    unseen: await tx.nonces.has(WORLD.session1, "n-never"),
+  }));
+}
+
+class Planned extends Error {}
+
+export function hintsContract(opts: SubstrateContractOptions): void {
+  describe("transaction hints", () => {
+    it("change nothing fn sees, whether they name rows, missing rows or malformed values", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      await sub.transaction((tx) => tx.nonces.add(WORLD.session1, "n-old", T0));
+      const expected = await plainRead(sub);
+      expect(expected.session?.session_id).toBe(WORLD.session1);
+      const hints = [
+        { sessions: [WORLD.session1], nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }] },
+        {
+          sessions: ["sess-missing", "bad\u0000id", 7, "", WORLD.session1],
+          nonces: [
+            { sessionId: WORLD.session1, nonce: { not: "a nonce" } },
+            { sessionId: "sess-missing", nonce: "n-old" },
+            { sessionId: WORLD.session1, nonce: "n-never" },
+            null,
+          ],
+        },
+        { sessions: "not a list", nonces: 42 },
+      ] as unknown as TransactionHints[];
+      // Issued together, so a group-committing store reads them ahead for one batch.
+      const seen = await Promise.all(
+        hints.map((h) =>
+          sub.transaction(
+            async (tx) => ({
+              session: await tx.sessions.get(WORLD.session1),
+              missing: await tx.sessions.get("sess-missing"),
+              seen: await tx.nonces.has(WORLD.session1, "n-old"),
+              unseen: await tx.nonces.has(WORLD.session1, "n-never"),
+            }),
+            h,
+          ),
+        ),
+      );
+      for (const read of seen) expect(read).toEqual(expected);
+      // Copies, as ever: changing what one transaction was handed changes nothing stored.
+      seen[0]!.session!.state.total_calls = 999;
+      expect(await plainRead(sub)).toEqual(expected);
+    });
+
+    it("hinted transactions racing on one session and nonce over two handles behave as if run one after another", {
+      timeout: CONCURRENCY_TIMEOUT_MS,
+    }, async () => {
+      const handles = await twoHandles(await useHarness(opts));
+      await seedWorld(handles[0]);
+      const start = (await plainRead(handles[0])).session!.call_count;
+      // The first eight read and record nonce "early"; the rest "late", whose first recording then
+      // happens behind others queued on the same session (inside a batch, on a batching store).
+      const nonceOf = (i: number) => (i < 8 ? "early" : "late");
+      const hintsOf = (i: number): TransactionHints => ({
+        sessions: [WORLD.session1],
+        nonces: [{ sessionId: WORLD.session1, nonce: nonceOf(i) }],
+      });
+      // Each reads the session and its nonce as the engine does (together), records the nonce if
+      // unseen, and counts itself in call_count; every third throws after writing, which must
+      // leave no trace for those after it.
+      const results = await Promise.allSettled(
+        Array.from({ length: 24 }, (_, i) =>
+          handles[i % 2]!.transaction(async (tx) => {
+            const [session, seen] = await Promise.all([
+              tx.sessions.get(WORLD.session1),
+              tx.nonces.has(WORLD.session1, nonceOf(i)),
+            ]);
+            if (!seen) {
+              expect(await tx.nonces.add(WORLD.session1, nonceOf(i), T0, { unseen: true })).toBe(true);
+            }
+            await tx.sessions.update({ ...session!, call_count: session!.call_count + 1 });
+            if (i % 3 === 2) throw new Planned(`planned failure ${i}`);
+            return { nonce: nonceOf(i), seen, counted: session!.call_count + 1 };
+          }, hintsOf(i)),
+        ),
+      );
+      const committed = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      const failed = results.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
+      expect(failed).toHaveLength(8);
+      for (const reason of failed) expect(reason).toBeInstanceOf(Planned);
+      for (const nonce of ["early", "late"]) {
+        expect(committed.filter((r) => r.nonce === nonce && !r.seen)).toHaveLength(1);
+      }
+      // No lost or phantom update: the counts each saw are exactly start+1 … start+16.
+      expect(committed.map((r) => r.counted).sort((a, b) => a - b)).toEqual(
+        Array.from({ length: 16 }, (_, i) => start + 1 + i),
+      );
+      const after = await plainRead(handles[1]);
+      expect(after.session!.call_count).toBe(start + 16);
+      expect(await handles[1].transaction((tx) => tx.nonces.has(WORLD.session1, "late"))).toBe(true);
+    });
+  });
+}
