@@ -73,6 +73,34 @@ async function inOneBatch(
   return results;
 }
 
+/** Runs `work` while recording the prepared-statement names every pg client sends. */
+async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; names: string[] }> {
+  const names: string[] = [];
+  const Client = (await import("pg")).Client;
+  const original = Client.prototype.query;
+  Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
+    const name = (config as { name?: string } | null)?.name;
+    if (typeof name === "string") names.push(name);
+    return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+  } as typeof original;
+  try {
+    return { result: await work(), names };
+  } finally {
+    Client.prototype.query = original;
+  }
+}
+
+/** inOneBatch for transactions that give hints. */
+async function inOneHintedBatch(
+  sub: PostgresSubstrate,
+  jobs: ReadonlyArray<readonly [Fn, TransactionHints]>,
+): Promise<PromiseSettledResult<unknown>[]> {
+  const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
+  const results = Promise.allSettled(jobs.map(([fn, hints]) => sub.transaction(fn, hints)));
+  await Promise.all(fillers);
+  return results;
+}
+
 /** Adds 1 to an account's integer spent_usd, yielding between the locked read and the write. */
 function increment(substrate: Substrate, accountId: string): Promise<number> {
   return substrate.transaction(async (tx) => {
@@ -804,34 +832,6 @@ END $$`);
 });
 
 describe("a batch's read-ahead (transaction hints)", () => {
-  /** inOneBatch for transactions that give hints. */
-  async function inOneHintedBatch(
-    sub: PostgresSubstrate,
-    jobs: ReadonlyArray<readonly [Fn, TransactionHints]>,
-  ): Promise<PromiseSettledResult<unknown>[]> {
-    const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
-    const results = Promise.allSettled(jobs.map(([fn, hints]) => sub.transaction(fn, hints)));
-    await Promise.all(fillers);
-    return results;
-  }
-
-  /** Runs `work` while recording the prepared-statement names every pg client sends. */
-  async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; names: string[] }> {
-    const names: string[] = [];
-    const Client = (await import("pg")).Client;
-    const original = Client.prototype.query;
-    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
-      const name = (config as { name?: string } | null)?.name;
-      if (typeof name === "string") names.push(name);
-      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
-    } as typeof original;
-    try {
-      return { result: await work(), names };
-    } finally {
-      Client.prototype.query = original;
-    }
-  }
-
   const hint = (sessionId: string, ...nonces: string[]): TransactionHints => ({
     sessions: [sessionId],
     nonces: nonces.map((nonce) => ({ sessionId, nonce })),
@@ -995,5 +995,188 @@ describe("a batch's read-ahead (transaction hints)", () => {
       { status: "fulfilled", value: "s1" },
     ]);
     expect(sub.stats.readAhead - before).toBe(1);
+  });
+});
+
+describe("a batch's deferred writes, sent together", () => {
+  /** What an engine decision does, on session `id`: reads, then six writes the batch may hold back. */
+  const decision =
+    (id: string, seqOffset: number, over: { reservationId?: string; entryId?: string } = {}): Fn =>
+    async (tx) => {
+      const [s, seen] = await Promise.all([tx.sessions.get(id), tx.nonces.has(id, "n")]);
+      const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
+      if (seen) throw new Error("replayed");
+      await tx.nonces.add(id, "n", T0, { unseen: true });
+      const reservationId = over.reservationId ?? `${id}#1`;
+      await tx.budgets.insertReservation(reservation(reservationId, { session_id: id }), { unusedId: true });
+      await tx.budgets.updateAccount({ ...acct!, spent_usd: String(BigInt(acct!.spent_usd) + 1n) });
+      await tx.sessions.update({ ...s!, call_count: s!.call_count + 1 });
+      const seq = (head?.seq ?? -1) + 1;
+      await tx.chain.append(
+        chainEntry(seq, {
+          entry_id: over.entryId ?? `e${seq}`,
+          prev_hash: head?.entry_hash ?? "0".repeat(64),
+        }),
+      );
+      await tx.outbox.enqueue({ seq, entry_id: `e${seq}`, session_id: id, created_ns: T0 }, { newSeq: true });
+      return seq - seqOffset;
+    };
+
+  async function world(count: number): Promise<PostgresSubstrate> {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.budgets.insertAccount(account("a", { spent_usd: "0" }));
+      for (let i = 0; i < count; i++) await tx.sessions.insert(session(`s${i}`));
+    });
+    return sub;
+  }
+
+  async function stored(sub: PostgresSubstrate) {
+    return sub.transaction(async (tx) => ({
+      spent: (await tx.budgets.getAccount("a"))!.spent_usd,
+      calls: Object.fromEntries((await tx.sessions.list()).map((r) => [r.session_id, r.call_count])),
+      reservations: (await tx.budgets.listReservations({})).map((r) => r.reservation_id).sort(),
+      chain: (await tx.chain.range(0, 100)).map((e) => e.seq),
+      outbox: (await tx.outbox.list({})).map((i) => i.seq),
+      head: (await tx.chain.head())?.seq ?? null,
+    }));
+  }
+
+  const hinted = (id: string): TransactionHints => ({
+    sessions: [id],
+    nonces: [{ sessionId: id, nonce: "n" }],
+  });
+
+  it("go out as one multi-row statement per kind, after the first, and land exactly as one by one", async () => {
+    const sub = await world(6);
+    const before = sub.stats.multiRowWrites;
+    const { result, names } = await statementNames(() =>
+      inOneHintedBatch(
+        sub,
+        Array.from({ length: 6 }, (_, i) => [decision(`s${i}`, 0), hinted(`s${i}`)] as const),
+      ),
+    );
+    expect(result).toEqual(Array.from({ length: 6 }, (_, i) => ({ status: "fulfilled", value: i })));
+    expect(await stored(sub)).toEqual({
+      spent: "6",
+      calls: { s0: 1, s1: 1, s2: 1, s3: 1, s4: 1, s5: 1 },
+      reservations: ["s0#1", "s1#1", "s2#1", "s3#1", "s4#1", "s5#1"],
+      chain: [0, 1, 2, 3, 4, 5],
+      outbox: [0, 1, 2, 3, 4, 5],
+      head: 5,
+    });
+    // The first transaction's writes go out at once (the server has nothing else to do); the other
+    // five gather while it works, and each kind then travels in one statement.
+    for (const kind of [
+      "nonces_add",
+      "reservations_insert",
+      "accounts_update",
+      "sessions_update",
+      "chain_append",
+      "outbox_enqueue",
+    ]) {
+      expect(
+        names.filter((n) => n.includes(`${kind}_multi`)),
+        kind,
+      ).toHaveLength(1);
+    }
+    // accounts.update: five writes of one row become one.
+    expect(sub.stats.multiRowWrites - before).toBe(5 * 5 + 1);
+  });
+
+  it("a transaction takes its savepoint only to send a statement, after the writes held for those before it", async () => {
+    const sub = await world(1);
+    const result = await inOneHintedBatch(sub, [
+      [
+        async (tx) => {
+          const s = (await tx.sessions.get("s0"))!;
+          // Sent at its end (the server is idle then), and still unanswered when the next one ends.
+          await tx.sessions.update({ ...s, call_count: 4 });
+        },
+        hinted("s0"),
+      ],
+      [
+        async (tx) => {
+          const s = (await tx.sessions.get("s0"))!;
+          await tx.sessions.update({ ...s, call_count: 5 }); // held back: nothing sent
+        },
+        hinted("s0"),
+      ],
+      [
+        async (tx) => {
+          await tx.sessions.insert(session("x")); // sent: the write above goes first, outside its savepoint
+          throw new Error("rolled back to its savepoint");
+        },
+        hinted("s0"),
+      ],
+      [async (tx) => [(await tx.sessions.get("s0"))!.call_count, await tx.sessions.get("x")], hinted("s0")],
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect((result[3] as PromiseFulfilledResult<unknown>).value).toEqual([5, null]);
+    expect((await stored(sub)).calls).toEqual({ s0: 5 });
+  });
+
+  it("a row refused inside a multi-row write fails only its transaction; the others commit after running again", async () => {
+    const sub = await world(5);
+    // Taken already: the third transaction's vouched-for reservation id is not unused after all.
+    await sub.transaction((tx) => tx.budgets.insertReservation(reservation("taken", { session_id: "s9" })));
+    const result = await inOneHintedBatch(sub, [
+      [decision("s0", 0), hinted("s0")],
+      [decision("s1", 0), hinted("s1")],
+      [decision("s2", 0, { reservationId: "taken" }), hinted("s2")],
+      [decision("s3", 0), hinted("s3")],
+      [decision("s4", 0), hinted("s4")],
+    ]);
+    expect(result.map((r) => r.status)).toEqual([
+      "fulfilled",
+      "fulfilled",
+      "rejected",
+      "fulfilled",
+      "fulfilled",
+    ]);
+    expect(((result[2] as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
+    const after = await stored(sub);
+    expect(after.calls).toEqual({ s0: 1, s1: 1, s2: 0, s3: 1, s4: 1 });
+    expect(after.reservations).toEqual(["s0#1", "s1#1", "s3#1", "s4#1", "taken"]);
+    expect(after).toMatchObject({ spent: "4", chain: [0, 1, 2, 3], outbox: [0, 1, 2, 3], head: 3 });
+  });
+
+  it("a chain entry refused inside a multi-row append (its id taken) fails only its transaction", async () => {
+    const sub = await world(4);
+    const result = await inOneHintedBatch(sub, [
+      [decision("s0", 0), hinted("s0")],
+      [decision("s1", 0), hinted("s1")],
+      [decision("s2", 0, { entryId: "e1" }), hinted("s2")],
+      [decision("s3", 0), hinted("s3")],
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    const reason = (result[2] as PromiseRejectedResult).reason as SubstrateError;
+    expect(reason.code).toBe("conflict");
+    expect(reason.message).toMatch(/already exists/);
+    expect(await stored(sub)).toMatchObject({ spent: "3", chain: [0, 1, 2], outbox: [0, 1, 2], head: 2 });
+  });
+
+  it("a multi-row write the server refuses as a whole makes its transactions run again alone; only the bad one fails", async () => {
+    const sub = await world(0);
+    const enqueue =
+      (seq: number, entryId: string): Fn =>
+      async (tx) => {
+        await tx.outbox.enqueue(
+          { seq, entry_id: entryId, session_id: null, created_ns: T0 },
+          { newSeq: true },
+        );
+        return seq;
+      };
+    const result = await inOneBatch(sub, [
+      enqueue(1, "e1"),
+      enqueue(2, "e2"),
+      // PostgreSQL text cannot hold U+0000: the statement carrying this row fails, whoever else is in it.
+      enqueue(3, "e\u00003"),
+      enqueue(4, "e4"),
+    ]);
+    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect(await sub.transaction(async (tx) => (await tx.outbox.list({})).map((i) => i.seq))).toEqual([
+      1, 2, 4,
+    ]);
   });
 });

@@ -25,7 +25,7 @@ function fnv1a(text: string): string {
   return (hash >>> 0).toString(16).padStart(8, "0");
 }
 
-function statement(op: string, text: string): Statement {
+export function statement(op: string, text: string): Statement {
   // Two 32-bit hashes of different spellings make an accidental collision negligible.
   return {
     op,

@@ -5,6 +5,12 @@ import type { Substrate, SubstrateCapabilities, SubstrateTx, TransactionHints } 
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
+import {
+  BatchWrites,
+  type MultiRowStatements,
+  multiAppendStatement,
+  multiRowStatements,
+} from "./batch-writes.js";
 import { PostgresBudgetStore } from "./budgets.js";
 import { PostgresChainStore } from "./chain.js";
 import { type TableNames, tableNames } from "./codec.js";
@@ -15,7 +21,7 @@ import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
 import { collectHints, type ReadAhead, rememberReadAhead, sendReadAhead } from "./prefetch.js";
 import { PostgresSessionStore } from "./sessions.js";
-import { buildStatements, type Statements } from "./sql.js";
+import { buildStatements, type Statement, type Statements } from "./sql.js";
 import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
 
 export interface GroupCommitOptions {
@@ -73,6 +79,14 @@ export interface PostgresSubstrateOptions {
    * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
    * second would run only after the first, and a batch holds off every other transaction on the
    * schema (see beginBatch). A transaction on an idle handle still runs alone, as without it.
+   * On a pipelined connection (the pool built from `url`) two things go further. The sessions and
+   * nonces the queued transactions name in their hints (TransactionHints) are read, the sessions
+   * locked, in one round trip when the batch begins. And deferred writes are held back until a
+   * statement must follow them or the batch ends, then sent as one multi-row statement per kind
+   * (see BatchWrites); a transaction takes its savepoint only when it first sends a statement, so
+   * one answered wholly from the batch's memory takes none. Should a multi-row statement fail as a
+   * whole, whose row was refused cannot be told: the batch rolls back and each of its transactions
+   * runs again alone.
    */
   groupCommit?: GroupCommitOptions | false;
 }
@@ -92,6 +106,8 @@ export interface PostgresSubstrateStats {
   largestBatch: number;
   /** Session rows read ahead for batches, from their transactions' hints (see TransactionHints). */
   readAhead: number;
+  /** Deferred writes of batches sent as rows of multi-row statements (see BatchWrites). */
+  multiRowWrites: number;
 }
 
 const DEFAULT_MAX_RETRIES = 8;
@@ -185,6 +201,9 @@ export class PostgresSubstrate implements Substrate {
   private readonly ownsPool: boolean;
   private readonly names: TableNames;
   private readonly sql: Statements;
+  /** The multi-row forms a batch's held-back writes are sent with (see BatchWrites). */
+  private readonly multi: MultiRowStatements;
+  private readonly multiAppend: Statement;
   private readonly maxRetries: number;
   private readonly prepared: boolean;
   private readonly where: string;
@@ -216,6 +235,7 @@ export class PostgresSubstrate implements Substrate {
     commits: 0,
     largestBatch: 0,
     readAhead: 0,
+    multiRowWrites: 0,
   };
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -249,6 +269,8 @@ export class PostgresSubstrate implements Substrate {
     this.names = tableNames(schema);
     this.schema = schema ?? null;
     this.sql = buildStatements(this.names);
+    this.multi = multiRowStatements(this.names);
+    this.multiAppend = multiAppendStatement(this.names);
     this.maxRetries = maxRetries;
     this.prepared = options.preparedStatements ?? true;
     // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
@@ -388,13 +410,24 @@ export class PostgresSubstrate implements Substrate {
     }
   }
 
-  private context(client: PoolClient): TxContext {
+  private context(client: PoolClient, writes?: BatchWrites): TxContext {
     return new TxContext(
       client,
       this.prepared,
       this.sql.keys.lock,
       this.names.rowKeyPrefix,
       isPipelined(client),
+      writes,
+    );
+  }
+
+  /** Runs a transaction by itself, as one that found no batch running would. */
+  private runAlone(job: Job): void {
+    this.solos++;
+    void this.track(
+      this.runSolo(job).finally(() => {
+        this.solos--;
+      }),
     );
   }
 
@@ -605,9 +638,23 @@ export class PostgresSubstrate implements Substrate {
 
     /** Transactions whose savepoint was released, in order; answers of their deferred writes may still be coming. */
     const released: Released[] = [];
+    // Pipelined only: without pipelining every statement waits for the one before anyway.
+    const writes = pipelined
+      ? new BatchWrites(
+          client,
+          this.prepared,
+          this.multi,
+          { single: this.sql.chain.append.op, multi: this.multiAppend },
+          SAVEPOINT,
+          (rows) => {
+            this.counters.multiRowWrites += rows;
+          },
+          (text) => void control(text),
+        )
+      : undefined;
     let job = this.queue.shift();
     while (job !== undefined) {
-      const ctx = this.context(client);
+      const ctx = this.context(client, writes);
       const stores = this.stores(ctx, memory);
       let failed = false;
       let outcome: unknown;
@@ -622,6 +669,8 @@ export class PostgresSubstrate implements Substrate {
       // RELEASE and the next transaction go out behind them without waiting a round trip.
       await ctx.written();
       if (failed || ctx.failure !== null) {
+        // What it held back goes nowhere; what it sent is undone by ROLLBACK TO below.
+        writes?.drop(ctx);
         // Rolled back alone, as ever, but only once every answer before it is in: if a released
         // transaction's deferred write failed, this one only met the transaction that write aborted.
         await ctx.drain();
@@ -653,7 +702,9 @@ export class PostgresSubstrate implements Substrate {
         stores.rememberIn(memory);
         released.push({ job, ctx });
       }
-      let refused = failed ? await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`) : null;
+      let refused: unknown = null;
+      if (writes !== undefined) writes.endTransaction(ctx, !failed);
+      else if (failed) refused = await control(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
       const next =
         refused === null &&
         ran.length < maxBatch &&
@@ -661,7 +712,7 @@ export class PostgresSubstrate implements Substrate {
           ? this.queue.shift()
           : undefined;
       // After ROLLBACK TO the savepoint still stands, empty, for the next transaction to run in.
-      if (next !== undefined && !failed) {
+      if (next !== undefined && !failed && writes === undefined) {
         refused = await control(`RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
         if (refused !== null) this.queue.unshift(next);
       }
@@ -669,6 +720,7 @@ export class PostgresSubstrate implements Substrate {
     }
 
     const jobs = ran.map((r) => r.job);
+    writes?.flush();
     const answered = Promise.all(controls);
     // Checked first: a failed deferred write makes every later statement, SAVEPOINTs included, fail too.
     const late = await lateFailure(released);
@@ -713,9 +765,9 @@ export class PostgresSubstrate implements Substrate {
 
   /**
    * BEGIN and the batch lock, then (when the queued transactions gave hints) their sessions and
-   * nonces read ahead into `memory`, then the first savepoint. The read-ahead runs outside any
-   * savepoint, so the row locks it takes last until COMMIT whichever transaction rolls back to its
-   * savepoint. A failure of any of it fails like a failed BEGIN (nothing of the batch has run).
+   * nonces read ahead into `memory`, then (not pipelined) the first savepoint. The read-ahead runs
+   * outside any savepoint, so the row locks it takes last until COMMIT whichever transaction rolls
+   * back to its savepoint. A failure of any of it fails like a failed BEGIN (nothing has run).
    */
   private async beginWithReadAhead(
     client: PoolClient,
@@ -726,7 +778,8 @@ export class PostgresSubstrate implements Substrate {
       this.queue.slice(0, this.group!.maxBatch).map((job) => job.hints),
     );
     if (ahead === null) {
-      await client.query(this.beginBatch);
+      // Pipelined, each transaction takes a savepoint only once it sends a statement (BatchWrites).
+      await client.query(pipelined ? this.beginBatchLock : this.beginBatch);
       return;
     }
     if (!pipelined) {
@@ -740,10 +793,9 @@ export class PostgresSubstrate implements Substrate {
     corkThisTurn(client);
     const begin = client.query(this.beginBatchLock);
     const found = sendReadAhead(client, this.prepared, this.sql, ahead, true);
-    const savepoint = client.query(`SAVEPOINT ${SAVEPOINT}`);
-    const [began, read, saved] = await Promise.allSettled([begin, found, savepoint]);
+    const [began, read] = await Promise.allSettled([begin, found]);
     // The first failure is the real one: after it, the server refuses the rest as an aborted transaction.
-    for (const step of [began, read, saved]) if (step.status === "rejected") throw step.reason;
+    for (const step of [began, read]) if (step.status === "rejected") throw step.reason;
     if (read.status === "fulfilled") this.counters.readAhead += rememberReadAhead(memory, ahead, read.value);
   }
 
@@ -800,13 +852,20 @@ export class PostgresSubstrate implements Substrate {
   private async undoBatch(
     client: PoolClient,
     ran: readonly Ran[],
-    late: Ran & { ok: false },
+    late: LateFailure,
     current: Job | undefined,
   ): Promise<BatchEnd> {
     const jobs = ran.map((r) => r.job);
     if (current !== undefined) jobs.push(current);
     const failure = toSubstrateError(late.error, "transaction");
     if (failure.code === "serialization") return this.retryBatch(client, jobs, late.job, failure, true);
+    if (late.shared && failure.code !== "io") {
+      // A multi-row write failed as a whole: whose row it was cannot be told, so each transaction
+      // runs again alone, where its writes go out one by one and a bad one fails only its own.
+      const broken = await this.abort(client, failure);
+      for (const again of jobs) this.runAlone(again);
+      return { broken };
+    }
     if (failure.code === "io") {
       // The one running fails with the batch (ok: its own outcome only met the aborted transaction).
       const lost: Ran[] = ran.map((r) => (r.job === late.job ? late : r));
@@ -877,11 +936,16 @@ interface Released {
  * Waits for the answers of the released transactions' deferred writes and returns the first that
  * failed (after it, PostgreSQL answers everything with 25P02, which later ones must not be blamed for).
  */
-async function lateFailure(released: readonly Released[]): Promise<(Ran & { ok: false }) | undefined> {
+async function lateFailure(released: readonly Released[]): Promise<LateFailure | undefined> {
   await Promise.all(released.map((r) => r.ctx.drain()));
   const culprit = released.find((r) => r.ctx.failure !== null);
-  return culprit === undefined ? undefined : { job: culprit.job, ok: false, error: culprit.ctx.failure };
+  return culprit === undefined
+    ? undefined
+    : { job: culprit.job, ok: false, error: culprit.ctx.failure, shared: culprit.ctx.sharedFailure };
 }
+
+/** A released transaction's deferred write that failed; `shared` when it cannot be pinned on it alone. */
+type LateFailure = Ran & { ok: false; shared: boolean };
 
 /** The stores of one batched transaction, which can hand what they know to the next one. */
 interface Remembering {

@@ -3,6 +3,7 @@
 
 import { type BudgetAccount, SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
+import type { BatchWrites } from "./batch-writes.js";
 import { sqlState, toSubstrateError } from "./errors.js";
 import type { SessionEntry } from "./sessions.js";
 import type { Statement } from "./sql.js";
@@ -23,6 +24,17 @@ const corked = new WeakSet<Corkable>();
  * transaction's first read) go out in one write: one system call and one server wake-up instead of
  * one per statement. No-op where pg does not expose its socket.
  */
+/**
+ * Writes out now what corkThisTurn held back. A batch whose transactions answer from memory can
+ * run for milliseconds without the event loop turning, so nextTick would come only at its end.
+ */
+export function uncorkNow(client: PoolClient): void {
+  const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
+  if (stream === undefined || !corked.has(stream as Corkable)) return;
+  corked.delete(stream as Corkable);
+  (stream as Corkable).uncork();
+}
+
 export function corkThisTurn(client: PoolClient): void {
   const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
   if (typeof stream?.cork !== "function" || typeof stream.uncork !== "function") return;
@@ -74,6 +86,11 @@ export class TxContext {
    * roll back), or a write sent without waiting (see `defer`) that did not do what was certain.
    */
   failure: SubstrateError | null = null;
+  /**
+   * Set when the failure cannot be pinned on this transaction alone (a multi-row write it shared
+   * with others failed as a whole): none of them may commit, and each must run again by itself.
+   */
+  sharedFailure = false;
   /** Set once fn has settled; a store used after that must not run on a connection now lent to someone else. */
   finished = false;
   /**
@@ -94,7 +111,28 @@ export class TxContext {
     private readonly rowKeyPrefix: string,
     /** The client writes a query without waiting for the answers before it (pg's `pipeline`). */
     private readonly pipelined: boolean,
+    /** In a batch on a pipelined connection: where deferred writes wait to go out together. */
+    private readonly writes?: BatchWrites,
   ) {}
+
+  /** Records a failure of one of this transaction's deferred writes (the first one counts). */
+  fail(problem: SubstrateError): void {
+    this.failure ??= problem;
+  }
+
+  /** Records a failure this transaction shares with others of its batch (see sharedFailure). */
+  failWhole(problem: SubstrateError): void {
+    if (this.failure === null) {
+      this.failure = problem;
+      this.sharedFailure = true;
+    }
+  }
+
+  /** An answer to wait for before COMMIT (drain), though no statement of this context sent it. */
+  track(answer: Promise<void>): void {
+    this.unanswered.add(answer);
+    void answer.then(() => this.unanswered.delete(answer));
+  }
 
   /**
    * A locked get: FOR UPDATE locks the row when it exists (the common case, one round trip). When it
@@ -177,6 +215,16 @@ export class TxContext {
         const problem = verify(result);
         if (problem !== null) throw problem;
       });
+    }
+    const writes = this.writes;
+    if (writes !== undefined) {
+      // Held back to go out with the batch's other writes of its kind (see BatchWrites).
+      const held = this.tail.then(() => {
+        this.assertUsable(statement.op);
+        writes.add({ owner: this, statement, values, verify });
+      });
+      this.tail = held.catch(() => undefined);
+      return held;
     }
     const turn = this.tail.then(async () => {
       await this.preflight(statement);
@@ -270,6 +318,8 @@ export class TxContext {
 
   private write<R extends QueryResultRow>(statement: Statement, values: readonly unknown[]) {
     if (this.pipelined) corkThisTurn(this.client);
+    // Deferred writes held back go out first, so this statement sees them.
+    this.writes?.beforeSend(this);
     return this.client.query<R>({
       text: statement.text,
       values: values as unknown[],
