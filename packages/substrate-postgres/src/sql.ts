@@ -150,10 +150,12 @@ call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE
 ON CONFLICT DO NOTHING`,
       ),
       // Which of the hinted (session, nonce) pairs are recorded; read after their sessions' locks.
+      // A join from the pairs, which the generic plan runs as one primary-key probe per pair (the
+      // IN (SELECT unnest …) form measured about three times slower here).
       prefetch: statement(
         "nonces.prefetch",
-        `SELECT session_id, nonce_json FROM ${t.nonces}
-WHERE (session_id, nonce_json) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+        `SELECT n.session_id, n.nonce_json FROM unnest($1::text[], $2::text[]) AS pair(session_id, nonce_json)
+JOIN ${t.nonces} AS n ON n.session_id = pair.session_id AND n.nonce_json = pair.nonce_json`,
       ),
       count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
     },
