@@ -522,3 +522,39 @@ describe("a shared COMMIT that fails (group commit)", () => {
     }
   });
 });
+
+describe("the hints evaluate gives its substrate", () => {
+  it("names the session and, when there is one, the nonce", async () => {
+    const store = await openStore("memory");
+    try {
+      const inner = store.substrate;
+      const seen: unknown[] = [];
+      const recording = Object.create(inner) as Substrate;
+      recording.transaction = ((fn: never, hints?: unknown) => {
+        seen.push(hints);
+        return inner.transaction(fn);
+      }) as Substrate["transaction"];
+      const engine = createEngine({ substrate: recording, signer: KEY.signer, clock: fixedClock() });
+      const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+      seen.length = 0;
+      const call = (nonce?: string | number) =>
+        engine.evaluate({
+          session_id: s.session_id,
+          tool_name: "t",
+          params: {},
+          nonce,
+          estimated_cost_usd: 0.01,
+        });
+      await call("n1");
+      await call(7);
+      await call();
+      expect(seen).toEqual([
+        { sessions: [s.session_id], nonces: [{ sessionId: s.session_id, nonce: "n1" }] },
+        { sessions: [s.session_id], nonces: [{ sessionId: s.session_id, nonce: 7 }] },
+        { sessions: [s.session_id] },
+      ]);
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -3,7 +3,7 @@
 
 import type { Substrate, TransactionHints } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { seedWorld, T0, WORLD } from "./fixtures.js";
+import { GENESIS_PREV_HASH, makeChainEntry, seedWorld, T0, WORLD } from "./fixtures.js";
 import { CONCURRENCY_TIMEOUT_MS, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
@@ -14,6 +14,9 @@ async function plainRead(sub: Substrate) {
     missing: await tx.sessions.get("sess-missing"),
     seen: await tx.nonces.has(WORLD.session1, "n-old"),
     unseen: await tx.nonces.has(WORLD.session1, "n-never"),
+    account: await tx.budgets.getAccount(WORLD.sessionAccount),
+    noAccount: await tx.budgets.getAccount("acct-missing"),
+    head: await tx.chain.head(),
   }));
 }
 
@@ -24,11 +27,19 @@ export function hintsContract(opts: SubstrateContractOptions): void {
     it("change nothing fn sees, whether they name rows, missing rows or malformed values", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
-      await sub.transaction((tx) => tx.nonces.add(WORLD.session1, "n-old", T0));
+      await sub.transaction(async (tx) => {
+        await tx.nonces.add(WORLD.session1, "n-old", T0);
+        await tx.chain.append(makeChainEntry(0, GENESIS_PREV_HASH));
+      });
       const expected = await plainRead(sub);
       expect(expected.session?.session_id).toBe(WORLD.session1);
+      expect(expected.account?.account_id).toBe(WORLD.sessionAccount);
+      expect(expected.head?.seq).toBe(0);
       const hints = [
-        { sessions: [WORLD.session1], nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }] },
+        {
+          sessions: [WORLD.session1],
+          nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }],
+        },
         {
           sessions: ["sess-missing", "bad\u0000id", 7, "", WORLD.session1],
           nonces: [
@@ -39,6 +50,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
           ],
         },
         { sessions: "not a list", nonces: 42 },
+        { sessions: [], nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }] },
       ] as unknown as TransactionHints[];
       // Issued together, so a group-committing store reads them ahead for one batch.
       const seen = await Promise.all(
@@ -49,6 +61,9 @@ export function hintsContract(opts: SubstrateContractOptions): void {
               missing: await tx.sessions.get("sess-missing"),
               seen: await tx.nonces.has(WORLD.session1, "n-old"),
               unseen: await tx.nonces.has(WORLD.session1, "n-never"),
+              account: await tx.budgets.getAccount(WORLD.sessionAccount),
+              noAccount: await tx.budgets.getAccount("acct-missing"),
+              head: await tx.chain.head(),
             }),
             h,
           ),
@@ -57,6 +72,8 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       for (const read of seen) expect(read).toEqual(expected);
       // Copies, as ever: changing what one transaction was handed changes nothing stored.
       seen[0]!.session!.state.total_calls = 999;
+      seen[0]!.account!.spent_usd = "9";
+      seen[0]!.head!.seq = 99;
       expect(await plainRead(sub)).toEqual(expected);
     });
 
@@ -66,6 +83,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       const handles = await twoHandles(await useHarness(opts));
       await seedWorld(handles[0]);
       const start = (await plainRead(handles[0])).session!.call_count;
+      await handles[0].transaction((tx) => tx.chain.append(makeChainEntry(0, GENESIS_PREV_HASH)));
       // The first eight read and record nonce "early"; the rest "late", whose first recording then
       // happens behind others queued on the same session (inside a batch, on a batching store).
       const nonceOf = (i: number) => (i < 8 ? "early" : "late");
@@ -87,6 +105,16 @@ export function hintsContract(opts: SubstrateContractOptions): void {
               expect(await tx.nonces.add(WORLD.session1, nonceOf(i), T0, { unseen: true })).toBe(true);
             }
             await tx.sessions.update({ ...session!, call_count: session!.call_count + 1 });
+            // As a decision does: charge the account, then append after the head it read.
+            const [account, head] = await Promise.all([
+              tx.budgets.getAccount(WORLD.sessionAccount),
+              tx.chain.head(),
+            ]);
+            await tx.budgets.updateAccount({
+              ...account!,
+              spent_usd: String(Number(account!.spent_usd) + 1),
+            });
+            await tx.chain.append(makeChainEntry(head!.seq + 1, head!.entry_hash));
             if (i % 3 === 2) throw new Planned(`planned failure ${i}`);
             return { nonce: nonceOf(i), seen, counted: session!.call_count + 1 };
           }, hintsOf(i)),
@@ -105,6 +133,11 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       );
       const after = await plainRead(handles[1]);
       expect(after.session!.call_count).toBe(start + 16);
+      expect(after.account!.spent_usd).toBe("16");
+      expect(after.head!.seq).toBe(16);
+      const chain = await handles[1].transaction((tx) => tx.chain.range(0, 100));
+      expect(chain.map((e) => e.seq)).toEqual(Array.from({ length: 17 }, (_, i) => i));
+      for (let i = 1; i < chain.length; i++) expect(chain[i]!.prev_hash).toBe(chain[i - 1]!.entry_hash);
       expect(await handles[1].transaction((tx) => tx.nonces.has(WORLD.session1, "late"))).toBe(true);
     });
   });
