@@ -25,6 +25,7 @@ const REPORT_KEYS = [
   "max_ms",
   "cpu_us_per_decision",
   "allow_ratio",
+  "store_stats",
   "node",
 ];
 
@@ -74,6 +75,11 @@ describe("leash bench engine", () => {
     expect(out).toMatchObject({ bench: "engine", store: "sqlite", processes: 1, concurrency: 4 });
     expect(out.seconds).toBeGreaterThanOrEqual(0.5);
     expect(out.decisions).toBeGreaterThan(0);
+    // Every measured decision is one committed transaction; batches share COMMITs.
+    expect(out.store_stats.committed).toBe(out.decisions);
+    expect(out.store_stats.commits).toBeGreaterThan(0);
+    expect(out.store_stats.commits).toBeLessThanOrEqual(out.store_stats.committed);
+    expect(out.store_stats.largestBatch).toBeGreaterThanOrEqual(1);
   }, 30_000);
 
   it("merges a second process on the same SQLite file, both signing with the one ephemeral key", async () => {
@@ -98,7 +104,10 @@ describe("leash bench engine", () => {
     // The warning is the only stderr line, and it names the key's public half.
     expect(r.stderr).toMatch(/^leash: warning: --ephemeral-key: .* ([0-9a-f]{64})\n$/);
     expect(r.code).toBe(0);
-    expect(report(r.stdout)).toMatchObject({ store: "sqlite", processes: 2, concurrency: 4 });
+    const out = report(r.stdout);
+    expect(out).toMatchObject({ store: "sqlite", processes: 2, concurrency: 4 });
+    // Summed over both processes.
+    expect(out.store_stats.committed).toBe(out.decisions);
     // The worker got the same key: the whole chain verifies with that one public key.
     const publicKey = /([0-9a-f]{64})\n$/.exec(r.stderr)![1]!;
     const verified = await leash(["verify", "--store", `sqlite:${path}`, "--pubkey", publicKey]);
@@ -134,7 +143,12 @@ describe("leash bench engine", () => {
     );
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
-    expect(report(r.stdout).store).toBe("postgres");
+    const out = report(r.stdout);
+    expect(out.store).toBe("postgres");
+    expect(out.store_stats.committed).toBe(out.decisions);
+    expect(Object.keys(out.store_stats)).toEqual(
+      expect.arrayContaining(["commits", "largestBatch", "readAhead", "multiRowWrites"]),
+    );
     expect(await count()).toBe(before);
   }, 30_000);
 

@@ -50,6 +50,30 @@ interface ProcessReport {
   /** CPU time (user + system, all threads) this process spent in the measured window, in µs. */
   readonly cpu_us: number;
   readonly histogram: HistogramJson;
+  /** How the store's own counters (its `stats`, when it has them) moved in the measured window. */
+  readonly store_stats: Record<string, number>;
+}
+
+/**
+ * The numeric counters a store exposes as `stats` (SQLite and PostgreSQL do: transactions, COMMITs,
+ * batch sizes, read-ahead rows …); {} for a store without them.
+ */
+function storeCounters(substrate: Substrate): Record<string, number> {
+  const stats = (substrate as { stats?: unknown }).stats;
+  if (typeof stats !== "object" || stats === null) return {};
+  return Object.fromEntries(
+    Object.entries(stats).filter((entry): entry is [string, number] => typeof entry[1] === "number"),
+  );
+}
+
+/** Counter movements between two readings; `largestBatch` is a high-water mark, so its later value. */
+function counterDelta(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(after).map(([name, value]) => [
+      name,
+      name === "largestBatch" ? value : value - (before[name] ?? 0),
+    ]),
+  );
 }
 
 const WORKER_SPEC = /^([0-9a-f]{1,32}):([1-9]\d{0,3})$/;
@@ -167,6 +191,7 @@ async function measure(
   const histogram = new LatencyHistogram();
   const done = progress(io, "measuring", options.seconds, load);
   let elapsed: number;
+  const counters = storeCounters(engine.substrate);
   const cpu = process.cpuUsage();
   try {
     elapsed = await load.run(options.concurrency, options.seconds * 1e9, histogram);
@@ -180,6 +205,7 @@ async function measure(
     elapsed_ns: elapsed,
     cpu_us: user + system,
     histogram: histogram.toJSON(),
+    store_stats: counterDelta(counters, storeCounters(engine.substrate)),
   };
 }
 
@@ -399,7 +425,12 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     let allow = 0;
     let elapsedNs = 0;
     let cpuUs = 0;
+    const storeStats: Record<string, number> = {};
     for (const r of reports) {
+      for (const [name, value] of Object.entries(r.store_stats ?? {})) {
+        storeStats[name] =
+          name === "largestBatch" ? Math.max(storeStats[name] ?? 0, value) : (storeStats[name] ?? 0) + value;
+      }
       cpuUs += r.cpu_us;
       histogram.merge(r.histogram);
       decisions += r.decisions;
@@ -434,6 +465,8 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
         cpu_us_per_decision: Math.round(cpuUs / decisions),
         allow_ratio: floorTo(allowRatio, 4),
+        // Summed over the processes: for group commit, committed / commits is the mean batch size.
+        store_stats: storeStats,
         node: process.version,
       })}\n`,
     );
