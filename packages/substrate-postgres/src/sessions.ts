@@ -63,7 +63,8 @@ function entryOf(record: SessionRecord, config: string, state: string): SessionE
       call_count: record.call_count,
       created_ns: record.created_ns,
       updated_ns: record.updated_ns,
-      last_heartbeat_ns: record.last_heartbeat_ns,
+      // As the column gives it back: a record written without one reads back null.
+      last_heartbeat_ns: record.last_heartbeat_ns ?? null,
     },
     config,
     state,

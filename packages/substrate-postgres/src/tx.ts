@@ -24,17 +24,6 @@ const corked = new WeakSet<Corkable>();
  * transaction's first read) go out in one write: one system call and one server wake-up instead of
  * one per statement. No-op where pg does not expose its socket.
  */
-/**
- * Writes out now what corkThisTurn held back. A batch whose transactions answer from memory can
- * run for milliseconds without the event loop turning, so nextTick would come only at its end.
- */
-export function uncorkNow(client: PoolClient): void {
-  const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
-  if (stream === undefined || !corked.has(stream as Corkable)) return;
-  corked.delete(stream as Corkable);
-  (stream as Corkable).uncork();
-}
-
 export function corkThisTurn(client: PoolClient): void {
   const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
   if (typeof stream?.cork !== "function" || typeof stream.uncork !== "function") return;
@@ -49,10 +38,22 @@ export function corkThisTurn(client: PoolClient): void {
 }
 
 /**
+ * Writes out now what corkThisTurn held back. A batch whose transactions answer from memory can
+ * run for milliseconds without the event loop turning, so nextTick would come only at its end.
+ */
+export function uncorkNow(client: PoolClient): void {
+  const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
+  if (stream === undefined || !corked.has(stream as Corkable)) return;
+  corked.delete(stream as Corkable);
+  (stream as Corkable).uncork();
+}
+
+/**
  * What the transactions of one group-commit batch hand on to the next: rows they read FOR UPDATE (or
  * wrote) as they now stand, locked by the batch's PostgreSQL transaction until its COMMIT, so the
- * next one can skip reading them again. Only a transaction whose savepoint was released adds to it
- * (ROLLBACK TO undoes the writes and releases the locks of one that failed); it dies with the batch.
+ * next one can skip reading them again. Only a transaction that succeeded adds to it (one that
+ * failed is rolled back to its savepoint, or had sent nothing and its held writes are dropped); it
+ * dies with the batch.
  */
 export interface BatchMemory {
   /** Budget accounts as they stand, each locked; emptied and refilled from every released transaction. */
