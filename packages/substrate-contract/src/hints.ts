@@ -1,15 +1,15 @@
 // Contract tests for transaction hints (TransactionHints): a store may read hinted rows ahead, but what fn
 // sees must be exactly what it would see without them, under contention and rollbacks too.
 
-import type { Substrate, TransactionHints } from "@leash/core";
+import type { Substrate, SubstrateTx, TransactionHints } from "@leash/core";
 import { describe, expect, it } from "vitest";
 import { GENESIS_PREV_HASH, makeChainEntry, seedWorld, T0, WORLD } from "./fixtures.js";
 import { CONCURRENCY_TIMEOUT_MS, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
-/** Everything the hinted reads below can see, read without hints. */
-async function plainRead(sub: Substrate) {
-  return sub.transaction(async (tx) => ({
+/** Everything the hinted transactions below read, and compare with the same reads made without hints. */
+async function readAll(tx: SubstrateTx) {
+  return {
     session: await tx.sessions.get(WORLD.session1),
     missing: await tx.sessions.get("sess-missing"),
     seen: await tx.nonces.has(WORLD.session1, "n-old"),
@@ -17,7 +17,12 @@ async function plainRead(sub: Substrate) {
     account: await tx.budgets.getAccount(WORLD.sessionAccount),
     noAccount: await tx.budgets.getAccount("acct-missing"),
     head: await tx.chain.head(),
-  }));
+  };
+}
+
+/** readAll in a transaction of its own, without hints. */
+function plainRead(sub: Substrate) {
+  return sub.transaction(readAll);
 }
 
 class Planned extends Error {}
@@ -53,22 +58,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
         { sessions: [], nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }] },
       ] as unknown as TransactionHints[];
       // Issued together, so a group-committing store reads them ahead for one batch.
-      const seen = await Promise.all(
-        hints.map((h) =>
-          sub.transaction(
-            async (tx) => ({
-              session: await tx.sessions.get(WORLD.session1),
-              missing: await tx.sessions.get("sess-missing"),
-              seen: await tx.nonces.has(WORLD.session1, "n-old"),
-              unseen: await tx.nonces.has(WORLD.session1, "n-never"),
-              account: await tx.budgets.getAccount(WORLD.sessionAccount),
-              noAccount: await tx.budgets.getAccount("acct-missing"),
-              head: await tx.chain.head(),
-            }),
-            h,
-          ),
-        ),
-      );
+      const seen = await Promise.all(hints.map((h) => sub.transaction(readAll, h)));
       for (const read of seen) expect(read).toEqual(expected);
       // Copies, as ever: changing what one transaction was handed changes nothing stored.
       seen[0]!.session!.state.total_calls = 999;

@@ -35,6 +35,37 @@ export type MultiRowStatements = ReadonlyMap<string, MultiRow>;
 
 const unnest = (types: readonly string[]) => types.map((type, i) => `$${i + 1}::${type}[]`).join(", ");
 
+/**
+ * The multi-row form of a store's full-row UPDATE: `columns` in the single form's parameter order,
+ * the key first, each as [name, type of its array, cast of the column if not that type].
+ */
+function multiRowUpdate(
+  op: string,
+  table: string,
+  columns: ReadonlyArray<readonly [string, string, string?]>,
+): [string, MultiRow] {
+  const [key] = columns[0]!;
+  const set = columns
+    .slice(1)
+    .map(([name, , cast]) => `${name} = u.${name}${cast === undefined ? "" : `::${cast}`}`)
+    .join(", ");
+  return [
+    op,
+    {
+      statement: statement(
+        `${op}(multi)`,
+        `UPDATE ${table} AS target SET ${set}
+FROM unnest(${unnest(columns.map(([, type]) => type))}) AS u(${columns.map(([name]) => name).join(", ")})
+WHERE target.${key} = u.${key} RETURNING target.${key}`,
+      ),
+      columns: columns.length,
+      key: (values) => String(values[0]),
+      returned: (row) => String(row[key]),
+      update: true,
+    },
+  ];
+}
+
 export function multiRowStatements(t: TableNames): MultiRowStatements {
   const keyOf =
     (...columns: number[]) =>
@@ -97,42 +128,28 @@ ON CONFLICT DO NOTHING RETURNING reservation_id`,
         update: false,
       },
     ],
-    [
-      "accounts.update",
-      {
-        statement: statement(
-          "accounts.update(multi)",
-          `UPDATE ${t.accounts} AS a SET scope = u.scope, parent_id = u.parent_id, limit_usd = u.limit_usd,
-spent_usd = u.spent_usd, reserved_usd = u.reserved_usd, created_ns = u.created_ns, updated_ns = u.updated_ns
-FROM unnest(${unnest(["text", "text", "text", "text", "text", "text", "bigint", "bigint"])})
-  AS u(account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns)
-WHERE a.account_id = u.account_id RETURNING a.account_id`,
-        ),
-        columns: 8,
-        key: keyOf(0),
-        returned: (row) => String(row.account_id),
-        update: true,
-      },
-    ],
-    [
-      "sessions.update",
-      {
-        statement: statement(
-          "sessions.update(multi)",
-          `UPDATE ${t.sessions} AS s SET agent_id = u.agent_id, organization_id = u.organization_id, status = u.status,
-config = u.config::jsonb, state = u.state::jsonb, call_count = u.call_count, created_ns = u.created_ns,
-updated_ns = u.updated_ns, last_heartbeat_ns = u.last_heartbeat_ns
-FROM unnest(${unnest(["text", "text", "text", "text", "text", "text", "bigint", "bigint", "bigint", "bigint"])})
-  AS u(session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns,
-  last_heartbeat_ns)
-WHERE s.session_id = u.session_id RETURNING s.session_id`,
-        ),
-        columns: 10,
-        key: keyOf(0),
-        returned: (row) => String(row.session_id),
-        update: true,
-      },
-    ],
+    multiRowUpdate("accounts.update", t.accounts, [
+      ["account_id", "text"],
+      ["scope", "text"],
+      ["parent_id", "text"],
+      ["limit_usd", "text"],
+      ["spent_usd", "text"],
+      ["reserved_usd", "text"],
+      ["created_ns", "bigint"],
+      ["updated_ns", "bigint"],
+    ]),
+    multiRowUpdate("sessions.update", t.sessions, [
+      ["session_id", "text"],
+      ["agent_id", "text"],
+      ["organization_id", "text"],
+      ["status", "text"],
+      ["config", "text", "jsonb"],
+      ["state", "text", "jsonb"],
+      ["call_count", "bigint"],
+      ["created_ns", "bigint"],
+      ["updated_ns", "bigint"],
+      ["last_heartbeat_ns", "bigint"],
+    ]),
   ];
   return new Map(entries);
 }

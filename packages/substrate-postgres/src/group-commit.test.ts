@@ -518,20 +518,9 @@ describe("round trips the stores save", () => {
         if (fail) throw new Error("changed its mind");
         return seen;
       };
-    const names: string[] = [];
-    const Client = (await import("pg")).Client;
-    const original = Client.prototype.query;
-    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
-      const name = (config as { name?: string } | null)?.name;
-      if (typeof name === "string") names.push(name);
-      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
-    } as typeof original;
-    let results: PromiseSettledResult<unknown>[];
-    try {
-      results = await inOneBatch(sub, [step(1n), step(100n, true), step(10n), step(1000n)]);
-    } finally {
-      Client.prototype.query = original;
-    }
+    const { result: results, names } = await statementNames(() =>
+      inOneBatch(sub, [step(1n), step(100n, true), step(10n), step(1000n)]),
+    );
     expect(results.map((r) => (r.status === "fulfilled" ? r.value : "failed"))).toEqual([
       { spent: "0", head: null },
       "failed",
