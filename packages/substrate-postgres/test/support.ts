@@ -1,11 +1,12 @@
-// Test support for the PostgreSQL substrate's own tests: the server check, throwaway schemas, and
-// fully populated records. It asserts nothing; the shared contract suite has its own fixtures.
+// Test support for the PostgreSQL substrate's own tests: the server check, throwaway schemas, and the
+// contract suite's record fixtures with the plain values these tests count from. It asserts nothing.
 import type { BudgetAccount, Reservation, SessionRecord, Substrate } from "@leash/core";
+import { makeAccount, makeReservation, makeSession, T0 } from "@leash/substrate-contract";
 import { Pool } from "pg";
 import { afterAll, beforeAll } from "vitest";
 
 export const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-export const T0 = 1_000_000_000_000_000;
+export { T0 };
 
 /**
  * Per test file: fails fast when the server is unreachable, and afterwards closes every substrate
@@ -45,43 +46,19 @@ export function pgHarness(prefix: string) {
   };
 }
 
-export const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord => ({
-  session_id: id,
-  agent_id: "agent-1",
-  organization_id: "org-1",
-  status: "ACTIVE",
-  config: { budget_usd: 10 },
-  state: { total_calls: 0, repeat_counts: {} },
-  call_count: 0,
-  created_ns: T0,
-  updated_ns: T0,
-  last_heartbeat_ns: null,
-  ...over,
-});
+// The contract suite's fixtures with the plain values these tests count from: a fresh session
+// (no calls yet), a roomy account, and a hold on account "a" for session "s1".
+export const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord =>
+  makeSession(id, {
+    config: { budget_usd: 10 },
+    state: { total_calls: 0, repeat_counts: {} },
+    call_count: 0,
+    updated_ns: T0,
+    ...over,
+  });
 
-export const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount => ({
-  account_id: id,
-  scope: "session",
-  parent_id: null,
-  limit_usd: "1000",
-  spent_usd: "0",
-  reserved_usd: "0",
-  created_ns: T0,
-  updated_ns: T0,
-  ...over,
-});
+export const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount =>
+  makeAccount(id, { limit_usd: "1000", ...over });
 
-export const reservation = (id: string, over: Partial<Reservation> = {}): Reservation => ({
-  reservation_id: id,
-  account_ids: ["a"],
-  session_id: "s1",
-  call_number: 1,
-  amount_usd: "0.25",
-  actual_usd: null,
-  status: "PENDING",
-  idempotency_key: null,
-  created_ns: T0,
-  expires_ns: T0 + 1000,
-  resolved_ns: null,
-  ...over,
-});
+export const reservation = (id: string, over: Partial<Reservation> = {}): Reservation =>
+  makeReservation(id, { account_ids: ["a"], session_id: "s1", expires_ns: T0 + 1000, ...over });
