@@ -4,6 +4,7 @@
 import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
+import { WalCheckpointer } from "./checkpointer.js";
 import { sqliteCode, toSubstrateError } from "./errors.js";
 import { type ResolvedOptions, resolveOptions, type SqliteSubstrateOptions } from "./options.js";
 import { RowCache } from "./row-cache.js";
@@ -42,6 +43,12 @@ export interface SqliteSubstrateStats {
   largestBatch: number;
   /** WAL fsyncs run off the event loop (synchronous FULL); 0 when COMMIT fsyncs by itself or never does. */
   walSyncs: number;
+  /** PASSIVE checkpoints the background worker ran (0 with backgroundCheckpoints false). */
+  walCheckpoints: number;
+  /** Times the writer paused between batches so the worker could start a full WAL over. */
+  walRestarts: number;
+  /** 1 once the checkpoint worker failed and this connection went back to checkpointing inside COMMIT. */
+  checkpointWorkerFailures: number;
 }
 
 const SAVEPOINT = "leash_tx";
@@ -71,11 +78,12 @@ export class SqliteSubstrate implements Substrate {
   #runStartedAt = 0;
   #lastReleaseAt = Number.NEGATIVE_INFINITY;
   #lastBusyAt = Number.NEGATIVE_INFINITY;
-  readonly #stats: Omit<SqliteSubstrateStats, "walSyncs"> = {
+  readonly #stats: Omit<SqliteSubstrateStats, "walSyncs" | "walCheckpoints" | "walRestarts"> = {
     committed: 0,
     rolledBack: 0,
     commits: 0,
     largestBatch: 0,
+    checkpointWorkerFailures: 0,
   };
   readonly #begin: Database.Statement;
   readonly #commit: Database.Statement;
@@ -85,6 +93,11 @@ export class SqliteSubstrate implements Substrate {
   readonly #rollbackTo: Database.Statement;
   /** Durability off the event loop (see walSyncedOffThread); null when COMMIT itself fsyncs, or never needs to. */
   readonly #syncer: WalSyncer | null;
+  readonly #checkpoints: ResolvedOptions["backgroundCheckpoints"];
+  /** Started by the first COMMIT of a transaction (never by migrate() alone); null again once stopped. */
+  #checkpointer: WalCheckpointer | null = null;
+  /** Counts of checkpointers already stopped. */
+  #checkpointed = { passive: 0, restarts: 0 };
 
   /** Takes ownership of an open connection (WAL and pragmas already set); `openSqliteSubstrate` is the public way in. */
   constructor(db: Database.Database, options: ResolvedOptions) {
@@ -98,6 +111,9 @@ export class SqliteSubstrate implements Substrate {
     this.#maxBatchMs = options.groupCommit === false ? 0 : options.groupCommit.maxBatchMs;
     this.#statements = new StatementCache(db);
     this.#syncer = walSyncedOffThread(options) ? new WalSyncer(options.path) : null;
+    this.#checkpoints = options.backgroundCheckpoints;
+    // The worker checkpoints instead (see WalCheckpointer); until it starts, the WAL only grows.
+    if (this.#checkpoints !== false) db.pragma("wal_autocheckpoint = 0");
     // IMMEDIATE takes the write lock up front: a deferred transaction that upgrades from read to
     // write can fail with SQLITE_BUSY at once, whereas waiting for the lock here is what busyTimeoutMs covers.
     this.#begin = db.prepare("BEGIN IMMEDIATE");
@@ -110,7 +126,13 @@ export class SqliteSubstrate implements Substrate {
   }
 
   get stats(): SqliteSubstrateStats {
-    return { ...this.#stats, walSyncs: this.#syncer?.syncs ?? 0 };
+    const live = this.#checkpointer?.stats;
+    return {
+      ...this.#stats,
+      walSyncs: this.#syncer?.syncs ?? 0,
+      walCheckpoints: this.#checkpointed.passive + (live?.passive ?? 0),
+      walRestarts: this.#checkpointed.restarts + (live?.restarts ?? 0),
+    };
   }
 
   migrate(): Promise<void> {
@@ -153,6 +175,9 @@ export class SqliteSubstrate implements Substrate {
     if (this.#closed) return;
     this.#closed = true;
     try {
+      // First, so that no checkpoint runs behind the final close (the last connection to close
+      // checkpoints the whole WAL and removes it).
+      await this.#stopCheckpointer();
       await this.#syncer?.close();
       this.#db.close();
     } catch (error) {
@@ -180,6 +205,8 @@ export class SqliteSubstrate implements Substrate {
           }
           continue;
         }
+        // Holding no lock: the one moment the checkpoint worker can start the WAL over.
+        await this.#checkpointer?.pauseIfWanted();
         const waitStartedAt = performance.now();
         try {
           await this.#acquire();
@@ -401,6 +428,7 @@ export class SqliteSubstrate implements Substrate {
     }
     this.#stats.commits++;
     this.#stats.committed += done.length;
+    if (this.#checkpointer === null) this.#startCheckpointer();
     if (size > this.#stats.largestBatch) this.#stats.largestBatch = size;
     if (this.#syncer === null) {
       for (const { job, value } of done) job.resolve(value);
@@ -416,6 +444,36 @@ export class SqliteSubstrate implements Substrate {
         for (const { job } of done) job.reject(error);
       },
     );
+  }
+
+  #startCheckpointer(): void {
+    if (this.#checkpoints === false || this.#closing || this.#stats.checkpointWorkerFailures > 0) return;
+    const checkpointer = new WalCheckpointer(
+      {
+        path: this.path,
+        synchronous: this.#db.pragma("synchronous", { simple: true }) === 2 ? "FULL" : "NORMAL",
+        restartFrames: this.#checkpoints.restartFrames,
+        intervalMs: this.#checkpoints.intervalMs,
+      },
+      () => {
+        // Only slower, never wrong: back to SQLite's own checkpoints inside COMMIT.
+        this.#stats.checkpointWorkerFailures = 1;
+        if (this.#db.open) this.#db.pragma("wal_autocheckpoint = 1000");
+        if (this.#checkpointer === checkpointer) void this.#stopCheckpointer();
+      },
+    );
+    this.#checkpointer = checkpointer;
+  }
+
+  async #stopCheckpointer(): Promise<void> {
+    const checkpointer = this.#checkpointer;
+    if (checkpointer === null) return;
+    this.#checkpointer = null;
+    this.#checkpointed = {
+      passive: this.#checkpointed.passive + checkpointer.stats.passive,
+      restarts: this.#checkpointed.restarts + checkpointer.stats.restarts,
+    };
+    await checkpointer.close();
   }
 }
 

@@ -21,7 +21,8 @@ function parseFlag(url: string, name: string, value: string): boolean {
  * - `sqlite:/var/lib/leash.db` or `sqlite:///var/lib/leash.db` — an absolute path (the second is
  *   the `file:` URL form: an empty or `localhost` authority);
  * - query parameters `busy_timeout` (ms), `synchronous` (`FULL` | `NORMAL`), `group_commit` (`on` | `off`),
- *   `mmap_size` (bytes; 0 turns memory-mapped reads off).
+ *   `mmap_size` (bytes; 0 turns memory-mapped reads off), `background_checkpoints` (`on` | `off`),
+ *   `checkpoint_restart_frames` (WAL frames).
  *
  * The path is percent-decoded (write `%25` for a literal `%`). In-memory databases are refused: this
  * substrate promises durability and multi-process sharing, which `:memory:` has neither of.
@@ -77,6 +78,15 @@ export function parseSqliteUrl(url: string): SqliteSubstrateOptions {
       case "mmap_size": {
         if (!/^\d+$/.test(value)) throw invalid(url, "mmap_size must be a whole number of bytes");
         options.mmapSizeBytes = Number(value);
+        break;
+      }
+      case "background_checkpoints":
+        options.backgroundCheckpoints = parseFlag(url, name, value);
+        break;
+      case "checkpoint_restart_frames": {
+        if (!/^[1-9]\d*$/.test(value))
+          throw invalid(url, `${name} must be a whole number of frames, at least 1`);
+        options.checkpointRestartFrames = Number(value);
         break;
       }
       case "group_commit":
