@@ -32,8 +32,8 @@ export interface SqliteSubstrateOptions {
   /**
    * Run WAL checkpoints (copying committed pages from the WAL into the database file, two fsyncs each)
    * on a worker thread with its own connection (default true), instead of inside every COMMIT that
-   * takes the WAL past 1,000 pages, where they stall the event loop and made the engine benchmark
-   * 15-25 % slower here. The worker copies every `checkpointIntervalMs` (default 100) without blocking
+   * takes the WAL past 1,000 pages, where they stall the event loop (off it, the engine benchmark ran
+   * 20-40 % faster here). The worker copies every `checkpointIntervalMs` (default 100) without blocking
    * the writer; once the WAL holds `checkpointRestartFrames` frames (default 16,384: 64 MiB of 4 KiB
    * pages, its size bound) the writer pauses a few milliseconds between two batches so the WAL can start over.
    */
