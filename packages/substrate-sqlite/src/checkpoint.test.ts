@@ -103,7 +103,13 @@ describe("a checkpoint worker that cannot work", () => {
     const failures: string[] = [];
     // A directory is no database: the worker's open fails.
     const checkpointer = new WalCheckpointer(
-      { path: dirname(freshDbPath()), synchronous: "FULL", restartFrames: 1, intervalMs: 1 },
+      {
+        path: dirname(freshDbPath()),
+        synchronous: "FULL",
+        fullfsync: false,
+        restartFrames: 1,
+        intervalMs: 1,
+      },
       (message) => failures.push(message),
     );
     await expect.poll(() => failures.length).toBe(1);

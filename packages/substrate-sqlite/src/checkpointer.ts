@@ -16,6 +16,8 @@ export interface CheckpointerOptions {
   path: string;
   /** The writer's `synchronous`: under FULL or NORMAL a checkpoint fsyncs the WAL before copying and the file after. */
   synchronous: string;
+  /** macOS: F_FULLFSYNC for the checkpoint's syncs, as the writer uses for its own (a no-op elsewhere). */
+  fullfsync: boolean;
   /** WAL frames past which the writer is asked to pause for a RESTART: the WAL's size bound. */
   restartFrames: number;
   /** How often the worker copies what the WAL holds, in milliseconds. */
@@ -71,6 +73,7 @@ function tick() {
 try {
   db = new Database(workerData.path, { timeout: 0 });
   db.pragma("synchronous = " + workerData.synchronous);
+  db.pragma("fullfsync = " + (workerData.fullfsync ? "ON" : "OFF"));
   timer = setInterval(tick, workerData.intervalMs);
 } catch (error) {
   fail(error);

@@ -452,6 +452,7 @@ export class SqliteSubstrate implements Substrate {
       {
         path: this.path,
         synchronous: this.#db.pragma("synchronous", { simple: true }) === 2 ? "FULL" : "NORMAL",
+        fullfsync: this.#db.pragma("fullfsync", { simple: true }) === 1,
         restartFrames: this.#checkpoints.restartFrames,
         intervalMs: this.#checkpoints.intervalMs,
       },
