@@ -1,12 +1,13 @@
-// Test support for the SQLite substrate's own tests: temp database files and fully populated records.
-// It asserts nothing; the shared contract suite (@leash/substrate-contract) has its own fixtures.
+// Test support for the SQLite substrate's own tests: temp database files, and the contract suite's
+// record fixtures with the plain values these tests count from. It asserts nothing.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { BudgetAccount, HitlRequest, Reservation, SessionRecord } from "@leash/core";
+import { makeAccount, makeHitlRequest, makeReservation, makeSession, T0 } from "@leash/substrate-contract";
 import { afterEach } from "vitest";
 
-export const T0 = 1_000_000_000_000_000;
+export { T0 };
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -20,69 +21,33 @@ export function freshDbPath(name = "leash.db"): string {
   return join(dir, name);
 }
 
-export function session(id: string, overrides: Partial<SessionRecord> = {}): SessionRecord {
-  return {
-    session_id: id,
-    agent_id: "agent-1",
-    organization_id: "org-1",
-    status: "ACTIVE",
+// A session with no calls yet (its state keeps a binary-float leftover: it must come back as the same double).
+export const session = (id: string, over: Partial<SessionRecord> = {}): SessionRecord =>
+  makeSession(id, {
     config: { budget_usd: 10, max_repeat_calls: 3 },
     state: { total_calls: 0, budget_spent_usd: 0.30000000000000004, repeat_counts: { search: 1 } },
     call_count: 0,
-    created_ns: T0,
     updated_ns: T0,
-    last_heartbeat_ns: null,
-    ...overrides,
-  };
-}
+    ...over,
+  });
 
-export function account(id: string, overrides: Partial<BudgetAccount> = {}): BudgetAccount {
-  return {
-    account_id: id,
-    scope: "session",
-    parent_id: null,
-    limit_usd: "10.00",
-    spent_usd: "0",
-    reserved_usd: "0",
-    created_ns: T0,
-    updated_ns: T0,
-    ...overrides,
-  };
-}
+export const account = (id: string, over: Partial<BudgetAccount> = {}): BudgetAccount =>
+  makeAccount(id, over);
 
-export function reservation(id: string, overrides: Partial<Reservation> = {}): Reservation {
-  return {
-    reservation_id: id,
+export const reservation = (id: string, over: Partial<Reservation> = {}): Reservation =>
+  makeReservation(id, {
     account_ids: ["acct-session", "acct-agent"],
     session_id: "sess-1",
-    call_number: 1,
     amount_usd: "0.001",
-    actual_usd: null,
-    status: "PENDING",
-    idempotency_key: null,
-    created_ns: T0,
     expires_ns: T0 + 1_000,
-    resolved_ns: null,
-    ...overrides,
-  };
-}
+    ...over,
+  });
 
-export function hitlRequest(id: string, overrides: Partial<HitlRequest> = {}): HitlRequest {
-  return {
-    request_id: id,
-    session_id: "sess-1",
-    call_number: 4,
+export const hitlRequest = (id: string, over: Partial<HitlRequest> = {}): HitlRequest =>
+  makeHitlRequest(id, {
     tool_name: "wire_transfer",
-    nonce: 7,
     args_digest: "ab".repeat(32),
     reason: "hitl_all_calls",
-    status: "PENDING",
-    decision: null,
-    operator_id: null,
-    successor_nonce: null,
-    successor_args_digest: null,
     created_ns: T0,
-    decided_ns: null,
-    ...overrides,
-  };
-}
+    ...over,
+  });
