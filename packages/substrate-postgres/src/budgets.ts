@@ -19,6 +19,7 @@ import {
   encodeOptionalText,
   encodeText,
 } from "./codec.js";
+import { KeyedRows } from "./keyed-rows.js";
 import type { Statements } from "./sql.js";
 import type { BatchMemory, TxContext } from "./tx.js";
 
@@ -117,12 +118,11 @@ export class PostgresBudgetStore implements BudgetStore {
   private readonly known = new Map<string, BudgetAccount>();
   /** Bumped by every account write, so a read that raced a write is not remembered. */
   private accountWrites = 0;
-  /** Accounts and reservations this transaction knows exist and has locked until it ends. */
+  /** Accounts this transaction knows exist and has locked until it ends. */
   private readonly heldAccounts = new Set<string>();
-  private readonly heldReservations = new Set<string>();
-  /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
+  /** Account ids this transaction found absent under their key lock: an insert of one cannot conflict. */
   private readonly absentAccounts = new Set<string>();
-  private readonly absentReservations = new Set<string>();
+  private readonly reservationRows: KeyedRows<Reservation, ReservationRow>;
 
   constructor(
     private readonly tx: TxContext,
@@ -131,6 +131,15 @@ export class PostgresBudgetStore implements BudgetStore {
     /** What earlier transactions of the same batch left locked and known (see BatchMemory). */
     memory?: BatchMemory,
   ) {
+    this.reservationRows = new KeyedRows(tx, {
+      table: "reservations",
+      noun: "reservation",
+      idColumn: "reservation_id",
+      idOf: (reservation) => reservation.reservation_id,
+      params: reservationParams,
+      fromRow: reservationFromRow,
+      statements: reservations,
+    });
     if (memory === undefined) return;
     for (const [id, account] of memory.accounts) this.known.set(id, { ...account });
     for (const id of memory.heldAccounts) this.heldAccounts.add(id);
@@ -195,46 +204,17 @@ export class PostgresBudgetStore implements BudgetStore {
     if (rowCount === 0) throw missing();
   }
 
-  /**
-   * An id found absent under its key lock, or one the caller vouches was never used (`unusedId`),
-   * is inserted without waiting for the answer (see TxContext.defer): a clash then still fails the
-   * transaction before it commits, with "conflict", though not at this call. The insert takes the
-   * key lock all the same, so a concurrent insert of the same id waits for this one's outcome.
-   */
-  async insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void> {
-    const key = this.tx.rowKey("reservations", reservation.reservation_id);
-    const params = [...reservationParams(reservation), key];
-    const id = reservation.reservation_id;
-    const conflict = () => new SubstrateError("conflict", `reservation ${id} already exists`);
-    if (this.absentReservations.delete(id) || options?.unusedId === true) {
-      this.heldReservations.add(id);
-      return this.tx.defer(this.reservations.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
-    }
-    const { rowCount } = await this.tx.query(this.reservations.insert, params);
-    if (rowCount === 0) throw conflict();
-    this.heldReservations.add(id);
+  /** With `unusedId` (the caller vouches the id was never used) the insert does not wait for its answer. */
+  insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void> {
+    return this.reservationRows.insert(reservation, options?.unusedId === true);
   }
 
-  async getReservation(reservationId: string): Promise<Reservation | null> {
-    const id = encodeText(reservationId, "reservation_id");
-    const row = await this.tx.lockedRow<ReservationRow>(this.reservations.get, id, "reservations");
-    if (row === undefined) {
-      this.absentReservations.add(id);
-      return null;
-    }
-    this.heldReservations.add(id);
-    return reservationFromRow(row);
+  getReservation(reservationId: string): Promise<Reservation | null> {
+    return this.reservationRows.get(reservationId);
   }
 
-  async updateReservation(reservation: Reservation): Promise<void> {
-    const params = reservationParams(reservation);
-    const id = reservation.reservation_id;
-    const missing = () => new SubstrateError("not_found", `reservation ${id} does not exist`);
-    if (this.heldReservations.has(id)) {
-      return this.tx.defer(this.reservations.update, params, (r) => (r.rowCount === 0 ? missing() : null));
-    }
-    const { rowCount } = await this.tx.query(this.reservations.update, params);
-    if (rowCount === 0) throw missing();
+  updateReservation(reservation: Reservation): Promise<void> {
+    return this.reservationRows.update(reservation);
   }
 
   async listExpired(nowNs: number, limit: number): Promise<Reservation[]> {
@@ -245,18 +225,7 @@ export class PostgresBudgetStore implements BudgetStore {
     return rows.map(reservationFromRow);
   }
 
-  async listReservations(filter: { sessionId?: string; status?: ReservationStatus }): Promise<Reservation[]> {
-    const used: string[] = [];
-    const values: unknown[] = [];
-    if (filter.sessionId !== undefined) {
-      used.push("session_id");
-      values.push(encodeText(filter.sessionId, "sessionId"));
-    }
-    if (filter.status !== undefined) {
-      used.push("status");
-      values.push(encodeText(filter.status, "status"));
-    }
-    const { rows } = await this.tx.query<ReservationRow>(this.reservations.list(used), values);
-    return rows.map(reservationFromRow);
+  listReservations(filter: { sessionId?: string; status?: ReservationStatus }): Promise<Reservation[]> {
+    return this.reservationRows.list(filter);
   }
 }

@@ -1,7 +1,6 @@
 // The HITL store on leash_hitl_requests: paused calls and the human decisions made on them.
 // Nonces are kept as JSON text (as in nonces.ts) so a string nonce and a number nonce stay apart.
 import type { HitlRequest, HitlRequestStatus, HitlStore, Reason } from "@leash/core";
-import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
   decodeOptionalInt,
@@ -12,6 +11,7 @@ import {
   encodeOptionalText,
   encodeText,
 } from "./codec.js";
+import { KeyedRows } from "./keyed-rows.js";
 import type { Statements } from "./sql.js";
 import type { TxContext } from "./tx.js";
 
@@ -71,64 +71,33 @@ function toParams(request: HitlRequest): unknown[] {
 }
 
 export class PostgresHitlStore implements HitlStore {
-  /** Rows this transaction knows exist and has locked (read FOR UPDATE, or inserted) until it ends. */
-  private readonly held = new Set<string>();
-  /** Ids this transaction found absent under their key lock: an insert of one cannot conflict. */
-  private readonly absent = new Set<string>();
+  private readonly rows: KeyedRows<HitlRequest, HitlRow>;
 
-  constructor(
-    private readonly tx: TxContext,
-    private readonly sql: Statements["hitl"],
-  ) {}
-
-  async insert(request: HitlRequest): Promise<void> {
-    const key = this.tx.rowKey("hitl", request.request_id);
-    const params = [...toParams(request), key];
-    const conflict = () =>
-      new SubstrateError("conflict", `HITL request ${request.request_id} already exists`);
-    if (this.absent.delete(request.request_id)) {
-      this.held.add(request.request_id);
-      return this.tx.defer(this.sql.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
-    }
-    const { rowCount } = await this.tx.query(this.sql.insert, params);
-    if (rowCount === 0) throw conflict();
-    this.held.add(request.request_id);
+  constructor(tx: TxContext, sql: Statements["hitl"]) {
+    this.rows = new KeyedRows(tx, {
+      table: "hitl",
+      noun: "HITL request",
+      idColumn: "request_id",
+      idOf: (request) => request.request_id,
+      params: toParams,
+      fromRow,
+      statements: sql,
+    });
   }
 
-  async get(requestId: string): Promise<HitlRequest | null> {
-    const id = encodeText(requestId, "request_id");
-    const row = await this.tx.lockedRow<HitlRow>(this.sql.get, id, "hitl");
-    if (row === undefined) {
-      this.absent.add(id);
-      return null;
-    }
-    this.held.add(id);
-    return fromRow(row);
+  insert(request: HitlRequest): Promise<void> {
+    return this.rows.insert(request);
   }
 
-  async update(request: HitlRequest): Promise<void> {
-    const params = toParams(request);
-    const missing = () =>
-      new SubstrateError("not_found", `HITL request ${request.request_id} does not exist`);
-    if (this.held.has(request.request_id)) {
-      return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
-    }
-    const { rowCount } = await this.tx.query(this.sql.update, params);
-    if (rowCount === 0) throw missing();
+  get(requestId: string): Promise<HitlRequest | null> {
+    return this.rows.get(requestId);
   }
 
-  async list(filter: { sessionId?: string; status?: HitlRequestStatus }): Promise<HitlRequest[]> {
-    const used: string[] = [];
-    const values: unknown[] = [];
-    if (filter.sessionId !== undefined) {
-      used.push("session_id");
-      values.push(encodeText(filter.sessionId, "sessionId"));
-    }
-    if (filter.status !== undefined) {
-      used.push("status");
-      values.push(encodeText(filter.status, "status"));
-    }
-    const { rows } = await this.tx.query<HitlRow>(this.sql.list(used), values);
-    return rows.map(fromRow);
+  update(request: HitlRequest): Promise<void> {
+    return this.rows.update(request);
+  }
+
+  list(filter: { sessionId?: string; status?: HitlRequestStatus }): Promise<HitlRequest[]> {
+    return this.rows.list(filter);
   }
 }
