@@ -94,7 +94,10 @@ export class SqliteSubstrate implements Substrate {
   /** Durability off the event loop (see walSyncedOffThread); null when COMMIT itself fsyncs, or never needs to. */
   readonly #syncer: WalSyncer | null;
   readonly #checkpoints: ResolvedOptions["backgroundCheckpoints"];
-  /** Started by the first COMMIT of a transaction (never by migrate() alone); null again once stopped. */
+  /**
+   * Started by this handle's CHECKPOINTER_AFTER_COMMITS-th COMMIT: a short-lived handle (a CLI command's)
+   * never waits for a thread to start and stop, and its close checkpoints the little it wrote. Null again once stopped.
+   */
   #checkpointer: WalCheckpointer | null = null;
   /** Counts of checkpointers already stopped. */
   #checkpointed = { passive: 0, restarts: 0 };
@@ -428,7 +431,8 @@ export class SqliteSubstrate implements Substrate {
     }
     this.#stats.commits++;
     this.#stats.committed += done.length;
-    if (this.#checkpointer === null) this.#startCheckpointer();
+    if (this.#checkpointer === null && this.#stats.commits >= CHECKPOINTER_AFTER_COMMITS)
+      this.#startCheckpointer();
     if (size > this.#stats.largestBatch) this.#stats.largestBatch = size;
     if (this.#syncer === null) {
       for (const { job, value } of done) job.resolve(value);
@@ -492,6 +496,8 @@ function closedError(action: string): SubstrateError {
   return new SubstrateError("closed", `${action}: the SQLite substrate is closed`);
 }
 
+/** Commits after which a handle starts its checkpoint worker; until then its WAL only grows (by ~40 pages a commit at most here). */
+const CHECKPOINTER_AFTER_COMMITS = 64;
 /** Longest pause between two attempts to take another connection's write lock. */
 const MAX_POLL_MS = 2;
 /** How long the lock is left free after a long run of batches: longer than a waiter's poll interval. */
