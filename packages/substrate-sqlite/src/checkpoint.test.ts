@@ -63,7 +63,7 @@ describe("background checkpoints", () => {
     raw.close();
   });
 
-  it("start only once a handle has committed 64 times: a short-lived one never starts a thread", async () => {
+  it("start only once a handle has committed 64 times (a short-lived one never starts a thread), and stay quiet when idle", async () => {
     const path = freshDbPath();
     const sub = await openMigrated(path, { checkpointIntervalMs: 1 });
     await writeSessions(sub, 62, 100);
@@ -72,6 +72,11 @@ describe("background checkpoints", () => {
     expect(sub.stats.walCheckpoints).toBe(0);
     await writeSessionsFrom(sub, 62, 4, 100);
     await expect.poll(() => sub.stats.walCheckpoints, { timeout: 10_000 }).toBeGreaterThan(0);
+    // Idle now: the worker still ticks every millisecond, but tells the writer nothing.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const settled = sub.stats.walCheckpoints;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(sub.stats.walCheckpoints).toBe(settled);
   });
 
   it("never wait on a reader that holds an old snapshot: writes go on, the WAL restarts after it ends", async () => {

@@ -4,7 +4,7 @@
 import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
-import { WalCheckpointer } from "./checkpointer.js";
+import { type CheckpointStats, WalCheckpointer } from "./checkpointer.js";
 import { sqliteCode, toSubstrateError } from "./errors.js";
 import { type ResolvedOptions, resolveOptions, type SqliteSubstrateOptions } from "./options.js";
 import { RowCache } from "./row-cache.js";
@@ -43,7 +43,7 @@ export interface SqliteSubstrateStats {
   largestBatch: number;
   /** WAL fsyncs run off the event loop (synchronous FULL); 0 when COMMIT fsyncs by itself or never does. */
   walSyncs: number;
-  /** PASSIVE checkpoints the background worker ran (0 with backgroundCheckpoints false). */
+  /** PASSIVE checkpoints of the background worker that copied frames (0 with backgroundCheckpoints false). */
   walCheckpoints: number;
   /** Times the writer paused between batches so the worker could start a full WAL over. */
   walRestarts: number;
@@ -99,8 +99,8 @@ export class SqliteSubstrate implements Substrate {
    * never waits for a thread to start and stop, and its close checkpoints the little it wrote. Null again once stopped.
    */
   #checkpointer: WalCheckpointer | null = null;
-  /** Counts of checkpointers already stopped. */
-  #checkpointed = { passive: 0, restarts: 0 };
+  /** The worker's counters, kept after it stops (a handle starts one worker at most). */
+  #checkpointStats: CheckpointStats = { passive: 0, restarts: 0 };
 
   /** Takes ownership of an open connection (WAL and pragmas already set); `openSqliteSubstrate` is the public way in. */
   constructor(db: Database.Database, options: ResolvedOptions) {
@@ -129,12 +129,11 @@ export class SqliteSubstrate implements Substrate {
   }
 
   get stats(): SqliteSubstrateStats {
-    const live = this.#checkpointer?.stats;
     return {
       ...this.#stats,
       walSyncs: this.#syncer?.syncs ?? 0,
-      walCheckpoints: this.#checkpointed.passive + (live?.passive ?? 0),
-      walRestarts: this.#checkpointed.restarts + (live?.restarts ?? 0),
+      walCheckpoints: this.#checkpointStats.passive,
+      walRestarts: this.#checkpointStats.restarts,
     };
   }
 
@@ -464,20 +463,17 @@ export class SqliteSubstrate implements Substrate {
         // Only slower, never wrong: back to SQLite's own checkpoints inside COMMIT.
         this.#stats.checkpointWorkerFailures = 1;
         if (this.#db.open) this.#db.pragma("wal_autocheckpoint = 1000");
-        if (this.#checkpointer === checkpointer) void this.#stopCheckpointer();
+        if (this.#checkpointer === checkpointer) this.#stopCheckpointer().catch(() => undefined);
       },
     );
     this.#checkpointer = checkpointer;
+    this.#checkpointStats = checkpointer.stats;
   }
 
   async #stopCheckpointer(): Promise<void> {
     const checkpointer = this.#checkpointer;
     if (checkpointer === null) return;
     this.#checkpointer = null;
-    this.#checkpointed = {
-      passive: this.#checkpointed.passive + checkpointer.stats.passive,
-      restarts: this.#checkpointed.restarts + checkpointer.stats.restarts,
-    };
     await checkpointer.close();
   }
 }

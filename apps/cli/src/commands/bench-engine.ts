@@ -66,12 +66,15 @@ function storeCounters(substrate: Substrate): Record<string, number> {
   );
 }
 
-/** Counter movements between two readings; `largestBatch` is a high-water mark, so its later value. */
+/** Counters that are high-water marks, not running totals: a window keeps the later value, processes the largest. */
+const HIGH_WATER = new Set(["largestBatch"]);
+
+/** Counter movements between two readings. */
 function counterDelta(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
   return Object.fromEntries(
     Object.entries(after).map(([name, value]) => [
       name,
-      name === "largestBatch" ? value : value - (before[name] ?? 0),
+      HIGH_WATER.has(name) ? value : value - (before[name] ?? 0),
     ]),
   );
 }
@@ -428,8 +431,9 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     const storeStats: Record<string, number> = {};
     for (const r of reports) {
       for (const [name, value] of Object.entries(r.store_stats ?? {})) {
-        storeStats[name] =
-          name === "largestBatch" ? Math.max(storeStats[name] ?? 0, value) : (storeStats[name] ?? 0) + value;
+        storeStats[name] = HIGH_WATER.has(name)
+          ? Math.max(storeStats[name] ?? 0, value)
+          : (storeStats[name] ?? 0) + value;
       }
       cpuUs += r.cpu_us;
       histogram.merge(r.histogram);
