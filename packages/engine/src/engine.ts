@@ -58,15 +58,29 @@ function storable(state: State): State {
   return rest;
 }
 
-/** The rows evaluate reads first (the session and its nonce), so a substrate may fetch them ahead. */
-function evaluateHints(request: EvaluateRequest): TransactionHints | undefined {
+/**
+ * The rows evaluate reads (the session, its nonce, the chain head and the budget accounts this
+ * session drew on last time), so a substrate may fetch them ahead. The accounts are a guess from
+ * `accountsOf`: hints never change what the transaction sees, only how soon.
+ */
+function evaluateHints(
+  request: EvaluateRequest,
+  accountsOf: ReadonlyMap<string, readonly string[]>,
+): TransactionHints | undefined {
   const sessionId = request.session_id;
   if (typeof sessionId !== "string" || sessionId === "") return undefined;
   const nonce = request.nonce;
-  return typeof nonce === "string" || typeof nonce === "number"
-    ? { sessions: [sessionId], nonces: [{ sessionId, nonce }] }
-    : { sessions: [sessionId] };
+  const accounts = accountsOf.get(sessionId);
+  return {
+    sessions: [sessionId],
+    ...(typeof nonce === "string" || typeof nonce === "number" ? { nonces: [{ sessionId, nonce }] } : {}),
+    ...(accounts === undefined ? {} : { accounts }),
+    chainHead: true,
+  };
 }
+
+/** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
+const HINTED_SESSIONS_MAX = 10_000;
 
 export interface Engine {
   readonly substrate: Substrate;
@@ -115,6 +129,15 @@ export function createEngine(options: EngineOptions): Engine {
     );
   }
   const auditor = new Auditor(options.signer);
+  /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
+  const accountsOf = new Map<string, readonly string[]>();
+  function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
+    const ids = accounts.map((account) => account.account_id);
+    const known = accountsOf.get(sessionId);
+    if (known !== undefined && known.length === ids.length && known.every((id, i) => id === ids[i])) return;
+    if (accountsOf.size >= HINTED_SESSIONS_MAX) accountsOf.clear();
+    accountsOf.set(sessionId, ids);
+  }
 
   /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
   function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
@@ -193,6 +216,7 @@ export function createEngine(options: EngineOptions): Engine {
       head = await tx.chain.head();
     } else {
       [accounts, head] = await Promise.all([accountChain(tx, accountId), tx.chain.head()]);
+      rememberAccounts(session.session_id, accounts);
       remainingBefore = chainAvailable(accounts);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
@@ -377,7 +401,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
-      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request));
+      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request, accountsOf));
     },
 
     postExec(request) {

@@ -524,7 +524,7 @@ describe("a shared COMMIT that fails (group commit)", () => {
 });
 
 describe("the hints evaluate gives its substrate", () => {
-  it("names the session and, when there is one, the nonce", async () => {
+  it("names the session, the nonce when there is one, the chain head, and the accounts this session used last", async () => {
     const store = await openStore("memory");
     try {
       const inner = store.substrate;
@@ -548,10 +548,17 @@ describe("the hints evaluate gives its substrate", () => {
       await call("n1");
       await call(7);
       await call();
+      const accounts = [`session:${s.session_id}`];
       expect(seen).toEqual([
-        { sessions: [s.session_id], nonces: [{ sessionId: s.session_id, nonce: "n1" }] },
-        { sessions: [s.session_id], nonces: [{ sessionId: s.session_id, nonce: 7 }] },
-        { sessions: [s.session_id] },
+        // The first call's accounts are not known yet: they come from the call before.
+        { sessions: [s.session_id], nonces: [{ sessionId: s.session_id, nonce: "n1" }], chainHead: true },
+        {
+          sessions: [s.session_id],
+          nonces: [{ sessionId: s.session_id, nonce: 7 }],
+          accounts,
+          chainHead: true,
+        },
+        { sessions: [s.session_id], accounts, chainHead: true },
       ]);
     } finally {
       await store.close();

@@ -9,7 +9,7 @@ import type { SubstrateContractOptions } from "./options.js";
 
 /** Everything the hinted transactions below read, and compare with the same reads made without hints. */
 async function readAll(tx: SubstrateTx) {
-  return {
+  const read = {
     session: await tx.sessions.get(WORLD.session1),
     missing: await tx.sessions.get("sess-missing"),
     seen: await tx.nonces.has(WORLD.session1, "n-old"),
@@ -18,6 +18,9 @@ async function readAll(tx: SubstrateTx) {
     noAccount: await tx.budgets.getAccount("acct-missing"),
     head: await tx.chain.head(),
   };
+  // The entry at the head, as the engine reads it to learn which key is in force, and a wider range.
+  const at = read.head?.seq ?? 0;
+  return { ...read, atHead: await tx.chain.range(at, 1), fromHeadOn: await tx.chain.range(at, 5) };
 }
 
 /** readAll in a transaction of its own, without hints. */
@@ -56,6 +59,14 @@ export function hintsContract(opts: SubstrateContractOptions): void {
         },
         { sessions: "not a list", nonces: 42 },
         { sessions: [], nonces: [{ sessionId: WORLD.session1, nonce: "n-old" }] },
+        { sessions: [WORLD.session1], accounts: [WORLD.sessionAccount], chainHead: true },
+        {
+          sessions: [WORLD.session1],
+          accounts: ["acct-missing", WORLD.sessionAccount, "bad\u0000id", 7, "", null],
+          chainHead: "yes",
+        },
+        { sessions: [WORLD.session1], accounts: "not a list", chainHead: 1 },
+        { accounts: [WORLD.sessionAccount], chainHead: true },
       ] as unknown as TransactionHints[];
       // Issued together, so a group-committing store reads them ahead for one batch.
       const seen = await Promise.all(hints.map((h) => sub.transaction(readAll, h)));
@@ -64,7 +75,9 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       seen[0]!.session!.state.total_calls = 999;
       seen[0]!.account!.spent_usd = "9";
       seen[0]!.head!.seq = 99;
+      seen[4]!.atHead[0]!.signature = "changed";
       expect(await plainRead(sub)).toEqual(expected);
+      expect(expected.atHead.map((e) => e.seq)).toEqual([0]);
     });
 
     it("hinted transactions racing on one session and nonce over two handles behave as if run one after another", {
@@ -80,6 +93,8 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       const hintsOf = (i: number): TransactionHints => ({
         sessions: [WORLD.session1],
         nonces: [{ sessionId: WORLD.session1, nonce: nonceOf(i) }],
+        accounts: [WORLD.sessionAccount],
+        chainHead: true,
       });
       // Each reads the session and its nonce as the engine does (together), records the nonce if
       // unseen, and counts itself in call_count; every third throws after writing, which must
@@ -100,11 +115,21 @@ export function hintsContract(opts: SubstrateContractOptions): void {
               tx.budgets.getAccount(WORLD.sessionAccount),
               tx.chain.head(),
             ]);
+            // The entry at the head, as the engine reads it when another writer appended last: it
+            // must be the one the head names, written by a committed (or released) transaction.
+            const [atHead, ...beyond] = await tx.chain.range(head!.seq, 2);
+            if (atHead?.entry_hash !== head!.entry_hash || beyond.length > 0) {
+              throw new Error(`range(${head!.seq}) gave ${JSON.stringify(atHead)} and ${beyond.length} more`);
+            }
             await tx.budgets.updateAccount({
               ...account!,
               spent_usd: String(Number(account!.spent_usd) + 1),
             });
             await tx.chain.append(makeChainEntry(head!.seq + 1, head!.entry_hash));
+            const [appended] = await tx.chain.range(head!.seq + 1, 1);
+            if (appended?.signature !== makeChainEntry(head!.seq + 1, head!.entry_hash).signature) {
+              throw new Error(`range(${head!.seq + 1}) after the append gave ${JSON.stringify(appended)}`);
+            }
             if (i % 3 === 2) throw new Planned(`planned failure ${i}`);
             return { nonce: nonceOf(i), seen, counted: session!.call_count + 1 };
           }, hintsOf(i)),

@@ -5,7 +5,7 @@ import type { PoolClient, QueryResult } from "pg";
 import type { TableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 import { type Statement, statement } from "./sql.js";
-import { type TxContext, uncorkNow } from "./tx.js";
+import { corkThisTurn, type TxContext, uncorkNow } from "./tx.js";
 
 /** A write the store sent without waiting (see TxContext.defer), and how to tell whether it did its job. */
 interface Entry {
@@ -293,6 +293,8 @@ export class BatchWrites {
    */
   #send(entries: readonly Entry[]): void {
     if (entries.length === 0) return;
+    // One burst, one write to the socket (and one wake-up of the server), not one per statement.
+    corkThisTurn(this.client);
     const byKind = new Map<string, Entry[]>();
     const singleInserts: Entry[] = [];
     const singleUpdates: Entry[] = [];

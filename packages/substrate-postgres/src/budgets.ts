@@ -23,7 +23,7 @@ import { KeyedRows } from "./keyed-rows.js";
 import type { Statements } from "./sql.js";
 import type { BatchMemory, TxContext } from "./tx.js";
 
-interface AccountRow {
+export interface AccountRow {
   account_id: string;
   scope: string;
   parent_id: string | null;
@@ -48,7 +48,7 @@ interface ReservationRow {
   resolved_ns: unknown;
 }
 
-function accountFromRow(row: AccountRow): BudgetAccount {
+export function accountFromRow(row: AccountRow): BudgetAccount {
   return {
     account_id: row.account_id,
     scope: row.scope as BudgetScopeKind,

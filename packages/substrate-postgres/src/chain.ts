@@ -14,7 +14,7 @@ import {
 import type { Statements } from "./sql.js";
 import type { BatchMemory, TxContext } from "./tx.js";
 
-interface ChainRow {
+export interface ChainRow {
   seq: unknown;
   entry_id: string;
   entry_hash: string;
@@ -27,7 +27,7 @@ interface ChainRow {
   created_ns: unknown;
 }
 
-function fromRow(row: ChainRow): ChainEntryRecord {
+export function chainEntryFromRow(row: ChainRow): ChainEntryRecord {
   return {
     seq: decodeInt(row.seq, "seq"),
     entry_id: row.entry_id,
@@ -95,6 +95,8 @@ export class PostgresChainStore implements ChainStore {
   private known: { head: Head } | null = null;
   /** Bumped by every append, so a head() answer that raced an append is not remembered. */
   private appends = 0;
+  /** The entry at the known head, when known: `range(head.seq, n)` is then answered from it. */
+  private headEntry: ChainEntryRecord | null = null;
 
   constructor(
     private readonly tx: TxContext,
@@ -102,13 +104,17 @@ export class PostgresChainStore implements ChainStore {
     /** What earlier transactions of the same batch left locked and known (see BatchMemory). */
     memory?: BatchMemory,
   ) {
-    if (memory?.head !== undefined) this.known = { head: memory.head === null ? null : { ...memory.head } };
+    if (memory?.head !== undefined) {
+      this.known = { head: memory.head === null ? null : { ...memory.head } };
+      this.headEntry = memory.headEntry;
+    }
   }
 
   /** Hands the head this transaction knows to the batch, once its savepoint has been released. */
   rememberIn(memory: BatchMemory): void {
     if (this.known !== null) memory.head = this.known.head === null ? null : { ...this.known.head };
     else memory.head = undefined;
+    memory.headEntry = this.known === null ? null : this.headEntry;
   }
 
   async head(): Promise<Head> {
@@ -133,11 +139,13 @@ export class PostgresChainStore implements ChainStore {
     const certain = this.known !== null && (this.known.head?.seq ?? -1) === entry.seq - 1;
     this.appends++;
     this.known = null;
+    this.headEntry = null;
     if (certain) {
       const params = toParams(entry);
       await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
       // The head row stays locked by this transaction, so the head is now this entry for it.
       this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
+      this.headEntry = { ...entry };
       return;
     }
     const { rows } = await this.tx.query<AppendRow>(this.sql.append, toParams(entry));
@@ -146,11 +154,17 @@ export class PostgresChainStore implements ChainStore {
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {
+    // The head is locked and is the last entry, so from its seq on there is exactly that entry.
+    const head = this.known?.head;
+    if (head && this.headEntry?.seq === head.seq && fromSeq === head.seq && limit >= 1) {
+      await this.tx.usable("chain.range");
+      return [{ ...this.headEntry }];
+    }
     const { rows } = await this.tx.query<ChainRow>(this.sql.range, [
       encodeInt(fromSeq, "fromSeq"),
       encodeLimit(Math.max(0, limit)),
     ]);
-    return rows.map(fromRow);
+    return rows.map(chainEntryFromRow);
   }
 
   async count(): Promise<number> {

@@ -902,6 +902,57 @@ describe("a batch's read-ahead (transaction hints)", () => {
     expect(stored).toEqual({ calls: 1, nonces: 2 });
   });
 
+  it("reads hinted accounts and the chain head (with the entry it names) ahead: the decisions send no read of their own", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1"));
+      await tx.budgets.insertAccount(account("a"));
+      await tx.chain.append(chainEntry(0, { signature: "sig0" }));
+    });
+    // As evaluate does: the account and the head, the entry at the head (the check of the key in
+    // force), then a charge and an append; `fail` rolls back to its savepoint after writing.
+    const decide =
+      (fail = false): Fn =>
+      async (tx) => {
+        const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
+        const [atHead] = await tx.chain.range(head!.seq, 1);
+        await tx.budgets.updateAccount({ ...acct!, spent_usd: String(Number(acct!.spent_usd) + 1) });
+        const seq = head!.seq + 1;
+        await tx.chain.append(chainEntry(seq, { prev_hash: head!.entry_hash, signature: `sig${seq}` }));
+        if (fail) throw new Error("changed its mind");
+        return [acct!.spent_usd, head!.seq, atHead!.entry_hash === head!.entry_hash, atHead!.signature];
+      };
+    const hints: TransactionHints = { sessions: ["s1"], accounts: ["a", "absent"], chainHead: true };
+    const { result, names } = await statementNames(() =>
+      inOneHintedBatch(sub, [
+        [decide(), hints],
+        [decide(true), hints],
+        [decide(), hints],
+        [async (tx) => tx.budgets.getAccount("absent"), hints],
+      ]),
+    );
+    const signature = (seq: number) => `sig${seq}`;
+    expect(result).toEqual([
+      { status: "fulfilled", value: ["0", 0, true, signature(0)] },
+      { status: "rejected", reason: new Error("changed its mind") },
+      // The failed one's charge and entry were rolled back, and forgotten with them.
+      { status: "fulfilled", value: ["1", 1, true, signature(1)] },
+      { status: "fulfilled", value: null },
+    ]);
+    const count = (part: string) => names.filter((n) => n.includes(part)).length;
+    expect(count("accounts_prefetch")).toBe(1);
+    expect(count("chain_prefetchHead")).toBe(1);
+    expect(count("chain_head")).toBe(0);
+    expect(count("chain_range")).toBe(0);
+    // Only "absent", not found ahead (so not locked ahead): its look, key lock and second look.
+    expect(count("accounts_get")).toBe(2);
+    const stored = await sub.transaction(async (tx) => ({
+      spent: (await tx.budgets.getAccount("a"))!.spent_usd,
+      chain: (await tx.chain.range(0, 10)).map((e) => e.seq),
+    }));
+    expect(stored).toEqual({ spent: "2", chain: [0, 1, 2] });
+  });
+
   it("its row locks last until COMMIT, whichever transaction rolls back to its savepoint", async () => {
     const schema = freshSchema();
     const sub = await openMigrated(schema);

@@ -164,6 +164,11 @@ JOIN ${t.nonces} AS n ON n.session_id = pair.session_id AND n.nonce_json = pair.
         "accounts.get",
         `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
       ),
+      // The hinted accounts of a batch, locked in one statement (in id order, as any two batches do).
+      prefetch: statement(
+        "accounts.prefetch",
+        `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = ANY($1::text[]) ORDER BY account_id FOR UPDATE`,
+      ),
       insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(8), "$9"),
       update: statement(
         "accounts.update",
@@ -219,6 +224,16 @@ created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
       // The head row, locked until the transaction ends: of two transactions that want to append,
       // the second waits here and then reads the head the first one left.
       head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
+      // The head locked as above, with the entry it names (NULL columns when missing): a batch reads
+      // it ahead, and the engine's check of the key in force (which reads that entry whenever another
+      // writer appended last) is answered without a round trip of its own.
+      prefetchHead: statement(
+        "chain.prefetchHead",
+        `SELECT h.seq AS head_seq, h.entry_hash AS head_hash, ${CHAIN_COLUMNS.split(", ")
+          .map((c) => `c.${c}`)
+          .join(", ")}
+FROM ${t.chainHead} AS h LEFT JOIN ${t.chain} AS c ON c.seq = h.seq WHERE h.id = 1 FOR UPDATE OF h`,
+      ),
       // One round trip: lock the head (already held when the caller read head() first), insert only
       // the next seq, and move the head only when the insert happened. An earlier seq, a later one
       // or a taken entry_id inserts nothing and moves nothing, without an error that would abort

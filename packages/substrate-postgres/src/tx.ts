@@ -1,7 +1,7 @@
 // One open database transaction as the stores see it: the connection, the SQL, and how it failed.
 // It does not begin, commit or retry; transaction() in substrate.ts owns that life cycle.
 
-import { type BudgetAccount, SubstrateError } from "@leash/core";
+import { type BudgetAccount, type ChainEntryRecord, SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
 import type { BatchWrites } from "./batch-writes.js";
 import { sqlState, toSubstrateError } from "./errors.js";
@@ -61,6 +61,8 @@ export interface BatchMemory {
   readonly heldAccounts: Set<string>;
   /** The chain head as it stands (locked), null for an empty chain, undefined when not known. */
   head: { seq: number; entry_hash: string } | null | undefined;
+  /** The entry `head` names, when known (read ahead, or appended by a released transaction). */
+  headEntry: ChainEntryRecord | null;
   /** Session rows as they stand, each locked: read ahead (see prefetch.ts) or left by a released transaction. */
   readonly sessions: Map<string, SessionEntry>;
   /**
@@ -76,6 +78,7 @@ export function newBatchMemory(): BatchMemory {
     accounts: new Map(),
     heldAccounts: new Set(),
     head: undefined,
+    headEntry: null,
     sessions: new Map(),
     nonces: new Map(),
   };

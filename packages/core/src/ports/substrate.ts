@@ -163,6 +163,10 @@ export interface TransactionHints {
   readonly sessions?: readonly string[];
   /** Nonces the function will ask `nonces.has` about, each after `get` of its session. */
   readonly nonces?: ReadonlyArray<{ readonly sessionId: string; readonly nonce: Nonce }>;
+  /** Budget accounts the function will `getAccount` (a guess is fine: one that is absent costs the lookup). */
+  readonly accounts?: readonly string[];
+  /** The function will read the chain head (and, when another writer appended last, the entry there). */
+  readonly chainHead?: boolean;
 }
 
 /**
