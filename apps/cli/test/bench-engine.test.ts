@@ -26,6 +26,7 @@ const REPORT_KEYS = [
   "cpu_us_per_decision",
   "allow_ratio",
   "store_stats",
+  "signer",
   "node",
 ];
 
@@ -40,6 +41,7 @@ function report(stdout: string) {
   expect(r.p50_ms).toBeLessThanOrEqual(r.p99_ms);
   expect(r.p99_ms).toBeLessThanOrEqual(r.max_ms);
   expect(r.node).toBe(process.version);
+  expect(["libsodium", "node:crypto"]).toContain(r.signer);
   // CPU per decision is real work (an Ed25519 signature alone is tens of µs) and no more than all
   // the machine's cores could have spent in the measured seconds.
   expect(r.cpu_us_per_decision).toBeGreaterThan(10);

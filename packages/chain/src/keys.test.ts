@@ -1,10 +1,13 @@
 // Key generation, key files (modes, overwrite refusal), loading signers from files and the
 // environment, loading public keys, and the error codes of each failure. Uses a temporary directory.
 
-import { createHash, generateKeyPairSync, verify } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import { createHash, createPrivateKey, generateKeyPairSync, sign, verify } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { ChainError, KeyFileError } from "./errors.js";
 import { createSigner, generateKeyPair, loadPublicKey, loadSigningKey, writeKeyFiles } from "./keys.js";
@@ -193,5 +196,62 @@ describe("errors", () => {
     expect(ChainError.isInstance(new Error("x"))).toBe(false);
     expect(error.cause).toBe(1);
     expect(error.name).toBe("KeyFileError");
+  });
+});
+
+describe("the signer's implementation", () => {
+  // Where sodium-native's prebuilt addon loads (linux-x64 here), createSigner signs with libsodium.
+  const sodiumLoads = (() => {
+    try {
+      createRequire(import.meta.url)("sodium-native");
+      return true;
+    } catch {
+      return false;
+    }
+  })();
+
+  it("is libsodium where sodium-native loads, and its signatures are node:crypto's, byte for byte", () => {
+    const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+    const signer = createSigner(privateKey);
+    expect(signer.implementation).toBe(sodiumLoads ? "libsodium" : "node:crypto");
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 4096, size: "max" }), (message) => {
+        const ours = signer.sign(message);
+        const theirs = sign(null, message, privateKey);
+        expect(Buffer.from(ours).equals(theirs)).toBe(true);
+        expect(verify(null, message, publicKey, ours)).toBe(true);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("signs alike for many keys, from a KeyObject or its PEM", () => {
+    for (let i = 0; i < 50; i++) {
+      const pair = generateKeyPair();
+      const message = createHash("sha512").update(String(i)).digest();
+      const fromPem = createSigner(pair.privateKeyPem);
+      const expected = sign(null, message, createPrivateKey(pair.privateKeyPem));
+      expect(Buffer.from(pair.signer.sign(message)).equals(expected)).toBe(true);
+      expect(Buffer.from(fromPem.sign(message)).equals(expected)).toBe(true);
+    }
+  });
+
+  it("is node:crypto with LEASH_SIGNER=node, with the same signatures", () => {
+    const pair = generateKeyPair();
+    const script = `
+      const { createSigner } = await import(${JSON.stringify(new URL("../dist/keys.js", import.meta.url).href)});
+      const signer = createSigner(process.env.KEY_PEM);
+      process.stdout.write(JSON.stringify([signer.implementation, Buffer.from(signer.sign(Buffer.from("m"))).toString("hex")]));
+    `;
+    const run = (env: Record<string, string>) =>
+      JSON.parse(
+        execFileSync(process.execPath, ["--input-type=module", "-e", script], {
+          env: { ...process.env, KEY_PEM: pair.privateKeyPem, ...env },
+          encoding: "utf8",
+        }),
+      ) as [string, string];
+    const expected = Buffer.from(pair.signer.sign(Buffer.from("m"))).toString("hex");
+    expect(run({ LEASH_SIGNER: "node" })).toEqual(["node:crypto", expected]);
+    expect(run({ LEASH_SIGNER: "" })).toEqual([sodiumLoads ? "libsodium" : "node:crypto", expected]);
   });
 });

@@ -471,6 +471,8 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         allow_ratio: floorTo(allowRatio, 4),
         // Summed over the processes: for group commit, committed / commits is the mean batch size.
         store_stats: storeStats,
+        // What computed the signatures: "libsodium" (sodium-native) or "node:crypto".
+        signer: key.signer.implementation ?? "custom",
         node: process.version,
       })}\n`,
     );
@@ -536,8 +538,10 @@ signed into the audit chain, so the figures include the Ed25519 signature; worke
 same key (--key-file, LEASH_SIGNING_KEY, or the --ephemeral-key's PEM through their environment).
 Prints one JSON line:
 {"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","cpu_us_per_decision",
-"allow_ratio","node"}; cpu_us_per_decision is the CPU time (all threads, user + system) of the benchmark
-processes per decision, steadier than decisions_per_sec on a shared machine.
+"allow_ratio","store_stats","signer","node"}; cpu_us_per_decision is the CPU time (all threads, user +
+system) of the benchmark processes per decision, steadier than decisions_per_sec on a shared machine;
+signer says what computed the signatures (libsodium, or node:crypto where sodium-native does not load
+or LEASH_SIGNER=node).
 Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config, signing key or store URL.`,
     )
     .action(async (options: BenchEngineOptions) => {
