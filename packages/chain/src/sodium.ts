@@ -43,10 +43,16 @@ export function sodiumSigner(
 ): ((message: Uint8Array) => Uint8Array) | null {
   const na = sodium();
   if (na === null) return null;
-  const secretKey = na.sodium_malloc(na.crypto_sign_SECRETKEYBYTES);
-  const derived = Buffer.alloc(na.crypto_sign_PUBLICKEYBYTES);
-  na.crypto_sign_seed_keypair(derived, secretKey, seed);
-  if (!derived.equals(publicKey)) return null;
+  let secretKey: Buffer;
+  try {
+    // Guarded pages of their own; should the system refuse them, node:crypto signs instead.
+    secretKey = na.sodium_malloc(na.crypto_sign_SECRETKEYBYTES);
+    const derived = Buffer.alloc(na.crypto_sign_PUBLICKEYBYTES);
+    na.crypto_sign_seed_keypair(derived, secretKey, seed);
+    if (!derived.equals(publicKey)) return null;
+  } catch {
+    return null;
+  }
   return (message) => {
     const signature = Buffer.allocUnsafe(na.crypto_sign_BYTES);
     na.crypto_sign_detached(signature, message, secretKey);
