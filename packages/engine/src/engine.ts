@@ -132,11 +132,11 @@ export function createEngine(options: EngineOptions): Engine {
   /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
   const accountsOf = new Map<string, readonly string[]>();
   function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
-    const ids = accounts.map((account) => account.account_id);
-    const known = accountsOf.get(sessionId);
-    if (known !== undefined && known.length === ids.length && known.every((id, i) => id === ids[i])) return;
-    if (accountsOf.size >= HINTED_SESSIONS_MAX) accountsOf.clear();
-    accountsOf.set(sessionId, ids);
+    if (accountsOf.size >= HINTED_SESSIONS_MAX && !accountsOf.has(sessionId)) accountsOf.clear();
+    accountsOf.set(
+      sessionId,
+      accounts.map((account) => account.account_id),
+    );
   }
 
   /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
