@@ -240,4 +240,33 @@ describe("compactJws", () => {
     });
     expect(compactJws(e)).toBe(jwsOf(e));
   });
+
+  it("follows a record changed after buildEntry made it, and a copy of it", () => {
+    const { signer } = generateKeyPair();
+    const e = buildEntry({ head: null, kind: "decision", data: { n: 1 }, signer, nowNs: T0 });
+    expect(compactJws({ ...e })).toBe(jwsOf(e));
+    const changed = { body: e.body.replace('"n":1', '"n":2'), signature: "AAAA", key_id: "k2" };
+    for (const [field, value] of Object.entries(changed)) {
+      const copy = { ...e, [field]: value };
+      Object.assign(e, copy);
+      expect(compactJws(e)).toBe(jwsOf(copy));
+    }
+  });
+
+  it("gives each entry its own receipt when many are built in a row (one scratch buffer)", () => {
+    const { signer } = generateKeyPair();
+    const entries = Array.from({ length: 20 }, (_, i) =>
+      buildEntry({
+        head: null,
+        kind: "decision",
+        data: { i, pad: "é".repeat(i * 700) },
+        signer,
+        nowNs: T0 + BigInt(i),
+      }),
+    );
+    for (const e of entries) {
+      expect(compactJws(e)).toBe(jwsOf(e));
+      expect(e.entry_hash).toBe(createHash("sha256").update(e.body, "utf8").digest("hex"));
+    }
+  });
 });

@@ -16,6 +16,7 @@ import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
   type BudgetAccount,
   type Call,
+  type ChainEntryRecord,
   canonicalHash,
   canonicalizationError,
   decide,
@@ -185,7 +186,11 @@ export function createEngine(options: EngineOptions): Engine {
     };
   }
 
-  async function evaluateIn(tx: SubstrateTx, request: EvaluateRequest): Promise<EvaluateResult> {
+  /** The verdict and the entry that records it; the receipt is made from the entry after COMMIT. */
+  async function evaluateIn(
+    tx: SubstrateTx,
+    request: EvaluateRequest,
+  ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord }> {
     checkSessionId(request.session_id); // before any statement names it
     const nonce = request.nonce;
     const hasNonce = nonce !== undefined && nonce !== null;
@@ -340,17 +345,19 @@ export function createEngine(options: EngineOptions): Engine {
       );
     }
     return {
-      session_id: session.session_id,
-      call_number: callNumber,
-      verdict: decision.verdict,
-      reason: decision.reason,
-      budget_remaining_usd: remaining,
-      reservation_id,
-      rng: rngValue,
-      params_hash: paramsHash,
-      entry_seq: entry.seq,
-      entry_hash: entry.entry_hash,
-      receipt: compactJws(entry),
+      result: {
+        session_id: session.session_id,
+        call_number: callNumber,
+        verdict: decision.verdict,
+        reason: decision.reason,
+        budget_remaining_usd: remaining,
+        reservation_id,
+        rng: rngValue,
+        params_hash: paramsHash,
+        entry_seq: entry.seq,
+        entry_hash: entry.entry_hash,
+      },
+      entry,
     };
   }
 
@@ -401,7 +408,10 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
-      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request, accountsOf));
+      // The receipt is built outside the transaction: on a shared store, not while holding its locks.
+      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request, accountsOf)).then(
+        ({ result, entry }) => ({ ...result, receipt: compactJws(entry) }),
+      );
     },
 
     postExec(request) {
