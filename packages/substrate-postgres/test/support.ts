@@ -3,14 +3,15 @@
 import type { BudgetAccount, Reservation, SessionRecord, Substrate } from "@leash/core";
 import { makeAccount, makeReservation, makeSession, T0 } from "@leash/substrate-contract";
 import { Pool } from "pg";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, afterEach, beforeAll } from "vitest";
 
 export const DB_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 export { T0 };
 
 /**
- * Per test file: fails fast when the server is unreachable, and afterwards closes every substrate
- * handed to `track` and drops every schema `freshSchema` named.
+ * Per test file: fails fast when the server is unreachable, closes every substrate handed to `track`
+ * once its test is over (test files run in parallel against one server, and pools kept open until
+ * the end of a file took it to its 100-connection limit), and drops every schema `freshSchema` named.
  */
 export function pgHarness(prefix: string) {
   const admin = new Pool({ connectionString: DB_URL, max: 4 });
@@ -27,8 +28,10 @@ export function pgHarness(prefix: string) {
       );
     }
   });
+  afterEach(async () => {
+    await Promise.allSettled(opened.splice(0).map((s) => s.close()));
+  });
   afterAll(async () => {
-    await Promise.allSettled(opened.map((s) => s.close()));
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.end();
   });
