@@ -1220,3 +1220,160 @@ describe("a batch's deferred writes, sent together", () => {
     ]);
   });
 });
+
+describe("a batch's locks pass on before its log flush; its callers hear back after it", () => {
+  /** Runs `work` with every pg client's query(text) calls traced: what was sent, and when each answer came. */
+  async function traced<T>(
+    work: (events: string[]) => Promise<T>,
+    failBarrier = false,
+    holdFirstBarrier?: Promise<void>,
+  ): Promise<{ result: T; events: string[] }> {
+    const events: string[] = [];
+    const Client = (await import("pg")).Client;
+    const original = Client.prototype.query;
+    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
+      const text = typeof config === "string" ? config : "";
+      if (text === "SELECT txid_current()" && failBarrier) {
+        events.push("barrier refused");
+        return Promise.reject(Object.assign(new Error("connection lost"), { code: "08006" }));
+      }
+      let answer = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+      if (text === "SELECT txid_current()" && holdFirstBarrier !== undefined) {
+        const gate = holdFirstBarrier;
+        holdFirstBarrier = undefined;
+        events.push("barrier held");
+        answer = (answer as Promise<unknown>).then(async (value) => {
+          await gate;
+          return value;
+        });
+      }
+      if (text !== "") {
+        events.push(`sent ${text}`);
+        void (answer as Promise<unknown>).then(
+          () => events.push(`answered ${text}`),
+          () => events.push(`failed ${text}`),
+        );
+      }
+      return answer;
+    } as typeof original;
+    try {
+      return { result: await work(events), events };
+    } finally {
+      Client.prototype.query = original;
+    }
+  }
+
+  it("commits without waiting for the disk, then resolves its transactions once a durable commit after it is in", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    const { result, events } = await traced(async (events) => {
+      // Two fillers keep the lane busy, so the two transactions after them share the next batch.
+      const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
+      const batch = [
+        sub.transaction(async (tx) => {
+          await tx.sessions.update({ ...session("s1"), call_count: 1 });
+          return "written";
+        }),
+        sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count),
+      ].map((p) =>
+        p.then((value) => {
+          events.push(`resolved ${String(value)}`);
+          return value;
+        }),
+      );
+      await Promise.all(fillers);
+      return Promise.allSettled(batch);
+    });
+    expect(result.map((r) => (r.status === "fulfilled" ? r.value : r.reason))).toEqual(["written", 1]);
+    const begin = events.findIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock("));
+    expect(events[begin]).toContain("SET LOCAL synchronous_commit TO off");
+    const commit = events.indexOf("answered COMMIT", begin);
+    const barrier = events.indexOf("answered SELECT txid_current()", commit);
+    expect([begin, commit, barrier].every((i) => i >= 0)).toBe(true);
+    expect(events.indexOf("sent SELECT txid_current()")).toBeGreaterThan(
+      events.indexOf("sent COMMIT", begin),
+    );
+    // Both answered only after the barrier of the batch they shared (the last BEGIN … COMMIT).
+    const lastBegin = events.findLastIndex(
+      (e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock("),
+    );
+    const lastBarrier = events.indexOf("answered SELECT txid_current()", lastBegin);
+    expect(lastBarrier).toBeGreaterThan(lastBegin);
+    for (const value of ["written", "1"])
+      expect(events.indexOf(`resolved ${value}`)).toBeGreaterThan(lastBarrier);
+  });
+
+  it("fails its transactions as of unknown outcome when the barrier fails, though their writes did commit", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    const { result, events } = await traced(
+      () =>
+        inOneBatch(sub, [
+          async (tx) => {
+            await tx.sessions.update({ ...session("s1"), call_count: 7 });
+            return "written";
+          },
+        ]),
+      true,
+    );
+    expect(events).toContain("barrier refused");
+    const [outcome] = result;
+    expect(outcome!.status).toBe("rejected");
+    const reason = (outcome as PromiseRejectedResult).reason as SubstrateError;
+    expect(reason.code).toBe("io");
+    expect(reason.message).toMatch(/committed, but .* whether it is durable is unknown/);
+    // Committed all the same (the server did not crash here): the outcome was unknown, not a rollback.
+    expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(7);
+  });
+
+  it("runs the next batch, COMMIT included, while the one before waits for its flush on another connection", async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction(async (tx) => {
+      await tx.sessions.insert(session("s1"));
+      await tx.sessions.insert(session("s2"));
+    });
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const bump = (id: string, calls: number) => async (tx: SubstrateTx) => {
+      await tx.sessions.update({ ...session(id), call_count: calls });
+      return `${id}:${calls}`;
+    };
+    const { result, events } = await traced(
+      async (events) => {
+        const note = (p: Promise<unknown>) =>
+          p.then((value) => {
+            events.push(`resolved ${String(value)}`);
+            return value;
+          });
+        // Two fillers keep the lane busy, so what follows runs as a batch (with a barrier), not alone.
+        const batch = () => [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
+        const fillers = batch();
+        const first = [note(sub.transaction(bump("s1", 1))), note(sub.transaction(bump("s2", 1)))];
+        await Promise.all(fillers);
+        // Once the first barrier is out (and held), more work arrives: it must not wait for it.
+        while (!events.includes("barrier held")) await new Promise((r) => setTimeout(r, 1));
+        const commitsBefore = events.filter((e) => e === "answered COMMIT").length;
+        const second = [
+          ...batch(),
+          note(sub.transaction(bump("s1", 2))),
+          note(sub.transaction(bump("s2", 2))),
+        ];
+        while (events.filter((e) => e === "answered COMMIT").length === commitsBefore)
+          await new Promise((r) => setTimeout(r, 1));
+        events.push("opening the gate");
+        open();
+        return (await Promise.all([...first, ...second])).filter((v) => v !== "filler");
+      },
+      false,
+      gate,
+    );
+    expect(result).toEqual(["s1:1", "s2:1", "s1:2", "s2:2"]);
+    const gateOpened = events.indexOf("opening the gate");
+    // The first batch's callers heard back only once its barrier was let through.
+    for (const value of ["s1:1", "s2:1"])
+      expect(events.indexOf(`resolved ${value}`)).toBeGreaterThan(gateOpened);
+    expect(await sub.transaction(async (tx) => (await tx.sessions.get("s2"))!.call_count)).toBe(2);
+  });
+});

@@ -65,7 +65,10 @@ export interface PostgresSubstrateOptions {
    * flush) makes the whole batch durable and the locks every engine decision shares (the budget
    * account, the chain head) pass from one transaction to the next without a COMMIT in between.
    * A transaction that fails is rolled back to its savepoint alone; the others resolve only after
-   * the shared COMMIT. `false`: every transaction gets its own connection and COMMIT.
+   * the shared COMMIT and its flush. The COMMIT itself does not wait for the flush (synchronous_commit
+   * off for the batch), so its locks pass to the next batch, of this or another process, at once;
+   * a durable commit right after it (DURABILITY_BARRIER) waits for the flush before anyone hears back.
+   * `false`: every transaction gets its own connection and COMMIT.
    * Once `fn` has resolved, its savepoint is released and the next transaction starts without
    * waiting for the answers of its deferred writes (writes whose outcome is vouched for or settled
    * by its locks: `nonces.add` with `unseen`, `outbox.enqueue` with `newSeq`, `insertReservation`
@@ -90,6 +93,19 @@ export interface PostgresSubstrateOptions {
    */
   groupCommit?: GroupCommitOptions | false;
 }
+
+/**
+ * Run after a batch's COMMIT (made with synchronous_commit off, so it released its locks without
+ * waiting for the disk): a transaction of its own that takes a transaction id, so its COMMIT writes
+ * a commit record and waits, at the session's synchronous_commit level, until the write-ahead log
+ * is flushed up to it, which covers the batch's earlier records. Only then do the batch's callers
+ * hear back: a verdict is never returned before it is durable. Another transaction may read the
+ * batch's rows before that flush; should the server crash in between, those rows and everything
+ * committed after them are lost together, in log order, and none of their callers heard back.
+ * The barrier commits at the session's own level, so a server set to wait for synchronous replicas
+ * makes it wait for them too.
+ */
+const DURABILITY_BARRIER = "SELECT txid_current()";
 
 /** Counters for tests and benchmarks: how much group commit saved. */
 export interface PostgresSubstrateStats {
@@ -147,6 +163,12 @@ interface BatchEnd {
   broken?: Error;
   /** Its transactions were queued again after a serialization failure: back off this many steps. */
   retryStep?: number;
+  /**
+   * Committed: the durability barrier is on its way on this connection, which stays with it, and
+   * the next batch takes another. `answer` resolves to the barrier's error, or null; `finish` then
+   * settles the batch's transactions accordingly.
+   */
+  barrier?: { readonly answer: Promise<unknown>; finish(error: unknown): void };
 }
 
 function describeUrl(url: string): string {
@@ -171,6 +193,10 @@ function nextTurn(): Promise<void> {
 function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
   client.off("error", listener);
   client.release(broken);
+}
+
+function toError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }
 
 function isPipelined(client: PoolClient): boolean {
@@ -276,7 +302,10 @@ export class PostgresSubstrate implements Substrate {
     // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
     const batchLock = `hashtextextended('${this.names.batchKey}', 0)`;
     this.beginSolo = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(${batchLock})`;
-    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock})`;
+    // A batch commits without waiting for its WAL flush, so its locks (the batch lock, the chain
+    // head, the accounts) pass to the next batch at once; its callers still hear back only once
+    // DURABILITY_BARRIER has seen the flush (see runBatch).
+    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off; SELECT pg_advisory_xact_lock(${batchLock})`;
     this.beginBatch = `${this.beginBatchLock}; SAVEPOINT ${SAVEPOINT}`;
     if (pool !== undefined) {
       this.pool = pool;
@@ -572,6 +601,25 @@ export class PostgresSubstrate implements Substrate {
         }
         const end = await this.runBatch(client, () => broken);
         broken ??= end.broken;
+        if (end.barrier !== undefined) {
+          // The batch is committed and waits for the log flush on this connection; the next batch
+          // begins at once on another, so a lone process also runs while the disk flushes.
+          const held = client;
+          const heldBroken = broken;
+          const { answer, finish } = end.barrier;
+          client = null;
+          held.off("error", onError);
+          const quiet = () => undefined; // a connection failing now fails the barrier's query too
+          held.on("error", quiet);
+          void this.track(
+            answer.then((error) => {
+              held.off("error", quiet);
+              held.release(error === null ? heldBroken : toError(error));
+              finish(error);
+            }),
+          );
+          continue;
+        }
         if (broken !== undefined) {
           release(client, onError, broken);
           client = null;
@@ -759,8 +807,27 @@ export class PostgresSubstrate implements Substrate {
     }
     this.counters.commits++;
     this.counters.largestBatch = Math.max(this.counters.largestBatch, ran.length);
-    this.settle(ran, null);
-    return {};
+    const answer = client.query(DURABILITY_BARRIER).then(
+      () => null,
+      (error: unknown) => error ?? new Error("the durability barrier failed"),
+    );
+    const finish = (error: unknown) => {
+      if (error === null) {
+        this.settle(ran, null);
+        return;
+      }
+      // Committed, and visible to others, but perhaps not yet on disk: as when a COMMIT's answer is lost.
+      const failure = toSubstrateError(error, "transaction: durability barrier");
+      this.settle(
+        ran,
+        new SubstrateError(
+          "io",
+          `transaction: committed, but the wait for its write-ahead log to reach disk failed, so whether it is durable is unknown: ${failure.message}`,
+          { cause: error },
+        ),
+      );
+    };
+    return { barrier: { answer, finish } };
   }
 
   /**
