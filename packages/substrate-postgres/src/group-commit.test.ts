@@ -1221,12 +1221,11 @@ describe("a batch's deferred writes, sent together", () => {
   });
 });
 
-describe("a batch's locks pass on before its log flush; its callers hear back after it", () => {
+describe("a batch's locks pass on before its log flush (earlyLockRelease); its callers hear back after it", () => {
   /** Runs `work` with every pg client's query(text) calls traced: what was sent, and when each answer came. */
   async function traced<T>(
     work: (events: string[]) => Promise<T>,
     failBarrier = false,
-    holdFirstBarrier?: Promise<void>,
   ): Promise<{ result: T; events: string[] }> {
     const events: string[] = [];
     const Client = (await import("pg")).Client;
@@ -1237,16 +1236,7 @@ describe("a batch's locks pass on before its log flush; its callers hear back af
         events.push("barrier refused");
         return Promise.reject(Object.assign(new Error("connection lost"), { code: "08006" }));
       }
-      let answer = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
-      if (text === "SELECT txid_current()" && holdFirstBarrier !== undefined) {
-        const gate = holdFirstBarrier;
-        holdFirstBarrier = undefined;
-        events.push("barrier held");
-        answer = (answer as Promise<unknown>).then(async (value) => {
-          await gate;
-          return value;
-        });
-      }
+      const answer = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
       if (text !== "") {
         events.push(`sent ${text}`);
         void (answer as Promise<unknown>).then(
@@ -1264,7 +1254,7 @@ describe("a batch's locks pass on before its log flush; its callers hear back af
   }
 
   it("commits without waiting for the disk, then resolves its transactions once a durable commit after it is in", async () => {
-    const sub = await openMigrated(freshSchema());
+    const sub = await openMigrated(freshSchema(), { groupCommit: { earlyLockRelease: "always" } });
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
     const { result, events } = await traced(async (events) => {
       // Two fillers keep the lane busy, so the two transactions after them share the next batch.
@@ -1286,7 +1276,7 @@ describe("a batch's locks pass on before its log flush; its callers hear back af
     });
     expect(result.map((r) => (r.status === "fulfilled" ? r.value : r.reason))).toEqual(["written", 1]);
     const begin = events.findIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock("));
-    expect(events[begin]).toContain("SET LOCAL synchronous_commit TO off");
+    expect(events.indexOf("sent SET LOCAL synchronous_commit TO off", begin)).toBeGreaterThan(begin);
     const commit = events.indexOf("answered COMMIT", begin);
     const barrier = events.indexOf("answered SELECT txid_current()", commit);
     expect([begin, commit, barrier].every((i) => i >= 0)).toBe(true);
@@ -1304,7 +1294,7 @@ describe("a batch's locks pass on before its log flush; its callers hear back af
   });
 
   it("fails its transactions as of unknown outcome when the barrier fails, though their writes did commit", async () => {
-    const sub = await openMigrated(freshSchema());
+    const sub = await openMigrated(freshSchema(), { groupCommit: { earlyLockRelease: "always" } });
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
     const { result, events } = await traced(
       () =>
@@ -1326,54 +1316,72 @@ describe("a batch's locks pass on before its log flush; its callers hear back af
     expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(7);
   });
 
-  it("runs the next batch, COMMIT included, while the one before waits for its flush on another connection", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1"));
-      await tx.sessions.insert(session("s2"));
+  it('"auto": a plain COMMIT while no other handle holds the batch lock, the early release once one did', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    const other = await openMigrated(schema);
+    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const bump =
+      (calls: number, pause = 0) =>
+      async (tx: SubstrateTx) => {
+        await tx.sessions.update({ ...session("s1"), call_count: calls });
+        if (pause > 0) await sleep(pause);
+        return calls;
+      };
+    /**
+     * A lone transaction, then a batch behind it (its BEGIN waits for that one: not judged), and,
+     * queued while that batch runs, a last batch: its BEGIN is the one judged. `meanwhile` runs
+     * while the first batch does.
+     */
+    const rounds = (base: number, meanwhile: () => void) =>
+      traced(async (events) => {
+        const lone = sub.transaction(bump(base));
+        const first = [sub.transaction(bump(base + 1, 30)), sub.transaction(bump(base + 2))];
+        while (!events.some((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock(")))
+          await sleep(1);
+        await sleep(5);
+        meanwhile();
+        await sleep(5);
+        const last = sub.transaction(bump(base + 3));
+        return Promise.all([lone, ...first, last]);
+      });
+    const lastBatch = (events: string[]) =>
+      events.slice(
+        events.findLastIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock(")),
+      );
+
+    const alone = await rounds(10, () => undefined);
+    expect(alone.result).toEqual([10, 11, 12, 13]);
+    expect(lastBatch(alone.events).some((e) => e.includes("synchronous_commit"))).toBe(false);
+    expect(lastBatch(alone.events).some((e) => e.includes("txid_current"))).toBe(false);
+
+    // The other handle's lone transaction queues for the lock behind the first batch and then holds
+    // it (shared) for 50 ms, so the last batch's BEGIN waits for it.
+    let blocker: Promise<unknown> = Promise.resolve();
+    const contended = await rounds(20, () => {
+      blocker = other.transaction(async (tx) => {
+        await tx.sessions.get("s1");
+        await sleep(50);
+      });
     });
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      open = resolve;
-    });
-    const bump = (id: string, calls: number) => async (tx: SubstrateTx) => {
-      await tx.sessions.update({ ...session(id), call_count: calls });
-      return `${id}:${calls}`;
-    };
-    const { result, events } = await traced(
-      async (events) => {
-        const note = (p: Promise<unknown>) =>
-          p.then((value) => {
-            events.push(`resolved ${String(value)}`);
-            return value;
-          });
-        // Two fillers keep the lane busy, so what follows runs as a batch (with a barrier), not alone.
-        const batch = () => [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
-        const fillers = batch();
-        const first = [note(sub.transaction(bump("s1", 1))), note(sub.transaction(bump("s2", 1)))];
-        await Promise.all(fillers);
-        // Once the first barrier is out (and held), more work arrives: it must not wait for it.
-        while (!events.includes("barrier held")) await new Promise((r) => setTimeout(r, 1));
-        const commitsBefore = events.filter((e) => e === "answered COMMIT").length;
-        const second = [
-          ...batch(),
-          note(sub.transaction(bump("s1", 2))),
-          note(sub.transaction(bump("s2", 2))),
-        ];
-        while (events.filter((e) => e === "answered COMMIT").length === commitsBefore)
-          await new Promise((r) => setTimeout(r, 1));
-        events.push("opening the gate");
-        open();
-        return (await Promise.all([...first, ...second])).filter((v) => v !== "filler");
-      },
-      false,
-      gate,
-    );
-    expect(result).toEqual(["s1:1", "s2:1", "s1:2", "s2:2"]);
-    const gateOpened = events.indexOf("opening the gate");
-    // The first batch's callers heard back only once its barrier was let through.
-    for (const value of ["s1:1", "s2:1"])
-      expect(events.indexOf(`resolved ${value}`)).toBeGreaterThan(gateOpened);
-    expect(await sub.transaction(async (tx) => (await tx.sessions.get("s2"))!.call_count)).toBe(2);
+    await blocker;
+    expect(contended.result).toEqual([20, 21, 22, 23]);
+    const last = lastBatch(contended.events);
+    const set = last.indexOf("sent SET LOCAL synchronous_commit TO off");
+    expect(set).toBeGreaterThanOrEqual(0);
+    expect(last.indexOf("sent COMMIT", set)).toBeGreaterThan(set);
+    expect(last.indexOf("answered SELECT txid_current()", set)).toBeGreaterThan(set);
+    expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(23);
+  });
+
+  it("refuses an unknown earlyLockRelease", async () => {
+    await expect(
+      openPostgresSubstrate({
+        url: DB_URL,
+        schema: freshSchema(),
+        groupCommit: { earlyLockRelease: "sometimes" as "auto" },
+      }),
+    ).rejects.toThrow(/earlyLockRelease/);
   });
 });

@@ -38,6 +38,16 @@ export interface GroupCommitOptions {
    * left out, they would wait for another whole batch, and in other processes' batches too.
    */
   maxBatchMs?: number;
+  /**
+   * Whether a batch's COMMIT may hand its locks on before its write-ahead log is flushed
+   * (synchronous_commit off for that transaction), with a durable commit right after it
+   * (DURABILITY_BARRIER) waiting for the flush before any of its callers hears back: nobody hears
+   * back before the batch is durable either way. "auto" (default) does so while other processes'
+   * batches queue behind this handle's (its last BEGIN waited CONTENDED_BEGIN_MS or more for the
+   * batch lock and its reads): the next batch then runs during the flush. Alone, the barrier's
+   * extra round trip would only cost.
+   */
+  earlyLockRelease?: "auto" | "always" | "never";
 }
 
 export interface PostgresSubstrateOptions {
@@ -65,10 +75,8 @@ export interface PostgresSubstrateOptions {
    * flush) makes the whole batch durable and the locks every engine decision shares (the budget
    * account, the chain head) pass from one transaction to the next without a COMMIT in between.
    * A transaction that fails is rolled back to its savepoint alone; the others resolve only after
-   * the shared COMMIT and its flush. The COMMIT itself does not wait for the flush (synchronous_commit
-   * off for the batch), so its locks pass to the next batch, of this or another process, at once;
-   * a durable commit right after it (DURABILITY_BARRIER) waits for the flush before anyone hears back.
-   * `false`: every transaction gets its own connection and COMMIT.
+   * the shared COMMIT and its log flush (see GroupCommitOptions.earlyLockRelease for when the COMMIT
+   * hands its locks on before that flush). `false`: every transaction gets its own connection and COMMIT.
    * Once `fn` has resolved, its savepoint is released and the next transaction starts without
    * waiting for the answers of its deferred writes (writes whose outcome is vouched for or settled
    * by its locks: `nonces.add` with `unseen`, `outbox.enqueue` with `newSeq`, `insertReservation`
@@ -95,8 +103,8 @@ export interface PostgresSubstrateOptions {
 }
 
 /**
- * Run after a batch's COMMIT (made with synchronous_commit off, so it released its locks without
- * waiting for the disk): a transaction of its own that takes a transaction id, so its COMMIT writes
+ * Run after a batch's COMMIT made with synchronous_commit off (see earlyLockRelease), which released
+ * its locks without waiting for the disk: a transaction of its own that takes a transaction id, so its COMMIT writes
  * a commit record and waits, at the session's synchronous_commit level, until the write-ahead log
  * is flushed up to it, which covers the batch's earlier records. Only then do the batch's callers
  * hear back: a verdict is never returned before it is durable. Another transaction may read the
@@ -130,6 +138,8 @@ const DEFAULT_MAX_RETRIES = 8;
 const DEFAULT_POOL_SIZE = 10;
 const DEFAULT_MAX_BATCH = 64;
 const DEFAULT_MAX_BATCH_MS = 2;
+/** A batch's BEGIN (with the batch lock and its reads) this slow means another process's batch held the lock. */
+const CONTENDED_BEGIN_MS = 2;
 // Full-jitter exponential backoff: conflicting transactions wake at different times instead of
 // colliding again, and the cap keeps the worst case for the default retries under a second.
 const BACKOFF_BASE_MS = 2;
@@ -163,12 +173,6 @@ interface BatchEnd {
   broken?: Error;
   /** Its transactions were queued again after a serialization failure: back off this many steps. */
   retryStep?: number;
-  /**
-   * Committed: the durability barrier is on its way on this connection, which stays with it, and
-   * the next batch takes another. `answer` resolves to the barrier's error, or null; `finish` then
-   * settles the batch's transactions accordingly.
-   */
-  barrier?: { readonly answer: Promise<unknown>; finish(error: unknown): void };
 }
 
 function describeUrl(url: string): string {
@@ -193,10 +197,6 @@ function nextTurn(): Promise<void> {
 function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
   client.off("error", listener);
   client.release(broken);
-}
-
-function toError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }
 
 function isPipelined(client: PoolClient): boolean {
@@ -234,6 +234,8 @@ export class PostgresSubstrate implements Substrate {
   private readonly prepared: boolean;
   private readonly where: string;
   private readonly group: Required<GroupCommitOptions> | null;
+  /** Whether this handle's last batch waited for another's (see GroupCommitOptions.earlyLockRelease). */
+  private contended = false;
   /** BEGIN for a transaction of its own: the batch lock in shared mode (see beginBatch). */
   private readonly beginSolo: string;
   /**
@@ -287,9 +289,16 @@ export class PostgresSubstrate implements Substrate {
           `groupCommit.maxBatchMs must be a finite number >= 0, got ${String(maxBatchMs)}`,
         );
       }
+      const earlyLockRelease = group?.earlyLockRelease ?? "auto";
+      if (!["auto", "always", "never"].includes(earlyLockRelease)) {
+        throw new TypeError(
+          `groupCommit.earlyLockRelease must be "auto", "always" or "never", got ${JSON.stringify(earlyLockRelease)}`,
+        );
+      }
       this.group = {
         maxBatch: positiveInteger("groupCommit.maxBatch", group?.maxBatch ?? DEFAULT_MAX_BATCH),
         maxBatchMs,
+        earlyLockRelease,
       };
     }
     this.names = tableNames(schema);
@@ -302,10 +311,7 @@ export class PostgresSubstrate implements Substrate {
     // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
     const batchLock = `hashtextextended('${this.names.batchKey}', 0)`;
     this.beginSolo = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(${batchLock})`;
-    // A batch commits without waiting for its WAL flush, so its locks (the batch lock, the chain
-    // head, the accounts) pass to the next batch at once; its callers still hear back only once
-    // DURABILITY_BARRIER has seen the flush (see runBatch).
-    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off; SELECT pg_advisory_xact_lock(${batchLock})`;
+    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock})`;
     this.beginBatch = `${this.beginBatchLock}; SAVEPOINT ${SAVEPOINT}`;
     if (pool !== undefined) {
       this.pool = pool;
@@ -601,25 +607,6 @@ export class PostgresSubstrate implements Substrate {
         }
         const end = await this.runBatch(client, () => broken);
         broken ??= end.broken;
-        if (end.barrier !== undefined) {
-          // The batch is committed and waits for the log flush on this connection; the next batch
-          // begins at once on another, so a lone process also runs while the disk flushes.
-          const held = client;
-          const heldBroken = broken;
-          const { answer, finish } = end.barrier;
-          client = null;
-          held.off("error", onError);
-          const quiet = () => undefined; // a connection failing now fails the barrier's query too
-          held.on("error", quiet);
-          void this.track(
-            answer.then((error) => {
-              held.off("error", quiet);
-              held.release(error === null ? heldBroken : toError(error));
-              finish(error);
-            }),
-          );
-          continue;
-        }
         if (broken !== undefined) {
           release(client, onError, broken);
           client = null;
@@ -660,8 +647,13 @@ export class PostgresSubstrate implements Substrate {
     const pipelined = isPipelined(client);
     const waiting = this.queue.length;
     const memory = newBatchMemory();
+    const beginAt = performance.now();
+    const alone = this.solos === 0;
     try {
       await this.beginWithReadAhead(client, pipelined, memory);
+      // Long when another handle's transaction held the batch lock (or the server was slow to
+      // answer); not judged while one of this handle's own lone transactions may have held it.
+      if (alone && this.solos === 0) this.contended = performance.now() - beginAt >= CONTENDED_BEGIN_MS;
     } catch (error) {
       // Nothing ran; those that waited through this BEGIN fail with it, later arrivals get a new one.
       const failure = toSubstrateError(error, "transaction: BEGIN");
@@ -786,9 +778,16 @@ export class PostgresSubstrate implements Substrate {
       this.settle(ran, null);
       return { broken };
     }
+    const { earlyLockRelease } = this.group!;
+    const early = earlyLockRelease === "always" || (earlyLockRelease === "auto" && this.contended);
     let command: string;
     try {
-      ({ command } = await client.query("COMMIT"));
+      // Sent with the COMMIT, in the same round trip on a pipelined connection.
+      const asynchronous = early ? client.query("SET LOCAL synchronous_commit TO off") : null;
+      const [, committed] = await Promise.allSettled([asynchronous, client.query("COMMIT")]);
+      // Had the SET failed, the transaction was aborted and COMMIT answers ROLLBACK (checked below).
+      if (committed.status === "rejected") throw committed.reason;
+      ({ command } = committed.value);
     } catch (error) {
       const failure = toSubstrateError(error, "transaction: COMMIT");
       // A failed COMMIT has ended the transaction: nothing to roll back.
@@ -807,15 +806,9 @@ export class PostgresSubstrate implements Substrate {
     }
     this.counters.commits++;
     this.counters.largestBatch = Math.max(this.counters.largestBatch, ran.length);
-    const answer = client.query(DURABILITY_BARRIER).then(
-      () => null,
-      (error: unknown) => error ?? new Error("the durability barrier failed"),
-    );
-    const finish = (error: unknown) => {
-      if (error === null) {
-        this.settle(ran, null);
-        return;
-      }
+    try {
+      if (early) await client.query(DURABILITY_BARRIER);
+    } catch (error) {
       // Committed, and visible to others, but perhaps not yet on disk: as when a COMMIT's answer is lost.
       const failure = toSubstrateError(error, "transaction: durability barrier");
       this.settle(
@@ -826,8 +819,10 @@ export class PostgresSubstrate implements Substrate {
           { cause: error },
         ),
       );
-    };
-    return { barrier: { answer, finish } };
+      return { broken: error instanceof Error ? error : new Error(String(error)) };
+    }
+    this.settle(ran, null);
+    return {};
   }
 
   /**
