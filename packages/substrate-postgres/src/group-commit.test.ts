@@ -1351,7 +1351,9 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
         events.findLastIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock(")),
       );
 
+    const releasedBefore = sub.stats.earlyLockReleases;
     const alone = await rounds(10, () => undefined);
+    expect(sub.stats.earlyLockReleases).toBe(releasedBefore);
     expect(alone.result).toEqual([10, 11, 12, 13]);
     expect(lastBatch(alone.events).some((e) => e.includes("synchronous_commit"))).toBe(false);
     expect(lastBatch(alone.events).some((e) => e.includes("txid_current"))).toBe(false);
@@ -1372,6 +1374,7 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     expect(set).toBeGreaterThanOrEqual(0);
     expect(last.indexOf("sent COMMIT", set)).toBeGreaterThan(set);
     expect(last.indexOf("answered SELECT txid_current()", set)).toBeGreaterThan(set);
+    expect(sub.stats.earlyLockReleases).toBe(releasedBefore + 1);
     expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(23);
   });
 

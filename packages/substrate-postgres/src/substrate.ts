@@ -132,6 +132,8 @@ export interface PostgresSubstrateStats {
   readAhead: number;
   /** Deferred writes of batches sent as rows of multi-row statements (see BatchWrites). */
   multiRowWrites: number;
+  /** Batch COMMITs that handed their locks on before their log flush (see earlyLockRelease). */
+  earlyLockReleases: number;
 }
 
 const DEFAULT_MAX_RETRIES = 8;
@@ -264,6 +266,7 @@ export class PostgresSubstrate implements Substrate {
     largestBatch: 0,
     readAhead: 0,
     multiRowWrites: 0,
+    earlyLockReleases: 0,
   };
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -805,6 +808,7 @@ export class PostgresSubstrate implements Substrate {
       return {};
     }
     this.counters.commits++;
+    if (early) this.counters.earlyLockReleases++;
     this.counters.largestBatch = Math.max(this.counters.largestBatch, ran.length);
     try {
       if (early) await client.query(DURABILITY_BARRIER);
