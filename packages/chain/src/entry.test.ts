@@ -253,7 +253,7 @@ describe("compactJws", () => {
     }
   });
 
-  it("gives each entry its own receipt when many are built in a row (one scratch buffer)", () => {
+  it("gives each entry its own receipt and hash when many are built in a row, large non-ASCII bodies included", () => {
     const { signer } = generateKeyPair();
     const entries = Array.from({ length: 20 }, (_, i) =>
       buildEntry({

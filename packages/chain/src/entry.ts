@@ -97,62 +97,30 @@ export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
     }
     throw error;
   }
-  // The UTF-8 body goes through one reused buffer: it is hashed and base64url-encoded, never kept.
-  const payload = utf8Scratch(text);
-  const signingText = `${protectedHeaderB64(signer.keyId)}.${payload.toString("base64url")}`;
-  const entry: ChainEntryRecord = {
+  const payload = Buffer.from(text, "utf8");
+  const signingInput = Buffer.from(
+    `${protectedHeaderB64(signer.keyId)}.${payload.toString("base64url")}`,
+    "latin1",
+  );
+  return {
     seq,
     entry_id: entryId,
     entry_hash: createHash("sha256").update(payload).digest("hex"),
     prev_hash: body.prev_hash,
     body: text,
-    signature: base64url(signer.sign(Buffer.from(signingText, "latin1"))),
+    signature: Buffer.from(signer.sign(signingInput)).toString("base64url"),
     key_id: signer.keyId,
     kind,
     session_id: sessionIdOf(data),
     created_ns: Number(nowNs),
   };
-  built.set(entry, { signingText, body: text, key_id: entry.key_id, signature: entry.signature });
-  return entry;
 }
-
-/** Base64url of the signature bytes, viewed in place rather than copied. */
-function base64url(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64url");
-}
-
-let scratch = Buffer.allocUnsafeSlow(16 * 1024);
-
-/** `text` as UTF-8 in the shared scratch buffer (grown when too small); valid until the next call. */
-function utf8Scratch(text: string): Buffer {
-  // UTF-8 takes at most 3 bytes per UTF-16 code unit.
-  if (text.length * 3 > scratch.length) scratch = Buffer.allocUnsafeSlow(text.length * 3);
-  return scratch.subarray(0, scratch.write(text, 0, "utf8"));
-}
-
-/**
- * The JWS signing input of each entry buildEntry made, so its receipt needs no second encoding of
- * the body; kept with the fields it was made from, in case a caller changed the record since.
- */
-const built = new WeakMap<
-  ChainEntryRecord,
-  { signingText: string; body: string; key_id: string; signature: string }
->();
 
 /**
  * The compact JWS (the receipt) of an entry, as `jwsOf` builds it, with Node's native base64url:
  * several times faster on the hot path of a decision. Browsers use `jwsOf`.
  */
 export function compactJws(entry: Pick<ChainEntryRecord, "body" | "key_id" | "signature">): string {
-  const known = built.get(entry as ChainEntryRecord);
-  if (
-    known !== undefined &&
-    known.body === entry.body &&
-    known.key_id === entry.key_id &&
-    known.signature === entry.signature
-  ) {
-    return `${known.signingText}.${entry.signature}`;
-  }
   return `${protectedHeaderB64(entry.key_id)}.${Buffer.from(entry.body, "utf8").toString("base64url")}.${entry.signature}`;
 }
 
