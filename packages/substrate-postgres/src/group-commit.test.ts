@@ -1275,7 +1275,7 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
       return Promise.allSettled(batch);
     });
     expect(result.map((r) => (r.status === "fulfilled" ? r.value : r.reason))).toEqual(["written", 1]);
-    const begin = events.findIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock("));
+    const begin = events.findIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_try_advisory"));
     expect(events.indexOf("sent SET LOCAL synchronous_commit TO off", begin)).toBeGreaterThan(begin);
     const commit = events.indexOf("answered COMMIT", begin);
     const barrier = events.indexOf("answered SELECT txid_current()", commit);
@@ -1316,66 +1316,23 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(7);
   });
 
-  it('"auto": a plain COMMIT while no other handle holds the batch lock, the early release once one did', async () => {
-    const schema = freshSchema();
-    const sub = await openMigrated(schema);
-    const other = await openMigrated(schema);
-    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-    const bump =
-      (calls: number, pause = 0) =>
-      async (tx: SubstrateTx) => {
-        await tx.sessions.update({ ...session("s1"), call_count: calls });
-        if (pause > 0) await sleep(pause);
-        return calls;
-      };
-    /**
-     * A lone transaction, then a batch behind it (its BEGIN waits for that one: not judged), and,
-     * queued while that batch runs, a last batch: its BEGIN is the one judged. `meanwhile` runs
-     * while the first batch does.
-     */
-    const rounds = (base: number, meanwhile: () => void) =>
-      traced(async (events) => {
-        const lone = sub.transaction(bump(base));
-        const first = [sub.transaction(bump(base + 1, 30)), sub.transaction(bump(base + 2))];
-        while (!events.some((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock(")))
-          await sleep(1);
-        await sleep(5);
-        meanwhile();
-        await sleep(5);
-        const last = sub.transaction(bump(base + 3));
-        return Promise.all([lone, ...first, last]);
-      });
-    const lastBatch = (events: string[]) =>
-      events.slice(
-        events.findLastIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock(")),
+  it('"never", and "auto" on a handle no other has contended with: a plain durable COMMIT, no barrier', async () => {
+    for (const earlyLockRelease of ["never", "auto"] as const) {
+      const sub = await openMigrated(freshSchema(), { groupCommit: { earlyLockRelease } });
+      await sub.transaction((tx) => tx.sessions.insert(session("s1")));
+      const { result, events } = await traced(() =>
+        inOneBatch(sub, [
+          async (tx) => {
+            await tx.sessions.update({ ...session("s1"), call_count: 5 });
+            return "written";
+          },
+        ]),
       );
-
-    const releasedBefore = sub.stats.earlyLockReleases;
-    const alone = await rounds(10, () => undefined);
-    expect(sub.stats.earlyLockReleases).toBe(releasedBefore);
-    expect(alone.result).toEqual([10, 11, 12, 13]);
-    expect(lastBatch(alone.events).some((e) => e.includes("synchronous_commit"))).toBe(false);
-    expect(lastBatch(alone.events).some((e) => e.includes("txid_current"))).toBe(false);
-
-    // The other handle's lone transaction queues for the lock behind the first batch and then holds
-    // it (shared) for 50 ms, so the last batch's BEGIN waits for it.
-    let blocker: Promise<unknown> = Promise.resolve();
-    const contended = await rounds(20, () => {
-      blocker = other.transaction(async (tx) => {
-        await tx.sessions.get("s1");
-        await sleep(50);
-      });
-    });
-    await blocker;
-    expect(contended.result).toEqual([20, 21, 22, 23]);
-    const last = lastBatch(contended.events);
-    const set = last.indexOf("sent SET LOCAL synchronous_commit TO off");
-    expect(set).toBeGreaterThanOrEqual(0);
-    expect(last.indexOf("sent COMMIT", set)).toBeGreaterThan(set);
-    expect(last.indexOf("answered SELECT txid_current()", set)).toBeGreaterThan(set);
-    expect(sub.stats.earlyLockReleases).toBe(releasedBefore + 1);
-    expect(await sub.transaction(async (tx) => (await tx.sessions.get("s1"))!.call_count)).toBe(23);
+      expect(result.map((r) => r.status)).toEqual(["fulfilled"]);
+      expect(events.some((e) => e.startsWith("sent BEGIN") && e.includes("pg_try_advisory"))).toBe(true);
+      expect(events.some((e) => e.includes("synchronous_commit") || e.includes("txid_current"))).toBe(false);
+      expect(sub.stats.earlyLockReleases).toBe(0);
+    }
   });
 
   it("refuses an unknown earlyLockRelease", async () => {

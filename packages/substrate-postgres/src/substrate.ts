@@ -42,10 +42,10 @@ export interface GroupCommitOptions {
    * Whether a batch's COMMIT may hand its locks on before its write-ahead log is flushed
    * (synchronous_commit off for that transaction), with a durable commit right after it
    * (DURABILITY_BARRIER) waiting for the flush before any of its callers hears back: nobody hears
-   * back before the batch is durable either way. "auto" (default) does so while other processes'
-   * batches queue behind this handle's (its last BEGIN waited CONTENDED_BEGIN_MS or more for the
-   * batch lock and its reads): the next batch then runs during the flush. Alone, the barrier's
-   * extra round trip would only cost.
+   * back before the batch is durable either way. "auto" (default) does so while other handles'
+   * transactions contend for the batch lock (another held it when this handle's last batch began):
+   * the next of theirs then runs during the flush. Alone, the barrier's extra round trip would only
+   * cost.
    */
   earlyLockRelease?: "auto" | "always" | "never";
 }
@@ -140,8 +140,6 @@ const DEFAULT_MAX_RETRIES = 8;
 const DEFAULT_POOL_SIZE = 10;
 const DEFAULT_MAX_BATCH = 64;
 const DEFAULT_MAX_BATCH_MS = 2;
-/** A batch's BEGIN (with the batch lock and its reads) this slow means another process's batch held the lock. */
-const CONTENDED_BEGIN_MS = 2;
 // Full-jitter exponential backoff: conflicting transactions wake at different times instead of
 // colliding again, and the cap keeps the worst case for the default retries under a second.
 const BACKOFF_BASE_MS = 2;
@@ -199,6 +197,15 @@ function nextTurn(): Promise<void> {
 function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
   client.off("error", listener);
   client.release(broken);
+}
+
+/** The answer of beginBatchLock's try (a multi-statement query answers with one result per statement). */
+function lockWasFree(answer: unknown): boolean | null {
+  for (const result of Array.isArray(answer) ? answer : [answer]) {
+    const free = (result as { rows?: Array<{ free?: unknown }> } | null)?.rows?.[0]?.free;
+    if (typeof free === "boolean") return free;
+  }
+  return null;
 }
 
 function isPipelined(client: PoolClient): boolean {
@@ -314,7 +321,9 @@ export class PostgresSubstrate implements Substrate {
     // The key is a checked identifier (tableNames), so it needs no escaping as a literal.
     const batchLock = `hashtextextended('${this.names.batchKey}', 0)`;
     this.beginSolo = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock_shared(${batchLock})`;
-    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${batchLock})`;
+    // The try first says whether another transaction held the lock (see earlyLockRelease); taking
+    // it again after is free (the transaction holds it twice until it ends) or waits, as before.
+    this.beginBatchLock = `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_try_advisory_xact_lock(${batchLock}) AS free; SELECT pg_advisory_xact_lock(${batchLock})`;
     this.beginBatch = `${this.beginBatchLock}; SAVEPOINT ${SAVEPOINT}`;
     if (pool !== undefined) {
       this.pool = pool;
@@ -650,13 +659,13 @@ export class PostgresSubstrate implements Substrate {
     const pipelined = isPipelined(client);
     const waiting = this.queue.length;
     const memory = newBatchMemory();
-    const beginAt = performance.now();
     const alone = this.solos === 0;
     try {
-      await this.beginWithReadAhead(client, pipelined, memory);
-      // Long when another handle's transaction held the batch lock (or the server was slow to
-      // answer); not judged while one of this handle's own lone transactions may have held it.
-      if (alone && this.solos === 0) this.contended = performance.now() - beginAt >= CONTENDED_BEGIN_MS;
+      const free = await this.beginWithReadAhead(client, pipelined, memory);
+      // Taken by another handle's transaction when this batch began: it, or others like it, will
+      // be waiting for this one. Not judged while one of this handle's own lone transactions may
+      // have held it.
+      if (alone && this.solos === 0 && free !== null) this.contended = !free;
     } catch (error) {
       // Nothing ran; those that waited through this BEGIN fail with it, later arrivals get a new one.
       const failure = toSubstrateError(error, "transaction: BEGIN");
@@ -839,21 +848,20 @@ export class PostgresSubstrate implements Substrate {
     client: PoolClient,
     pipelined: boolean,
     memory: BatchMemory,
-  ): Promise<void> {
+  ): Promise<boolean | null> {
     const ahead: ReadAhead | null = collectHints(
       this.queue.slice(0, this.group!.maxBatch).map((job) => job.hints),
     );
     if (ahead === null) {
       // Pipelined, each transaction takes a savepoint only once it sends a statement (BatchWrites).
-      await client.query(pipelined ? this.beginBatchLock : this.beginBatch);
-      return;
+      return lockWasFree(await client.query(pipelined ? this.beginBatchLock : this.beginBatch));
     }
     if (!pipelined) {
-      await client.query(this.beginBatchLock);
+      const began = await client.query(this.beginBatchLock);
       const found = await sendReadAhead(client, this.prepared, this.sql, ahead, false);
       await client.query(`SAVEPOINT ${SAVEPOINT}`);
       this.counters.readAhead += rememberReadAhead(memory, ahead, found);
-      return;
+      return lockWasFree(began);
     }
     // One write, one round trip: the server runs the reads once the batch lock is granted.
     corkThisTurn(client);
@@ -863,6 +871,7 @@ export class PostgresSubstrate implements Substrate {
     // The first failure is the real one: after it, the server refuses the rest as an aborted transaction.
     for (const step of [began, read]) if (step.status === "rejected") throw step.reason;
     if (read.status === "fulfilled") this.counters.readAhead += rememberReadAhead(memory, ahead, read.value);
+    return began.status === "fulfilled" ? lockWasFree(began.value) : null;
   }
 
   /** Settles a batch's transactions: the failed with their errors, the rest with `failure` or their values. */
