@@ -1335,6 +1335,78 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     }
   });
 
+  it('"auto": once another holder had the batch lock when a batch began, that batch releases early', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction(async (tx) => {
+      for (const id of ["s1", "l1", "l2"]) await tx.sessions.insert(session(id));
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20)); // the lane gone: the next two run alone
+    let openGate!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      openGate = resolve;
+    });
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const bump = (calls: number) => async (tx: SubstrateTx) => {
+      await tx.sessions.update({ ...session("s1"), call_count: calls });
+      return calls;
+    };
+    const holder = await admin.connect();
+    try {
+      const { result, events } = await traced(async () => {
+        // Two alone, then a batch held open until the gate (its BEGIN is not judged: the two may
+        // still have held the lock), and, queued meanwhile, the batch whose BEGIN is judged.
+        // Both under way (holding the lock, shared) before the batch queues: a lone one whose
+        // connection came later would wait for the batch, and the batch for the gate below.
+        const inside: Array<() => void> = [];
+        const lonesIn = [0, 1].map(() => new Promise<void>((resolve) => inside.push(resolve)));
+        const lone = [1, 2].map((calls, i) =>
+          sub.transaction(async (tx) => {
+            // Rows of their own: the two must be inside at once.
+            await tx.sessions.update({ ...session(`l${calls}`), call_count: calls });
+            const value = calls;
+            inside[i]!();
+            await Promise.all(lonesIn);
+            return value;
+          }),
+        );
+        await Promise.all(lonesIn);
+        const held = sub.transaction(async (tx) => {
+          await tx.sessions.update({ ...session("s1"), call_count: 3 });
+          started();
+          await gate;
+          return 3;
+        });
+        await Promise.all([...lone, running]);
+        // Another holder queues for the batch lock behind the open batch …
+        const holding = holder.query(
+          `BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('leash.batch:${schema}', 0))`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        const judged = sub.transaction(bump(4));
+        openGate();
+        // … gets it once that batch commits, and keeps it a while: the judged batch begins behind it.
+        await holding;
+        await new Promise((resolve) => setTimeout(resolve, 30));
+        await holder.query("COMMIT");
+        return Promise.all([...lone, held, judged]);
+      });
+      expect(result).toEqual([1, 2, 3, 4]);
+      const last = events.slice(
+        events.findLastIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_try_advisory")),
+      );
+      const set = last.indexOf("sent SET LOCAL synchronous_commit TO off");
+      expect(set).toBeGreaterThanOrEqual(0);
+      expect(last.indexOf("answered SELECT txid_current()", set)).toBeGreaterThan(set);
+      expect(sub.stats.earlyLockReleases).toBe(1);
+    } finally {
+      holder.release();
+    }
+  });
+
   it("refuses an unknown earlyLockRelease", async () => {
     await expect(
       openPostgresSubstrate({
