@@ -241,7 +241,7 @@ describe("compactJws", () => {
     expect(compactJws(e)).toBe(jwsOf(e));
   });
 
-  it("follows a record changed after buildEntry made it, and a copy of it", () => {
+  it("matches jwsOf for a copy of an entry and after its body, signature or key id changed", () => {
     const { signer } = generateKeyPair();
     const e = buildEntry({ head: null, kind: "decision", data: { n: 1 }, signer, nowNs: T0 });
     expect(compactJws({ ...e })).toBe(jwsOf(e));

@@ -73,21 +73,35 @@ async function inOneBatch(
   return results;
 }
 
-/** Runs `work` while recording the prepared-statement names every pg client sends. */
-async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; names: string[] }> {
-  const names: string[] = [];
+/**
+ * Runs `work` with every pg client's query() going through `intercept`, which gets the query's
+ * config and a function that sends it as usual.
+ */
+async function interceptingQueries<T>(
+  intercept: (config: unknown, send: () => unknown) => unknown,
+  work: () => Promise<T>,
+): Promise<T> {
   const Client = (await import("pg")).Client;
   const original = Client.prototype.query;
   Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
-    const name = (config as { name?: string } | null)?.name;
-    if (typeof name === "string") names.push(name);
-    return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    return intercept(config, () => (original as (...args: unknown[]) => unknown).call(this, config, ...rest));
   } as typeof original;
   try {
-    return { result: await work(), names };
+    return await work();
   } finally {
     Client.prototype.query = original;
   }
+}
+
+/** Runs `work` while recording the prepared-statement names every pg client sends. */
+async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; names: string[] }> {
+  const names: string[] = [];
+  const result = await interceptingQueries((config, send) => {
+    const name = (config as { name?: string } | null)?.name;
+    if (typeof name === "string") names.push(name);
+    return send();
+  }, work);
+  return { result, names };
 }
 
 /** inOneBatch for transactions that give hints. */
@@ -1228,29 +1242,26 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     failBarrier = false,
   ): Promise<{ result: T; events: string[] }> {
     const events: string[] = [];
-    const Client = (await import("pg")).Client;
-    const original = Client.prototype.query;
-    Client.prototype.query = function (this: unknown, config: unknown, ...rest: unknown[]) {
-      const text = typeof config === "string" ? config : "";
-      if (text === "SELECT txid_current()" && failBarrier) {
-        events.push("barrier refused");
-        return Promise.reject(Object.assign(new Error("connection lost"), { code: "08006" }));
-      }
-      const answer = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
-      if (text !== "") {
-        events.push(`sent ${text}`);
-        void (answer as Promise<unknown>).then(
-          () => events.push(`answered ${text}`),
-          () => events.push(`failed ${text}`),
-        );
-      }
-      return answer;
-    } as typeof original;
-    try {
-      return { result: await work(events), events };
-    } finally {
-      Client.prototype.query = original;
-    }
+    const result = await interceptingQueries(
+      (config, send) => {
+        const text = typeof config === "string" ? config : "";
+        if (text === "SELECT txid_current()" && failBarrier) {
+          events.push("barrier refused");
+          return Promise.reject(Object.assign(new Error("connection lost"), { code: "08006" }));
+        }
+        const answer = send();
+        if (text !== "") {
+          events.push(`sent ${text}`);
+          void (answer as Promise<unknown>).then(
+            () => events.push(`answered ${text}`),
+            () => events.push(`failed ${text}`),
+          );
+        }
+        return answer;
+      },
+      () => work(events),
+    );
+    return { result, events };
   }
 
   it("commits without waiting for the disk, then resolves its transactions once a durable commit after it is in", async () => {

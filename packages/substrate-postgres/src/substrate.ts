@@ -243,7 +243,7 @@ export class PostgresSubstrate implements Substrate {
   private readonly prepared: boolean;
   private readonly where: string;
   private readonly group: Required<GroupCommitOptions> | null;
-  /** Whether this handle's last batch waited for another's (see GroupCommitOptions.earlyLockRelease). */
+  /** Whether another handle held the batch lock when this handle's last judged batch began (see earlyLockRelease). */
   private contended = false;
   /** BEGIN for a transaction of its own: the batch lock in shared mode (see beginBatch). */
   private readonly beginSolo: string;
