@@ -195,6 +195,23 @@ describe("exact arithmetic", () => {
     expect(BudgetGuardError.isInstance(caught) && caught.code).toBe("overflow");
   });
 
+  it("draws the range line exactly at ±10^21, on both sides of zero", () => {
+    const largest = toMoney("999999999999999999999.999999999999999999");
+    const step = toMoney("0.000000000000000001");
+    expect(addMoney(largest, toMoney(0)).eq(largest)).toBe(true);
+    expect(subtractMoney(toMoney(0), largest).toFixed()).toBe("-999999999999999999999.999999999999999999");
+    const code = (fn: () => unknown) => {
+      try {
+        fn();
+        return null;
+      } catch (error) {
+        return BudgetGuardError.isInstance(error) ? error.code : "other";
+      }
+    };
+    expect(code(() => addMoney(largest, step))).toBe("overflow");
+    expect(code(() => subtractMoney(subtractMoney(toMoney(0), largest), step))).toBe("overflow");
+  });
+
   it("is exact for any two in-range amounts (a + b − b = a)", () => {
     fc.assert(
       fc.property(anyAmount, anyAmount, (a, b) => {

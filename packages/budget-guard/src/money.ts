@@ -167,7 +167,9 @@ export function subtractMoney(a: Money, b: Money): Money {
 }
 
 function checkRange(value: Money): Money {
-  if (value.abs().gte(MONEY_LIMIT)) {
+  // |value| ≥ 10^21 exactly when its leading digit's exponent is 21 or more; NaN (never expected)
+  // fails the test too. Reading the exponent spares an abs() and a comparison on every step.
+  if (!(value.e < MONEY_LIMIT_EXPONENT)) {
     throw new BudgetGuardError(
       "overflow",
       `amount ${value.toFixed()} is outside the exact range (below 10^21)`,
@@ -188,11 +190,22 @@ export function clampAtZero(value: Money): Money {
 export function accountAvailable(
   account: Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">,
 ): Money {
-  const where = `account ${JSON.stringify(account.account_id)}`;
-  const limit = readStoredMoney(account.limit_usd, `${where} limit_usd`);
-  const spent = readStoredMoney(account.spent_usd, `${where} spent_usd`);
-  const reserved = readStoredMoney(account.reserved_usd, `${where} reserved_usd`);
+  const limit = storedAmount(account, "limit_usd");
+  const spent = storedAmount(account, "spent_usd");
+  const reserved = storedAmount(account, "reserved_usd");
   return clampAtZero(subtractMoney(subtractMoney(limit, spent), reserved));
+}
+
+/** An account's stored amount; the error's wording is built only when the amount is bad. */
+function storedAmount(
+  account: Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">,
+  field: "limit_usd" | "spent_usd" | "reserved_usd",
+): Money {
+  const text = account[field];
+  return (
+    (typeof text === "string" ? PARSED.get(text) : undefined) ??
+    readStoredMoney(text, `account ${JSON.stringify(account.account_id)} ${field}`)
+  );
 }
 
 /**

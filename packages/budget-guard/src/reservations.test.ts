@@ -493,6 +493,42 @@ describe("exactness against the store", () => {
       { numRuns: 200 },
     );
   });
+
+  it("availableAfter is what the chain allows when read again after the hold, overruns and all (property)", async () => {
+    // Amounts in thousandths of a dollar; settling above the estimate overruns an account, which
+    // then reads 0 (clamped), the case where "before minus amount" could differ from a fresh read.
+    const amount = fc.integer({ min: 0, max: 3_000 }).map((milli) => moneyString(new Money(milli).div(1000)));
+    const step = fc.record({ estimate: amount, actual: fc.option(amount, { nil: undefined }) });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.tuple(amount, amount, amount),
+        fc.array(step, { maxLength: 8 }),
+        amount,
+        async ([own, agentMore, orgMore], history, last) => {
+          // A child is carved from its parent, so limits grow up the chain (equal when a step is 0).
+          const sess = toMoney(own);
+          const agent = sess.plus(agentMore);
+          const org = agent.plus(orgMore);
+          const store = createMemorySubstrate();
+          return store.transaction(async (tx) => {
+            await tree(tx, { org: moneyString(org), agent: moneyString(agent), sess: moneyString(sess) });
+            for (const [i, { estimate, actual }] of history.entries()) {
+              const held = await reserve(tx, hold("sess", estimate, { reservation_id: `h${i}` }));
+              if (held.ok && actual !== undefined) {
+                await settle(tx, `h${i}`, { actual_usd: actual, nowNs: T0, idempotency_key: `k${i}` });
+              }
+            }
+            const chain = await accountChain(tx, "sess");
+            const held = await reserve(tx, hold("sess", last, { accounts: chain, unusedId: true }));
+            if (!held.ok) return held.available.eq(await available(tx, "sess"));
+            const fresh = await available(tx, "sess");
+            return held.availableAfter.eq(fresh) && held.availableBefore.minus(last).eq(fresh);
+          });
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
 });
 
 describe("concurrency", () => {

@@ -113,12 +113,14 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   };
   // Issued together (one round trip on a pipelining store); the transaction fails if either does.
   const inserted = budgets.insertReservation(reservation, { unusedId: input.unusedId === true });
-  const [accounts] = await Promise.all([charged, inserted]);
+  await Promise.all([charged, inserted]);
   return {
     ok: true,
     reservation,
     availableBefore,
-    availableAfter: chainAvailable(accounts),
+    // Every account allowed at least `amount` (the judge saw their least do so), and each now holds
+    // `amount` more: the least is less by exactly `amount`, with nothing clamped at zero on the way.
+    availableAfter: subtractMoney(availableBefore, amount),
     replayed: false,
   };
 }

@@ -19,7 +19,11 @@ export function auditJson(value: unknown): Json {
   if (Array.isArray(value)) return value.map(auditJson);
   if (typeof value === "object") {
     const out: Record<string, Json> = {};
-    for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k] = auditJson(v);
+    // Object.keys, not Object.entries: no [key, value] pair allocated per field of every entry.
+    for (const k of Object.keys(value)) {
+      const v = (value as Record<string, unknown>)[k];
+      if (v !== undefined) out[k] = auditJson(v);
+    }
     return out;
   }
   return String(value);
