@@ -4,6 +4,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { childNodeFlags } from "../src/commands/bench-engine.js";
 import { bucketOf, bucketRange, LatencyHistogram } from "../src/histogram.js";
 import { CLI_BIN, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 import { PG_URL, withPg } from "./stores.js";
@@ -209,6 +210,26 @@ describe("leash bench engine", () => {
     expect(two.code).toBe(2);
     expectOneLineError(two.stderr);
     expect(two.stderr).toContain("--processes needs sqlite: or postgres://");
+  });
+});
+
+describe("child processes of bench engine", () => {
+  it("inherit the profiler and heap flags, not the debugger, a profile's file name or a loader", () => {
+    expect(
+      childNodeFlags([
+        "--cpu-prof",
+        "--cpu-prof-dir=/tmp/p",
+        "--cpu-prof-name=one.cpuprofile",
+        "--heap-prof",
+        "--inspect=9229",
+        "--inspect-brk",
+        "--import",
+        "tsx",
+        "--conditions=development",
+        "--max-old-space-size=512",
+        "--prof",
+      ]),
+    ).toEqual(["--cpu-prof", "--cpu-prof-dir=/tmp/p", "--heap-prof", "--max-old-space-size=512", "--prof"]);
   });
 });
 

@@ -258,6 +258,19 @@ function childKey(key: ResolvedSigner): { args: string[]; env: Record<string, st
   }
 }
 
+/**
+ * The Node.js flags a child process inherits from this one, so that `node --cpu-prof … bench engine
+ * --processes 2` profiles every process, not just the first: profiler and heap-size flags only. Not
+ * the debugger's (each child would claim the same port), a profile's file name (each would overwrite
+ * the others'), nor loaders and the like that a host such as a test runner may have added.
+ */
+const INHERITED_NODE_FLAG =
+  /^--(cpu-prof|cpu-prof-dir|cpu-prof-interval|heap-prof|heap-prof-dir|heap-prof-interval|prof|max-old-space-size|max-semi-space-size)(=|$)/;
+
+export function childNodeFlags(execArgv: readonly string[]): string[] {
+  return execArgv.filter((flag) => INHERITED_NODE_FLAG.test(flag));
+}
+
 function startChild(
   index: number,
   runId: string,
@@ -286,7 +299,7 @@ function startChild(
   ];
   // The URL and a key go through the environment: argv is visible to every user of the machine (ps).
   const { LEASH_SIGNING_KEY: _parentKey, ...parentEnv } = process.env;
-  const child = spawn(process.execPath, args, {
+  const child = spawn(process.execPath, [...childNodeFlags(process.execArgv), ...args], {
     stdio: ["pipe", "pipe", "pipe"],
     env: { ...parentEnv, LEASH_STORE: url, ...keyArgs.env },
   });
