@@ -255,6 +255,7 @@ describe("available and judgeReservation", () => {
     }
     expect(BudgetGuardError.isInstance(caught) && caught.code).toBe("corrupt");
     expect(InvalidAmountError.isInstance((caught as Error).cause)).toBe(true);
+    expect((caught as Error).message).toMatch(/^account ".+" spent_usd holds an invalid amount: "1e400"$/);
     expect(() => readStoredMoney(12, "x")).toThrow(/x holds an invalid amount/);
   });
 

@@ -196,8 +196,11 @@ export function accountAvailable(
   return clampAtZero(subtractMoney(subtractMoney(limit, spent), reserved));
 }
 
-/** An account's stored amount; the error's wording is built only when the amount is bad. */
-function storedAmount(
+/**
+ * An account's stored amount, read as `readStoredMoney` reads it (a bad one is `corrupt`, the field
+ * named); the error's wording is built only when the amount is bad, not on every read.
+ */
+export function storedAmount(
   account: Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">,
   field: "limit_usd" | "spent_usd" | "reserved_usd",
 ): Money {

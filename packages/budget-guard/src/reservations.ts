@@ -13,6 +13,7 @@ import {
   moneyString,
   overrunOf,
   readStoredMoney,
+  storedAmount,
   subtractMoney,
   toMoney,
 } from "./money.js";
@@ -369,22 +370,19 @@ async function adjustChain(
   delta: { reserved?: Money; spent?: Money },
 ): Promise<BudgetAccount[]> {
   const updated = chain.map((account) => {
-    const where = `account ${JSON.stringify(account.account_id)}`;
     const next: BudgetAccount = { ...account, updated_ns: Math.max(account.updated_ns, nowNs) };
     if (delta.reserved !== undefined) {
-      const reserved = addMoney(
-        readStoredMoney(account.reserved_usd, `${where} reserved_usd`),
-        delta.reserved,
-      );
+      const reserved = addMoney(storedAmount(account, "reserved_usd"), delta.reserved);
       if (reserved.isNegative() && !reserved.isZero()) {
-        throw new BudgetGuardError("corrupt", `${where} would hold a negative reservation total`);
+        throw new BudgetGuardError(
+          "corrupt",
+          `account ${JSON.stringify(account.account_id)} would hold a negative reservation total`,
+        );
       }
       next.reserved_usd = moneyString(reserved);
     }
     if (delta.spent !== undefined) {
-      next.spent_usd = moneyString(
-        addMoney(readStoredMoney(account.spent_usd, `${where} spent_usd`), delta.spent),
-      );
+      next.spent_usd = moneyString(addMoney(storedAmount(account, "spent_usd"), delta.spent));
     }
     return next;
   });
