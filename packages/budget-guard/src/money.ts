@@ -183,13 +183,14 @@ export function clampAtZero(value: Money): Money {
   return value.isNegative() || value.isZero() ? ZERO : value;
 }
 
+/** The parts of an account its amounts are read from. */
+type AccountAmounts = Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">;
+
 /**
  * What a single account still allows: limit − spent − reserved, clamped at 0. Spent may exceed the
  * limit after a truthful overrun; the account then reads 0, never a negative amount.
  */
-export function accountAvailable(
-  account: Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">,
-): Money {
+export function accountAvailable(account: AccountAmounts): Money {
   const limit = storedAmount(account, "limit_usd");
   const spent = storedAmount(account, "spent_usd");
   const reserved = storedAmount(account, "reserved_usd");
@@ -201,7 +202,7 @@ export function accountAvailable(
  * named); the error's wording is built only when the amount is bad, not on every read.
  */
 export function storedAmount(
-  account: Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">,
+  account: AccountAmounts,
   field: "limit_usd" | "spent_usd" | "reserved_usd",
 ): Money {
   const text = account[field];
@@ -215,9 +216,7 @@ export function storedAmount(
  * What a chain of accounts allows: the least any of them allows, since a hold is charged to every
  * account in the chain. An empty chain allows nothing: no account, no budget to spend.
  */
-export function chainAvailable(
-  accounts: readonly Pick<BudgetAccount, "account_id" | "limit_usd" | "spent_usd" | "reserved_usd">[],
-): Money {
+export function chainAvailable(accounts: readonly AccountAmounts[]): Money {
   let least: Money | null = null;
   for (const account of accounts) {
     const available = accountAvailable(account);
