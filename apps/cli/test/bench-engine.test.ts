@@ -25,6 +25,8 @@ const REPORT_KEYS = [
   "p99_ms",
   "max_ms",
   "cpu_us_per_decision",
+  "machine_reference",
+  "decisions_per_reference",
   "allow_ratio",
   "store_stats",
   "signer",
@@ -49,6 +51,16 @@ function report(stdout: string) {
   expect((r.cpu_us_per_decision * r.decisions) / 1e6).toBeLessThanOrEqual(
     r.seconds * availableParallelism() * 1.05,
   );
+  if (r.machine_reference !== null) {
+    const { workload, before_per_sec, after_per_sec } = r.machine_reference;
+    expect(workload).toMatch(/Ed25519/);
+    expect(before_per_sec).toBeGreaterThan(0);
+    expect(after_per_sec).toBeGreaterThan(0);
+    // The ratio is decisions/s over the mean of the two (four decimals; the rates are rounded).
+    expect(
+      Math.abs(r.decisions_per_reference - r.decisions_per_sec / ((before_per_sec + after_per_sec) / 2)),
+    ).toBeLessThan(2e-4);
+  }
   return r;
 }
 
@@ -70,6 +82,8 @@ describe("leash bench engine", () => {
       "4",
       "--key-file",
       KEY.file,
+      "--reference",
+      "0.1",
     ];
     const r = await leash([...argv, "--warmup", "0.1"]);
     expect(r.stderr).toBe("");
@@ -78,6 +92,7 @@ describe("leash bench engine", () => {
     expect(out).toMatchObject({ bench: "engine", store: "sqlite", processes: 1, concurrency: 4 });
     expect(out.seconds).toBeGreaterThanOrEqual(0.5);
     expect(out.decisions).toBeGreaterThan(0);
+    expect(out.machine_reference).not.toBeNull();
     // Every measured decision is one committed transaction; batches share COMMITs.
     expect(out.store_stats.committed).toBe(out.decisions);
     expect(out.store_stats.commits).toBeGreaterThan(0);
@@ -190,11 +205,18 @@ describe("leash bench engine", () => {
       "0.2",
       "--warmup",
       "0",
+      "--reference",
+      "0",
       "--key-file",
       KEY.file,
     ]);
     expect(one.code).toBe(0);
-    expect(report(one.stdout).store).toBe("memory");
+    // --reference 0 skips the machine reference: both its fields are null, not missing.
+    expect(report(one.stdout)).toMatchObject({
+      store: "memory",
+      machine_reference: null,
+      decisions_per_reference: null,
+    });
     const two = await leash([
       "bench",
       "engine",

@@ -22,6 +22,7 @@ import {
 import { type HistogramJson, LatencyHistogram } from "../histogram.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
 import { addKeyOptions, type KeyOptions, type ResolvedSigner, resolveSigner } from "../keys.js";
+import { REFERENCE_WORKLOAD, referenceRate } from "../machine-reference.js";
 import {
   connectStore,
   dropPostgresSchema,
@@ -38,6 +39,8 @@ export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly processes: number;
   readonly sessions?: number;
   readonly fresh?: boolean;
+  /** Seconds of the machine reference before and after the measured window; 0 skips it. */
+  readonly reference: number;
   /** Internal: `RUNID:INDEX` of a child process started by a parent run. */
   readonly worker?: string;
 }
@@ -401,6 +404,8 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
       EXIT_BAD_INPUT,
     );
   }
+  // Before anything else runs (children included), and again once they have all exited.
+  const referenceBefore = options.reference > 0 ? referenceRate(key.signer, options.reference) : null;
   const fresh = options.fresh ? freshTarget(loaded.target) : { target: loaded.target };
   const settings: Settings = { ...loaded, target: fresh.target };
   const { target } = settings;
@@ -466,6 +471,8 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     }
     const seconds = elapsedNs / 1e9;
     const ms = (ns: number) => Number((ns / 1e6).toFixed(3));
+    const referenceAfter = referenceBefore === null ? null : referenceRate(key.signer, options.reference);
+    const decisionsPerSec = Math.round(decisions / seconds);
     io.stdout(
       `${JSON.stringify({
         bench: "engine",
@@ -474,13 +481,27 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         concurrency: options.concurrency,
         seconds: Number(seconds.toFixed(3)),
         decisions,
-        decisions_per_sec: Math.round(decisions / seconds),
+        decisions_per_sec: decisionsPerSec,
         p50_ms: ms(histogram.quantileNs(0.5)),
         p99_ms: ms(histogram.quantileNs(0.99)),
         max_ms: ms(histogram.maxNs),
         // Steadier than decisions/s on a shared machine: CPU that other tenants take is not in it.
         // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
         cpu_us_per_decision: Math.round(cpuUs / decisions),
+        // How fast this machine was in these minutes: a fixed workload, timed before and after.
+        machine_reference:
+          referenceBefore === null || referenceAfter === null
+            ? null
+            : {
+                workload: REFERENCE_WORKLOAD,
+                before_per_sec: Math.round(referenceBefore),
+                after_per_sec: Math.round(referenceAfter),
+              },
+        // decisions/s over the reference's mean rate: comparable across hours when the machine's speed is not.
+        decisions_per_reference:
+          referenceBefore === null || referenceAfter === null
+            ? null
+            : Number((decisionsPerSec / ((referenceBefore + referenceAfter) / 2)).toFixed(4)),
         allow_ratio: floorTo(allowRatio, 4),
         // Summed over the processes: for group commit, committed / commits is the mean batch size.
         store_stats: storeStats,
@@ -535,6 +556,12 @@ export function registerBenchEngine(bench: Command, io: Io, setExit: (code: numb
         )
         .option("--sessions <n>", "sessions per process (default: one per caller)", positiveInteger)
         .option(
+          "--reference <seconds>",
+          "time a fixed workload (signing decision entries on one thread) this long before and after the run, to show the machine's speed; 0 skips it",
+          nonNegativeNumber,
+          0.5,
+        )
+        .option(
           "--fresh",
           "start empty: delete the sqlite file (and -wal/-shm) first, or use a new postgres schema dropped afterwards",
         )
@@ -551,8 +578,12 @@ signed into the audit chain, so the figures include the Ed25519 signature; worke
 same key (--key-file, LEASH_SIGNING_KEY, or the --ephemeral-key's PEM through their environment).
 Prints one JSON line:
 {"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","cpu_us_per_decision",
-"allow_ratio","store_stats","signer","node"}; cpu_us_per_decision is the CPU time (all threads, user +
-system) of the benchmark processes per decision, steadier than decisions_per_sec on a shared machine;
+"machine_reference","decisions_per_reference","allow_ratio","store_stats","signer","node"};
+cpu_us_per_decision is the CPU time (all threads, user + system) of the benchmark processes per
+decision, steadier than decisions_per_sec on a shared machine; machine_reference is how many signed
+decision entries one thread built per second just before and just after the run (no store, no
+engine), and decisions_per_reference is decisions_per_sec over their mean: on a machine whose speed
+changes from hour to hour, compare runs of different hours by that ratio (null with --reference 0);
 signer says what computed the signatures (libsodium, or node:crypto where sodium-native does not load
 or LEASH_SIGNER=node).
 Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config, signing key or store URL.`,
