@@ -472,7 +472,6 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     const seconds = elapsedNs / 1e9;
     const ms = (ns: number) => Number((ns / 1e6).toFixed(3));
     const referenceAfter = referenceBefore === null ? null : referenceRate(key.signer, options.reference);
-    const decisionsPerSec = Math.round(decisions / seconds);
     io.stdout(
       `${JSON.stringify({
         bench: "engine",
@@ -481,14 +480,14 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
         concurrency: options.concurrency,
         seconds: Number(seconds.toFixed(3)),
         decisions,
-        decisions_per_sec: decisionsPerSec,
+        decisions_per_sec: Math.round(decisions / seconds),
         p50_ms: ms(histogram.quantileNs(0.5)),
         p99_ms: ms(histogram.quantileNs(0.99)),
         max_ms: ms(histogram.maxNs),
         // Steadier than decisions/s on a shared machine: CPU that other tenants take is not in it.
         // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
         cpu_us_per_decision: Math.round(cpuUs / decisions),
-        // How fast this machine was in these minutes: a fixed workload, timed before and after.
+        // How fast this machine was around the run: a fixed workload, timed just before and just after.
         machine_reference:
           referenceBefore === null || referenceAfter === null
             ? null
@@ -497,11 +496,6 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
                 before_per_sec: Math.round(referenceBefore),
                 after_per_sec: Math.round(referenceAfter),
               },
-        // decisions/s over the reference's mean rate: comparable across hours when the machine's speed is not.
-        decisions_per_reference:
-          referenceBefore === null || referenceAfter === null
-            ? null
-            : Number((decisionsPerSec / ((referenceBefore + referenceAfter) / 2)).toFixed(4)),
         allow_ratio: floorTo(allowRatio, 4),
         // Summed over the processes: for group commit, committed / commits is the mean batch size.
         store_stats: storeStats,
@@ -578,12 +572,12 @@ signed into the audit chain, so the figures include the Ed25519 signature; worke
 same key (--key-file, LEASH_SIGNING_KEY, or the --ephemeral-key's PEM through their environment).
 Prints one JSON line:
 {"bench":"engine","store",…,"decisions_per_sec","p50_ms","p99_ms","max_ms","cpu_us_per_decision",
-"machine_reference","decisions_per_reference","allow_ratio","store_stats","signer","node"};
-cpu_us_per_decision is the CPU time (all threads, user + system) of the benchmark processes per
-decision, steadier than decisions_per_sec on a shared machine; machine_reference is how many signed
-decision entries one thread built per second just before and just after the run (no store, no
-engine), and decisions_per_reference is decisions_per_sec over their mean: on a machine whose speed
-changes from hour to hour, compare runs of different hours by that ratio (null with --reference 0);
+"machine_reference","allow_ratio","store_stats","signer","node"}; cpu_us_per_decision is the CPU
+time (all threads, user + system) of the benchmark processes per decision, steadier than
+decisions_per_sec on a shared machine; machine_reference is how many signed decision entries one
+thread built per second just before and just after the run (no store, no engine): how fast the
+machine was around the run, to tell a slow hour from a slow build (null with --reference 0). It is
+a level, not a correction factor: a shared machine's speed also moves within seconds;
 signer says what computed the signatures (libsodium, or node:crypto where sodium-native does not load
 or LEASH_SIGNER=node).
 Exit status: 0 measured, 1 a call failed or the verdicts were not ALLOW, 2 bad flags, config, signing key or store URL.`,
