@@ -59,6 +59,12 @@ function storable(state: State): State {
   return rest;
 }
 
+/** State without its remaining budget: feedback then leaves that field to the caller. */
+function withoutRemaining(state: State): State {
+  const { budget_remaining_usd: _omit, ...rest } = state;
+  return rest;
+}
+
 /**
  * The rows evaluate reads (the session, its nonce, the chain head and the budget accounts this
  * session drew on last time), so a substrate may fetch them ahead. The accounts are a guess from
@@ -266,7 +272,15 @@ export function createEngine(options: EngineOptions): Engine {
       }
     }
 
-    const next = feedback(config, state, call, decision, { nowNs, paramsHash });
+    // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
+    // for its own float estimate of it (exact decimal work whose result would be overwritten).
+    const next = feedback(
+      config,
+      accountId === null ? state : withoutRemaining(state),
+      call,
+      decision,
+      { nowNs, paramsHash },
+    );
     if (decision.verdict === "HITL") {
       const request: HitlRequest = {
         request_id: newId(),

@@ -53,6 +53,8 @@ describe.each(KINDS)("engine on %s", (kind) => {
       "0.75",
     ]);
     expect(r.params_hash).toBe(canonicalHash({ q: "x" }));
+    // The stored state carries the ledger's remaining too (the number a later decide() is shown).
+    expect((await engine.getSession(s.session_id)).state.budget_remaining_usd).toBe(0.75);
     const p = await engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: 0.1 });
     expect(p.budget_remaining_usd).toBe("0.9");
     const again = await engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: 0.1 });
