@@ -274,13 +274,10 @@ export function createEngine(options: EngineOptions): Engine {
 
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
-    const next = feedback(
-      config,
-      accountId === null ? state : withoutRemaining(state),
-      call,
-      decision,
-      { nowNs, paramsHash },
-    );
+    const next = feedback(config, accountId === null ? state : withoutRemaining(state), call, decision, {
+      nowNs,
+      paramsHash,
+    });
     if (decision.verdict === "HITL") {
       const request: HitlRequest = {
         request_id: newId(),
