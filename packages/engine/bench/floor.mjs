@@ -6,8 +6,9 @@
 // costs on this machine with Leash's store. Compare it with `bench engine` in the same minutes.
 //
 // Run after `tsc --build` (it imports dist):  node packages/engine/bench/floor.mjs
-// Environment: SECONDS (default 10), CONCURRENCY (default 16), SIGN=0 to put a fixed string where the
-// signature goes (the signature's share of the floor), DB (default a new file in the temp directory).
+// Environment: DURATION (seconds measured, default 10; not SECONDS, which bash keeps for itself),
+// CONCURRENCY (default 16), SIGN=0 to put a fixed string where the signature goes (the signature's
+// share of the floor), DB (default a new file in the temp directory).
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,7 +17,7 @@ import { buildEntry, chainIdOf, compactJws, generateKeyPair } from "@leash/chain
 import { enqueueEntry } from "@leash/outbox";
 import { openSqliteSubstrate } from "@leash/substrate-sqlite";
 
-const SECONDS = Number(process.env.SECONDS ?? 10);
+const SECONDS = Number(process.env.DURATION ?? 10);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
 const SIGN = process.env.SIGN !== "0";
 const WARMUP_SECONDS = 1;
