@@ -16,7 +16,7 @@ const DATA: Record<string, Json> = {
   nonce: "0.1234",
   estimated_cost_usd: 0.001,
   verdict: "ALLOW",
-  reason: "allow",
+  reason: "within_thresholds",
   budget_before_usd: "999998765.432",
   budget_after_usd: "999998765.431",
   reservation_id: "bench-reference-p0-s0#1234",
