@@ -1,0 +1,109 @@
+// Machine instructions per engine decision, counted by valgrind's callgrind (not a test): a cost figure that
+// does not move with this shared machine's speed, which swings by 2× from hour to hour and ±25 % run to run.
+//
+// It runs the same fixed workload twice under callgrind, DECISIONS and 3 × DECISIONS evaluate() calls (the
+// ALLOW path with a budget hold that `leash bench engine` measures, fixed clock and rng), and divides the
+// difference of the two totals by the difference of the counts: start-up, imports and JIT warm-up cancel
+// out. Node runs with --single-threaded (no concurrent compiler or GC threads), so that the same build
+// counts the same within ~0.5 % however busy the machine is. Counts are instructions, not time: a change
+// that saves instructions but stalls on memory or I/O (or the reverse) shows here only in part.
+//
+// Run after `tsc --build` (it imports dist):  node packages/engine/bench/instructions.mjs
+// Environment: STORE=memory (default) or sqlite (a new file in the temp directory: SQLite's own work
+// included, but group commit batches by time, so its count varies more), DECISIONS (default 1600),
+// ROOT (the checkout whose build is counted, default this one: to compare two builds, run it on each).
+// Needs valgrind on PATH (Debian's package); each run takes about a minute, the two run side by side.
+
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const STORE = process.env.STORE ?? "memory";
+const DECISIONS = Number(process.env.DECISIONS ?? 1600);
+const ROOT = resolve(process.env.ROOT ?? join(here, "..", "..", ".."));
+const WORKLOAD = join(here, "instructions-workload.mjs");
+
+if (STORE !== "memory" && STORE !== "sqlite")
+  fail(`STORE must be memory or sqlite, not ${JSON.stringify(STORE)}`);
+// 16 callers take equal shares of each run.
+if (!Number.isInteger(DECISIONS) || DECISIONS < 160 || DECISIONS % 16 !== 0) {
+  fail(`DECISIONS must be a multiple of 16 of at least 160, not ${JSON.stringify(process.env.DECISIONS)}`);
+}
+
+let valgrind;
+try {
+  valgrind = execFileSync("valgrind", ["--version"], { encoding: "utf8" }).trim();
+} catch {
+  fail("valgrind is not on PATH (Debian: apt-get install valgrind)");
+}
+
+function fail(message) {
+  console.error(`instructions.mjs: ${message}`);
+  process.exit(2);
+}
+
+/** Total instructions callgrind counted for one run of `decisions` calls (all threads of the process). */
+function count(decisions, dir) {
+  return new Promise((resolveCount, reject) => {
+    const args = [
+      "--tool=callgrind",
+      `--callgrind-out-file=${join(dir, `callgrind.${decisions}.out`)}`,
+      process.execPath,
+      "--single-threaded",
+      WORKLOAD,
+      ROOT,
+      STORE,
+      String(decisions),
+      join(dir, `store.${decisions}.db`),
+    ];
+    const child = spawn("valgrind", args, { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.setEncoding("utf8").on("data", (text) => (out += text));
+    child.stderr.setEncoding("utf8").on("data", (text) => (err += text));
+    child.on("error", reject);
+    child.on("close", (code) => {
+      const collected = /Collected : (\d+)/.exec(err);
+      if (code !== 0 || collected === null || !out.includes(`decided ${decisions}`)) {
+        // The program's own error, without callgrind's lines (prefixed ==PID==).
+        const tail = err
+          .split("\n")
+          .filter((line) => line.trim() !== "" && !/^==\d+==/.test(line))
+          .slice(0, 8)
+          .join("\n");
+        reject(new Error(`the run of ${decisions} decisions failed (exit ${code}):\n${out}${tail}`));
+        return;
+      }
+      resolveCount(Number(collected[1]));
+    });
+  });
+}
+
+const dir = mkdtempSync(join(tmpdir(), "leash-instructions-"));
+const counts = [DECISIONS, 3 * DECISIONS];
+console.error(
+  `counting instructions of ${counts.join(" and ")} decisions on the ${STORE} store under callgrind (about a minute)…`,
+);
+try {
+  const totals = await Promise.all(counts.map((decisions) => count(decisions, dir)));
+  const perDecision = (totals[1] - totals[0]) / (counts[1] - counts[0]);
+  console.log(
+    JSON.stringify({
+      bench: "engine-instructions",
+      store: STORE,
+      decisions: counts,
+      instructions: totals,
+      instructions_per_decision: Math.round(perDecision),
+      root: ROOT,
+      node: process.version,
+      valgrind,
+    }),
+  );
+} catch (error) {
+  fail(error instanceof Error ? error.message : String(error));
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
