@@ -1,7 +1,7 @@
 // The fixed workload instructions.mjs counts under callgrind: N evaluate() calls by 16 callers on one store.
 // Not a benchmark by itself (it times nothing) and not a test; run it through instructions.mjs.
 //
-//   node instructions-workload.mjs ROOT memory|sqlite N [SQLITE_FILE]
+//   node instructions-workload.mjs ROOT memory|sqlite|none N [SQLITE_FILE]
 //
 // ROOT is the checkout whose built packages are loaded, so two builds can be counted alike.
 
@@ -13,7 +13,51 @@ const N = Number(n);
 const CALLERS = 16;
 const load = (pkg) => import(pathToFileURL(resolve(root, "packages", pkg, "dist", "index.js")).href);
 
-const [{ createEngine }, { generateKeyPair }] = await Promise.all([load("engine"), load("chain")]);
+const [{ createEngine }, { buildEntry, generateKeyPair }] = await Promise.all([
+  load("engine"),
+  load("chain"),
+]);
+
+if (store === "none") {
+  // No engine and no store: only a decision's signed chain entry (canonical JSON, SHA-256, Ed25519),
+  // with data shaped like the engine's (the machine reference's workload in `leash bench engine`).
+  const { signer } = generateKeyPair();
+  const data = {
+    session_id: "instructions-s0",
+    agent_id: "instructions",
+    organization_id: "default",
+    call_number: 1234,
+    tool_name: "tool1",
+    params_hash: "9f2c1e4b7a0d3c6e".repeat(4),
+    nonce: "n1234",
+    estimated_cost_usd: 0.001,
+    verdict: "ALLOW",
+    reason: "within_thresholds",
+    budget_before_usd: "999998765.432",
+    budget_after_usd: "999998765.431",
+    reservation_id: "instructions-s0#1234",
+    rng: null,
+    operator_id: null,
+    state: {
+      circuit_tripped: false,
+      total_calls: 1233,
+      session_started_ns: "1790000000000000000",
+      budget_initial_usd: 1_000_000_000,
+      budget_remaining_usd: 999998765.432,
+      repeat_counts: { tool1: 1 },
+      seen_nonces: [],
+    },
+    now_ns: "1790000000012345678",
+  };
+  const head = { seq: 41, entry_hash: "a".repeat(64) };
+  const chainId = "0192f0c4-0000-7000-8000-000000000000";
+  for (let i = 0; i < N; i++) {
+    buildEntry({ head, chainId, kind: "decision", data, signer, nowNs: 1.79e18 + i * 1000 });
+  }
+  console.log(`decided ${N}`);
+  process.exit(0);
+}
+
 let substrate;
 if (store === "sqlite") {
   const { openSqliteSubstrate } = await load("substrate-sqlite");

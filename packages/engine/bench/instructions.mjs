@@ -10,7 +10,8 @@
 //
 // Run after `tsc --build` (it imports dist):  node packages/engine/bench/instructions.mjs
 // Environment: STORE=memory (default) or sqlite (a new file in the temp directory: SQLite's own work
-// included, but group commit batches by time, so its count varies more), DECISIONS (default 1600),
+// included, but group commit batches by time, so its count varies more) or none (no engine and no
+// store: only a decision's signed chain entry, the part every store pays alike), DECISIONS (default 1600),
 // ROOT (the checkout whose build is counted, default this one: to compare two builds, run it on each).
 // Needs valgrind on PATH (Debian's package); each run takes about a minute, the two run side by side.
 
@@ -26,8 +27,8 @@ const DECISIONS = Number(process.env.DECISIONS ?? 1600);
 const ROOT = resolve(process.env.ROOT ?? join(here, "..", "..", ".."));
 const WORKLOAD = join(here, "instructions-workload.mjs");
 
-if (STORE !== "memory" && STORE !== "sqlite")
-  fail(`STORE must be memory or sqlite, not ${JSON.stringify(STORE)}`);
+if (!["memory", "sqlite", "none"].includes(STORE))
+  fail(`STORE must be memory, sqlite or none, not ${JSON.stringify(STORE)}`);
 // 16 callers take equal shares of each run.
 if (!Number.isInteger(DECISIONS) || DECISIONS < 160 || DECISIONS % 16 !== 0) {
   fail(`DECISIONS must be a multiple of 16 of at least 160, not ${JSON.stringify(process.env.DECISIONS)}`);
