@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
+import { DECISION_SQL } from "../dist/decision-sql.js";
 import { MIGRATIONS } from "../dist/index.js";
 
 const BATCHES = Number(process.env.BATCHES ?? 4000);
@@ -33,35 +34,18 @@ db.exec("BEGIN");
 for (const migration of MIGRATIONS) db.exec(migration.sql);
 db.exec("COMMIT");
 
-// The substrate's statements (stores.ts), word for word where it matters to SQLite.
+// The substrate's own statement texts (src/decision-sql.ts, which stores.ts runs): what is timed here
+// is what the substrate runs.
 const sql = {
   begin: db.prepare("BEGIN IMMEDIATE"),
   savepoint: db.prepare("SAVEPOINT leash_tx"),
-  nonceHas: db.prepare("SELECT 1 FROM leash_nonces WHERE session_id = ? AND nonce = ?"),
-  nonceAdd: db.prepare(
-    "INSERT INTO leash_nonces (session_id, nonce, recorded_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-  ),
-  account:
-    db.prepare(`UPDATE leash_budget_accounts SET scope = @scope, parent_id = @parent_id, limit_usd = @limit_usd,
-    spent_usd = @spent_usd, reserved_usd = @reserved_usd, created_ns = @created_ns, updated_ns = @updated_ns
-    WHERE account_id = @account_id`),
-  reservation:
-    db.prepare(`INSERT INTO leash_reservations (reservation_id, account_ids, session_id, call_number,
-    amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns)
-    VALUES (@reservation_id, @account_ids, @session_id, @call_number, @amount_usd, @actual_usd,
-    @status, @idempotency_key, @created_ns, @expires_ns, @resolved_ns)`),
-  session: db.prepare(`UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
-    config = @config, state = @state, call_count = @call_count, updated_ns = @updated_ns,
-    last_heartbeat_ns = @last_heartbeat_ns
-    WHERE session_id = @session_id AND status = @status AND created_ns = @created_ns`),
-  chain:
-    db.prepare(`INSERT INTO leash_chain (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind,
-    session_id, created_ns)
-    VALUES (@seq, @entry_id, @entry_hash, @prev_hash, @body, @signature, @key_id, @kind, @session_id, @created_ns)
-    ON CONFLICT DO NOTHING`),
-  outbox:
-    db.prepare(`INSERT INTO leash_outbox (seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns,
-    last_error, created_ns) VALUES (?, ?, ?, 'PENDING', 0, NULL, NULL, NULL, ?) ON CONFLICT DO NOTHING`),
+  nonceHas: db.prepare(DECISION_SQL.nonceHas),
+  nonceAdd: db.prepare(DECISION_SQL.nonceAdd),
+  account: db.prepare(DECISION_SQL.accountUpdate),
+  reservation: db.prepare(DECISION_SQL.reservationInsert),
+  session: db.prepare(DECISION_SQL.sessionUpdateKeepingStatus),
+  chain: db.prepare(DECISION_SQL.chainInsert),
+  outbox: db.prepare(DECISION_SQL.outboxInsert),
   release: db.prepare("RELEASE leash_tx"),
   commit: db.prepare("COMMIT"),
 };

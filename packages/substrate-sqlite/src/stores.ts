@@ -46,6 +46,7 @@ import {
   sessionToRow,
   text,
 } from "./codec.js";
+import { DECISION_SQL } from "./decision-sql.js";
 import { isDriverError, toSubstrateError } from "./errors.js";
 import type { HeadRow, RowCache } from "./row-cache.js";
 
@@ -148,15 +149,9 @@ class Sessions implements SessionStore {
 
   async update(record: SessionRecord): Promise<void> {
     const row = sessionToRow(record);
-    // Most updates keep status and created_ns. Leaving them out of SET spares the (status, created_ns)
-    // index a delete and re-insert: SQLite maintains only the indexes whose columns an UPDATE sets.
+    // Most updates keep status and created_ns (see DECISION_SQL); the full update below is the fallback.
     const kept = this.tx.exec("sessions.update", (st) =>
-      st(
-        `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
-           config = @config, state = @state, call_count = @call_count, updated_ns = @updated_ns,
-           last_heartbeat_ns = @last_heartbeat_ns
-         WHERE session_id = @session_id AND status = @status AND created_ns = @created_ns`,
-      ).run(row),
+      st(DECISION_SQL.sessionUpdateKeepingStatus).run(row),
     );
     if (kept.changes === 1) {
       this.tx.rows.putSession(row);
@@ -193,21 +188,14 @@ class Nonces implements NonceStore {
 
   async has(sessionId: string, nonce: Nonce): Promise<boolean> {
     const key = encodeNonce(nonce);
-    const row = this.tx.exec("nonces.has", (st) =>
-      st("SELECT 1 FROM leash_nonces WHERE session_id = ? AND nonce = ?").get(sessionId, key),
-    );
+    const row = this.tx.exec("nonces.has", (st) => st(DECISION_SQL.nonceHas).get(sessionId, key));
     return row !== undefined;
   }
 
   async add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean> {
     const key = encodeNonce(nonce);
     const at = checkedInteger("atNs", atNs);
-    // DO NOTHING rather than catching a constraint error: a repeat is an answer (false), not a failure.
-    const { changes } = this.tx.exec("nonces.add", (st) =>
-      st(
-        "INSERT INTO leash_nonces (session_id, nonce, recorded_ns) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-      ).run(sessionId, key, at),
-    );
+    const { changes } = this.tx.exec("nonces.add", (st) => st(DECISION_SQL.nonceAdd).run(sessionId, key, at));
     return changes === 1;
   }
 
@@ -249,12 +237,7 @@ class Budgets implements BudgetStore {
   async updateAccount(account: BudgetAccount): Promise<void> {
     const row = accountToRow(account);
     const { changes } = this.tx.exec("budgets.updateAccount", (st) =>
-      st(
-        `UPDATE leash_budget_accounts SET scope = @scope, parent_id = @parent_id, limit_usd = @limit_usd,
-           spent_usd = @spent_usd, reserved_usd = @reserved_usd, created_ns = @created_ns,
-           updated_ns = @updated_ns
-         WHERE account_id = @account_id`,
-      ).run(row),
+      st(DECISION_SQL.accountUpdate).run(row),
     );
     if (changes === 0) throw notFound("budget account", row.account_id);
     this.tx.rows.putAccount(row);
@@ -262,14 +245,7 @@ class Budgets implements BudgetStore {
 
   async insertReservation(reservation: Reservation): Promise<void> {
     const row = reservationToRow(reservation);
-    this.tx.exec("budgets.insertReservation", (st) =>
-      st(
-        `INSERT INTO leash_reservations (reservation_id, account_ids, session_id, call_number,
-           amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns)
-         VALUES (@reservation_id, @account_ids, @session_id, @call_number, @amount_usd, @actual_usd,
-           @status, @idempotency_key, @created_ns, @expires_ns, @resolved_ns)`,
-      ).run(row),
-    );
+    this.tx.exec("budgets.insertReservation", (st) => st(DECISION_SQL.reservationInsert).run(row));
   }
 
   async getReservation(reservationId: string): Promise<Reservation | null> {
@@ -394,13 +370,7 @@ class Chain implements ChainStore {
       const headSeq = this.#head(st)?.seq ?? -1;
       // Only the next seq: an earlier one is taken, a later one would leave a gap in the chain.
       if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
-      const { changes } = st(
-        `INSERT INTO leash_chain (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind,
-           session_id, created_ns)
-         VALUES (@seq, @entry_id, @entry_hash, @prev_hash, @body, @signature, @key_id, @kind,
-           @session_id, @created_ns)
-         ON CONFLICT DO NOTHING`,
-      ).run(row);
+      const { changes } = st(DECISION_SQL.chainInsert).run(row);
       if (changes === 0) {
         throw new SubstrateError("conflict", `chain entry ${JSON.stringify(row.entry_id)} already exists`);
       }
@@ -447,11 +417,7 @@ class Outbox implements OutboxStore {
     const sessionId = optionalText("session_id", item.session_id);
     const createdNs = checkedInteger("created_ns", item.created_ns);
     const { changes } = this.tx.exec("outbox.enqueue", (st) =>
-      st(
-        `INSERT INTO leash_outbox (seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns,
-           last_error, created_ns)
-         VALUES (?, ?, ?, 'PENDING', 0, NULL, NULL, NULL, ?) ON CONFLICT DO NOTHING`,
-      ).run(seq, entryId, sessionId, createdNs),
+      st(DECISION_SQL.outboxInsert).run(seq, entryId, sessionId, createdNs),
     );
     if (changes === 0) throw new SubstrateError("conflict", `outbox item ${seq} is already queued`);
   }
