@@ -1,10 +1,11 @@
 // The fixed workload instructions.mjs counts under callgrind: N evaluate() calls by 16 callers on one store.
 // Not a benchmark by itself (it times nothing) and not a test; run it through instructions.mjs.
 //
-//   node instructions-workload.mjs ROOT memory|sqlite|none N [SQLITE_FILE]
+//   node instructions-workload.mjs ROOT memory|sqlite|postgres|none N [SQLITE_FILE | POSTGRES_URL]
 //
 // ROOT is the checkout whose built packages are loaded, so two builds can be counted alike.
 
+import { createRequire } from "node:module";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -59,7 +60,21 @@ if (store === "none") {
 }
 
 let substrate;
-if (store === "sqlite") {
+let dropSchema = async () => {};
+if (store === "postgres") {
+  // A schema of its own on the server at `file` (a postgres:// URL here), dropped at the end.
+  const { openPostgresSubstrate } = await load("substrate-postgres");
+  const schema = `leash_instructions_${process.pid}`;
+  substrate = await openPostgresSubstrate({ url: file, schema });
+  dropSchema = async () => {
+    // pg as the substrate resolves it (the engine package does not depend on it).
+    const pg = createRequire(resolve(root, "packages", "substrate-postgres", "package.json"))("pg");
+    const client = new pg.Client({ connectionString: file });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  };
+} else if (store === "sqlite") {
   const { openSqliteSubstrate } = await load("substrate-sqlite");
   substrate = await openSqliteSubstrate({ path: file });
 } else {
@@ -100,4 +115,5 @@ await Promise.all(
   }),
 );
 await substrate.close?.();
+await dropSchema();
 console.log(`decided ${seq}`);

@@ -11,7 +11,9 @@
 // Run after `tsc --build` (it imports dist):  node packages/engine/bench/instructions.mjs
 // Environment: STORE=memory (default) or sqlite (a new file in the temp directory: SQLite's own work
 // included, but group commit batches by time, so its count varies more) or none (no engine and no
-// store: only a decision's signed chain entry, the part every store pays alike), DECISIONS (default 1600),
+// store: only a decision's signed chain entry, the part every store pays alike) or postgres (the
+// server at PG_URL, default postgres://postgres@127.0.0.1:5432/test, in a schema of its own; only
+// this process's instructions count, not the server's), DECISIONS (default 1600),
 // ROOT (the checkout whose build is counted, default this one: to compare two builds, run it on each).
 // Needs valgrind on PATH (Debian's package); each run takes about a minute, the two run side by side.
 
@@ -26,9 +28,10 @@ const STORE = process.env.STORE ?? "memory";
 const DECISIONS = Number(process.env.DECISIONS ?? 1600);
 const ROOT = resolve(process.env.ROOT ?? join(here, "..", "..", ".."));
 const WORKLOAD = join(here, "instructions-workload.mjs");
+const PG_URL = process.env.PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 
-if (!["memory", "sqlite", "none"].includes(STORE))
-  fail(`STORE must be memory, sqlite or none, not ${JSON.stringify(STORE)}`);
+if (!["memory", "sqlite", "postgres", "none"].includes(STORE))
+  fail(`STORE must be memory, sqlite, postgres or none, not ${JSON.stringify(STORE)}`);
 // 16 callers take equal shares of each run.
 if (!Number.isInteger(DECISIONS) || DECISIONS < 160 || DECISIONS % 16 !== 0) {
   fail(`DECISIONS must be a multiple of 16 of at least 160, not ${JSON.stringify(process.env.DECISIONS)}`);
@@ -58,7 +61,7 @@ function count(decisions, dir) {
       ROOT,
       STORE,
       String(decisions),
-      join(dir, `store.${decisions}.db`),
+      STORE === "postgres" ? PG_URL : join(dir, `store.${decisions}.db`),
     ];
     const child = spawn("valgrind", args, { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
