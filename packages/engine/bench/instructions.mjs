@@ -4,8 +4,10 @@
 // It runs the same fixed workload twice under callgrind, DECISIONS and 3 × DECISIONS evaluate() calls (the
 // ALLOW path with a budget hold that `leash bench engine` measures, fixed clock and rng), and divides the
 // difference of the two totals by the difference of the counts: start-up, imports and JIT warm-up cancel
-// out. Node runs with --single-threaded (no concurrent compiler or GC threads), so that the same build
-// counts the same within ~0.5 % however busy the machine is. Counts are instructions, not time: a change
+// out. Node runs with --single-threaded (no concurrent compiler or GC threads) and fixed hash and random
+// seeds, so that the same build counts within ~1 % from run to run however busy the machine is (what is
+// left comes from garbage collection and random ids); a checkout at another path may count ~1 % apart,
+// so between two builds only differences of a few per cent mean anything. Counts are instructions, not time: a change
 // that saves instructions but stalls on memory or I/O (or the reverse) shows here only in part.
 //
 // Run after `tsc --build` (it imports dist):  node packages/engine/bench/instructions.mjs
@@ -33,8 +35,9 @@ const PG_URL = process.env.PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 if (!["memory", "sqlite", "postgres", "none"].includes(STORE))
   fail(`STORE must be memory, sqlite, postgres or none, not ${JSON.stringify(STORE)}`);
 // 16 callers take equal shares of each run.
-if (!Number.isInteger(DECISIONS) || DECISIONS < 160 || DECISIONS % 16 !== 0) {
-  fail(`DECISIONS must be a multiple of 16 of at least 160, not ${JSON.stringify(process.env.DECISIONS)}`);
+// Fewer, and the JIT is still compiling between the two counts (160 gave 2.8 M on SQLite against 1.3 M).
+if (!Number.isInteger(DECISIONS) || DECISIONS < 800 || DECISIONS % 16 !== 0) {
+  fail(`DECISIONS must be a multiple of 16 of at least 800, not ${JSON.stringify(process.env.DECISIONS)}`);
 }
 
 let valgrind;
@@ -57,6 +60,8 @@ function count(decisions, dir) {
       `--callgrind-out-file=${join(dir, `callgrind.${decisions}.out`)}`,
       process.execPath,
       "--single-threaded",
+      "--hash-seed=1",
+      "--random-seed=1",
       WORKLOAD,
       ROOT,
       STORE,
