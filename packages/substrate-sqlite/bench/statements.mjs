@@ -1,4 +1,4 @@
-// The SQLite floor of one decision (not a test): the six writes, the nonce read, savepoints and COMMIT that
+// The SQLite floor of one decision (not a test): the six writes, the nonce read and COMMIT that
 // the substrate runs per `bench engine` decision, as bare better-sqlite3 statements, each statement kind timed.
 //
 // No substrate, engine, signature or fsync: what is left is SQLite's own cost on this machine for the
@@ -7,7 +7,8 @@
 //
 // Run after `tsc --build` (it imports dist):  node packages/substrate-sqlite/bench/statements.mjs
 // Environment: BATCHES (default 4000), BATCH (decisions per COMMIT, default 7 as `bench engine` gets
-// here), SESSIONS (default 16), SAVEPOINTS=0 (no savepoint per decision), CHECKPOINT=none.
+// here), SESSIONS (default 16), SAVEPOINTS=1 (a savepoint per decision, as the substrate takes only in the
+// batches after a failed transaction that had written undid its batch), CHECKPOINT=none.
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -19,7 +20,7 @@ import { MIGRATIONS } from "../dist/index.js";
 const BATCHES = Number(process.env.BATCHES ?? 4000);
 const BATCH = Number(process.env.BATCH ?? 7);
 const SESSIONS = Number(process.env.SESSIONS ?? 16);
-const SAVEPOINTS = process.env.SAVEPOINTS !== "0";
+const SAVEPOINTS = process.env.SAVEPOINTS === "1";
 const CHECKPOINT = process.env.CHECKPOINT === "none" ? "none" : "inline";
 
 const dir = mkdtempSync(join(tmpdir(), "leash-statements-"));

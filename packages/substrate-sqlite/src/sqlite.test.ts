@@ -392,6 +392,74 @@ describe("group commit", () => {
     expect(stats.largestBatch).toBeGreaterThan(1);
   });
 
+  /**
+   * `size` transactions queued at once, so that they share a batch (largestBatch shows it).
+   * `fail(i, run)` says whether run `run` (1 = first) of transaction i throws, and when: "before"
+   * writing or "after" writing its session row.
+   */
+  async function batchOf(
+    sub: SqliteSubstrate,
+    size: number,
+    fail: (i: number, run: number) => "before" | "after" | null,
+  ) {
+    const runs = Array.from({ length: size }, () => 0);
+    const results = await Promise.allSettled(
+      Array.from({ length: size }, (_, i) =>
+        sub.transaction(async (tx) => {
+          const run = ++runs[i]!;
+          const failure = fail(i, run);
+          if (failure === "before") throw new Error(`tx ${i} fails before writing`);
+          await tx.sessions.insert(session(`s${i}`));
+          if (failure === "after") throw new Error(`tx ${i} fails after writing`);
+          return i;
+        }),
+      ),
+    );
+    const stored = (await sub.transaction((tx) => tx.sessions.list())).map((s) => s.session_id).sort();
+    return { runs, results: results.map((r) => r.status), stored };
+  }
+
+  it("a failing transaction that wrote nothing leaves its batch alone: no one runs twice", async () => {
+    const sub = (await openMigrated()) as SqliteSubstrate;
+    const { runs, results, stored } = await batchOf(sub, 6, (i) => (i === 3 ? "before" : null));
+    expect(results).toEqual(["fulfilled", "fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
+    expect(runs).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(stored).toEqual(["s0", "s1", "s2", "s4", "s5"]);
+    expect(sub.stats).toMatchObject({ reruns: 0, rolledBack: 1 });
+    expect(sub.stats.largestBatch).toBeGreaterThan(1);
+  });
+
+  it("a transaction that fails having written undoes its batch; the others run again, once, and commit", async () => {
+    const sub = (await openMigrated()) as SqliteSubstrate;
+    // s3 fails having written; in the batch that runs the others again, s4 fails after writing too,
+    // which its savepoint undoes alone: nobody runs a third time.
+    const { runs, results, stored } = await batchOf(sub, 7, (i, run) =>
+      i === 3 || (i === 4 && run === 1) ? "after" : null,
+    );
+    expect(results).toEqual([
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+      "rejected",
+      "rejected",
+      "fulfilled",
+      "fulfilled",
+    ]);
+    // s0 to s2 shared s3's batch and ran again; s4 onwards ran once, in the guarded batch.
+    expect(runs).toEqual([2, 2, 2, 1, 1, 1, 1]);
+    expect(stored).toEqual(["s0", "s1", "s2", "s5", "s6"]);
+    expect(sub.stats).toMatchObject({ reruns: 3, rolledBack: 2, largestBatch: 6 });
+  });
+
+  it("a failing writer first in its batch is rolled back alone, and what queued behind it commits", async () => {
+    const sub = (await openMigrated()) as SqliteSubstrate;
+    const { runs, results, stored } = await batchOf(sub, 5, (i) => (i === 0 ? "after" : null));
+    expect(results).toEqual(["rejected", "fulfilled", "fulfilled", "fulfilled", "fulfilled"]);
+    expect(runs).toEqual([1, 1, 1, 1, 1]);
+    expect(stored).toEqual(["s1", "s2", "s3", "s4"]);
+    expect(sub.stats).toMatchObject({ reruns: 0, rolledBack: 1 });
+  });
+
   it("a lone transaction commits at once, in its own COMMIT", async () => {
     const sub = (await openMigrated()) as SqliteSubstrate;
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));

@@ -94,6 +94,12 @@ export class SqliteTx implements SubstrateTx {
     this.outbox = new Outbox(this);
   }
 
+  /**
+   * Whether this transaction prepared a statement that writes (whether or not it went on to run or
+   * succeed): what tells the substrate that a failed transaction left something to undo.
+   */
+  wrote = false;
+
   finish(): void {
     this.#open = false;
   }
@@ -102,7 +108,11 @@ export class SqliteTx implements SubstrateTx {
   exec<T>(action: string, work: (statement: (sql: string) => Database.Statement) => T): T {
     if (!this.#open) throw new SubstrateError("closed", `${action}: the transaction has already finished`);
     try {
-      return work((sql) => this.statements.get(sql));
+      return work((sql) => {
+        const statement = this.statements.get(sql);
+        if (!statement.reader) this.wrote = true;
+        return statement;
+      });
     } catch (error) {
       if (isDriverError(error)) throw toSubstrateError(error, action);
       throw error;
