@@ -10,6 +10,9 @@
 // so between two builds only differences of a few per cent mean anything. Counts are instructions, not time: a change
 // that saves instructions but stalls on memory or I/O (or the reverse) shows here only in part.
 //
+// It also reports how many of those instructions V8's optimizing compiler spent (compiler_*): it is
+// still warming up between the two counts, and in a normal run it works on a thread of its own.
+//
 // Run after `tsc --build` (it imports dist):  node packages/engine/bench/instructions.mjs
 // Environment: STORE=memory (default) or sqlite (a new file in the temp directory: SQLite's own work
 // included, but group commit batches by time, so its count varies more) or none (no engine and no
@@ -47,9 +50,25 @@ try {
   fail("valgrind is not on PATH (Debian: apt-get install valgrind)");
 }
 
+const outFile = (dir, decisions) => join(dir, `callgrind.${decisions}.out`);
+
 function fail(message) {
   console.error(`instructions.mjs: ${message}`);
   process.exit(2);
+}
+
+/**
+ * Instructions inside V8's optimizing compiler in one run, from callgrind's output (inclusive count of
+ * Compiler::CompileOptimized, read with callgrind_annotate, which comes with valgrind). With Node
+ * single-threaded the compiler runs on the main thread; in a normal run it runs on another thread.
+ */
+function compilerInstructions(outFile) {
+  const text = execFileSync("callgrind_annotate", ["--inclusive=yes", "--threshold=100", outFile], {
+    encoding: "utf8",
+    maxBuffer: 256 * 1024 * 1024,
+  });
+  const line = text.split("\n").find((l) => l.includes("v8::internal::Compiler::CompileOptimized("));
+  return line === undefined ? 0 : Number(line.trim().split(" ")[0].replaceAll(",", ""));
 }
 
 /** Total instructions callgrind counted for one run of `decisions` calls (all threads of the process). */
@@ -57,7 +76,7 @@ function count(decisions, dir) {
   return new Promise((resolveCount, reject) => {
     const args = [
       "--tool=callgrind",
-      `--callgrind-out-file=${join(dir, `callgrind.${decisions}.out`)}`,
+      `--callgrind-out-file=${outFile(dir, decisions)}`,
       process.execPath,
       "--single-threaded",
       "--hash-seed=1",
@@ -86,7 +105,7 @@ function count(decisions, dir) {
         reject(new Error(`the run of ${decisions} decisions failed (exit ${code}):\n${out}${tail}`));
         return;
       }
-      resolveCount(Number(collected[1]));
+      resolveCount({ total: Number(collected[1]), compiler: compilerInstructions(outFile(dir, decisions)) });
     });
   });
 }
@@ -97,8 +116,11 @@ console.error(
   `counting instructions of ${counts.join(" and ")} decisions on the ${STORE} store under callgrind (about a minute)…`,
 );
 try {
-  const totals = await Promise.all(counts.map((decisions) => count(decisions, dir)));
+  const runs = await Promise.all(counts.map((decisions) => count(decisions, dir)));
+  const totals = runs.map((run) => run.total);
+  const compiler = runs.map((run) => run.compiler);
   const perDecision = (totals[1] - totals[0]) / (counts[1] - counts[0]);
+  const compilerPerDecision = (compiler[1] - compiler[0]) / (counts[1] - counts[0]);
   console.log(
     JSON.stringify({
       bench: "engine-instructions",
@@ -106,6 +128,9 @@ try {
       decisions: counts,
       instructions: totals,
       instructions_per_decision: Math.round(perDecision),
+      // Of those, V8's optimizing compiler still at work between the two counts (late warm-up).
+      compiler_instructions: compiler,
+      compiler_instructions_per_decision: Math.round(compilerPerDecision),
       root: ROOT,
       node: process.version,
       valgrind,
