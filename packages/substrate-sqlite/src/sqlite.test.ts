@@ -451,6 +451,27 @@ describe("group commit", () => {
     expect(sub.stats).toMatchObject({ reruns: 3, rolledBack: 2, largestBatch: 6 });
   });
 
+  it("a failing transaction whose only write returned rows (the outbox claim) is undone all the same", async () => {
+    const sub = (await openMigrated()) as SqliteSubstrate;
+    await sub.transaction((tx) =>
+      tx.outbox.enqueue({ seq: 0, entry_id: "e0", session_id: null, created_ns: T0 }),
+    );
+    const claimed: number[] = [];
+    const results = await Promise.allSettled([
+      sub.transaction((tx) => tx.sessions.insert(session("s1"))),
+      sub.transaction(async (tx) => {
+        const items = await tx.outbox.claim({ relayId: "r1", nowNs: T0, leaseNs: 1e9, limit: 10 });
+        claimed.push(...items.map((item) => item.seq));
+        throw new Error("the relay fails after claiming");
+      }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected"]);
+    expect(claimed).toEqual([0]);
+    const [item] = await sub.transaction((tx) => tx.outbox.list({}));
+    expect(item).toMatchObject({ seq: 0, status: "PENDING", claimed_by: null, attempts: 0 });
+    expect(sub.stats.reruns).toBe(1);
+  });
+
   it("a failing writer first in its batch is rolled back alone, and what queued behind it commits", async () => {
     const sub = (await openMigrated()) as SqliteSubstrate;
     const { runs, results, stored } = await batchOf(sub, 5, (i) => (i === 0 ? "after" : null));

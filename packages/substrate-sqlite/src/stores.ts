@@ -96,7 +96,8 @@ export class SqliteTx implements SubstrateTx {
 
   /**
    * Whether this transaction prepared a statement that writes (whether or not it went on to run or
-   * succeed): what tells the substrate that a failed transaction left something to undo.
+   * succeed): what tells the substrate that a failed transaction left something to undo. Judged by
+   * `readonly`, not `reader`: an UPDATE … RETURNING (the outbox claim) returns rows and writes.
    */
   wrote = false;
 
@@ -110,7 +111,7 @@ export class SqliteTx implements SubstrateTx {
     try {
       return work((sql) => {
         const statement = this.statements.get(sql);
-        if (!statement.reader) this.wrote = true;
+        if (!statement.readonly) this.wrote = true;
         return statement;
       });
     } catch (error) {
