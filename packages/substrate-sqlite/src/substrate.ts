@@ -590,7 +590,7 @@ export async function openSqliteSubstrate(options: SqliteSubstrateOptions): Prom
     db.pragma(`mmap_size = ${resolved.mmapSizeBytes}`);
     // 64 MiB of page cache instead of 2: the hot pages (session rows, index leaves) stay parsed.
     db.pragma("cache_size = -65536");
-    // Savepoint journals (one per grouped transaction) in memory rather than in temporary files.
+    // Statement and savepoint journals (savepoints only in guarded batches) in memory, not temporary files.
     db.pragma("temp_store = MEMORY");
     // macOS only: a plain fsync there does not reach the platter; elsewhere these are no-ops.
     db.pragma(`fullfsync = ${resolved.synchronous === "FULL" ? "ON" : "OFF"}`);
