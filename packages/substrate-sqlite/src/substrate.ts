@@ -414,15 +414,16 @@ export class SqliteSubstrate implements Substrate {
           for (const { job } of done.splice(0)) job.reject(lost);
           return;
         }
-        if (failed && !guarded && tx.wrote && done.length > 0) {
-          // No savepoint to return to: undo the batch, and run the others again, guarded.
-          this.#rows.clear();
+        if (failed && !guarded && tx.wrote) {
+          // No savepoint to return to: undo the batch; those before it in the batch run again, guarded.
           this.#rollback.run();
           this.#stats.rolledBack++;
           current.reject(outcome);
-          this.#stats.reruns += done.length;
-          this.#queue.unshift(...done.map(({ job }) => job));
-          this.#guardedBatches = GUARDED_BATCHES_AFTER_UNDO;
+          if (done.length > 0) {
+            this.#stats.reruns += done.length;
+            this.#queue.unshift(...done.map(({ job }) => job));
+            this.#guardedBatches = GUARDED_BATCHES_AFTER_UNDO;
+          }
           return;
         }
         if (failed) {
@@ -432,11 +433,6 @@ export class SqliteSubstrate implements Substrate {
           }
           this.#stats.rolledBack++;
           current.reject(outcome);
-          // First in its batch, it is undone by the ROLLBACK below; having written nothing, by nothing.
-          if (!guarded && tx.wrote) {
-            current = undefined;
-            break;
-          }
         } else {
           if (guarded) this.#release.run();
           done.push({ job: current, value: outcome });
