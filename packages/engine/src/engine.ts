@@ -19,6 +19,7 @@ import {
   type ChainEntryRecord,
   canonicalHash,
   canonicalizationError,
+  type Decision,
   decide,
   denyProbability,
   feedback,
@@ -36,7 +37,16 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
-import { LeashError } from "./errors.js";
+import { LeashAlreadyDecided, LeashError } from "./errors.js";
+import {
+  bindToPausedTool,
+  boundRequest,
+  boundRequestId,
+  type EngineDecision,
+  releasesApproval,
+  TOOL_MISMATCH,
+} from "./hitl-binding.js";
+import { checkResumeRequest } from "./resume-input.js";
 import type {
   EngineOptions,
   EvaluateRequest,
@@ -174,6 +184,58 @@ export function createEngine(options: EngineOptions): Engine {
     return session;
   }
 
+  /**
+   * Marks the request whose approval `state` released as used, and only that one. A state written
+   * before requests were named in it consumes every decided request of the session instead.
+   */
+  async function consumeApproval(tx: SubstrateTx, sessionId: string, state: State): Promise<void> {
+    const id = boundRequestId(state);
+    const rows = id === null ? await tx.hitl.list({ sessionId, status: "DECIDED" }) : [await tx.hitl.get(id)];
+    for (const row of rows) {
+      if (row !== null && row.session_id === sessionId && row.status === "DECIDED") {
+        await tx.hitl.update({ ...row, status: "CONSUMED" });
+      }
+    }
+  }
+
+  /**
+   * The request a human's answer lands on: the session's open (PENDING) one, or the one named, if it
+   * is that one. Read under the session row's lock, so two answers at once find it one after the
+   * other: the second sees the first's answer and is told so (LeashAlreadyDecided).
+   */
+  async function answeredRequest(
+    tx: SubstrateTx,
+    session: SessionRecord,
+    requestId?: string,
+  ): Promise<HitlRequest> {
+    const sessionId = session.session_id;
+    const pending = await tx.hitl.list({ sessionId, status: "PENDING" });
+    const open = pending.sort((a, b) => b.call_number - a.call_number)[0];
+    if (requestId !== undefined) {
+      const named = await tx.hitl.get(requestId);
+      if (named === null || named.session_id !== sessionId) {
+        throw new LeashError(
+          "NO_PENDING_REQUEST",
+          `session ${sessionId} has no request ${JSON.stringify(requestId)}`,
+        );
+      }
+      if (named.status !== "PENDING") throw new LeashAlreadyDecided(named);
+      if (named.request_id !== open?.request_id) {
+        throw new LeashError(
+          "INVALID_ARGUMENT",
+          `request ${named.request_id} of session ${sessionId} was superseded by request ${open?.request_id} (call ${open?.call_number})`,
+        );
+      }
+      return named;
+    }
+    if (open !== undefined) return open;
+    // The state names the last request a human answered until its answer is used (or reset).
+    const lastId = boundRequestId(session.state);
+    const last = lastId === null ? null : await tx.hitl.get(lastId);
+    if (last !== null && last.session_id === sessionId) throw new LeashAlreadyDecided(last);
+    throw new LeashError("NO_PENDING_REQUEST", `session ${sessionId} has no call awaiting a human`);
+  }
+
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
     if (!budgetEnabled(session.config)) return null;
     return (await available(tx, sessionAccountId(session.config, session))).toFixed();
@@ -234,7 +296,12 @@ export function createEngine(options: EngineOptions): Engine {
     }
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    let decision = decide(config, state, call, { nowNs, rng: rngValue ?? undefined });
+    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
+    let decision: EngineDecision = bindToPausedTool(
+      decide(config, state, call, { nowNs, rng: rngValue ?? undefined }),
+      state,
+      call,
+    );
     const paramsValue = call.params ?? {};
     const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
     const callNumber = session.call_count + 1;
@@ -274,10 +341,15 @@ export function createEngine(options: EngineOptions): Engine {
 
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
-    const next = feedback(config, accountId === null ? state : withoutRemaining(state), call, decision, {
-      nowNs,
-      paramsHash,
-    });
+    // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
+    // unspent, so the paused call itself can still use it.
+    let next =
+      decision === TOOL_MISMATCH
+        ? state
+        : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
+            nowNs,
+            paramsHash,
+          });
     if (decision.verdict === "HITL") {
       const request: HitlRequest = {
         request_id: newId(),
@@ -286,7 +358,7 @@ export function createEngine(options: EngineOptions): Engine {
         tool_name: call.tool_name,
         nonce: hasNonce ? nonce : null,
         args_digest: paramsHash,
-        reason: decision.reason,
+        reason: (decision as Decision).reason, // only decide() answers HITL
         status: "PENDING",
         decision: null,
         operator_id: null,
@@ -296,15 +368,10 @@ export function createEngine(options: EngineOptions): Engine {
         decided_ns: null,
       };
       await tx.hitl.insert(request);
+      // The state names the request, so the human's answer and its use are tied to this one.
+      next = { ...next, pending_request: boundRequest(request) };
     }
-    if (
-      decision.reason === "hitl_transition:approve" ||
-      decision.reason === "hitl_transition:modify_successor"
-    ) {
-      for (const decided of await tx.hitl.list({ sessionId: session.session_id, status: "DECIDED" })) {
-        await tx.hitl.update({ ...decided, status: "CONSUMED" });
-      }
-    }
+    if (releasesApproval(decision)) await consumeApproval(tx, session.session_id, state);
 
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
     const updated = tx.sessions.update({
@@ -495,37 +562,27 @@ export function createEngine(options: EngineOptions): Engine {
       return transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
     },
 
-    resume(request) {
+    resume(input) {
+      let request: ReturnType<typeof checkResumeRequest>;
+      try {
+        request = checkResumeRequest(input); // before the transaction: bad input records nothing
+      } catch (error) {
+        return Promise.reject(error);
+      }
       return transaction(async (tx) => {
         const session = await loadSession(tx, request.session_id);
-        const pending = await tx.hitl.list({ sessionId: session.session_id, status: "PENDING" });
-        const open = pending.sort((a, b) => b.call_number - a.call_number)[0];
-        if (open === undefined)
-          throw new LeashError(
-            "NO_PENDING_REQUEST",
-            `session ${session.session_id} has no call awaiting a human`,
-          );
-        if (request.decision === "modify" && request.successor === undefined) {
-          throw new LeashError("INVALID_ARGUMENT", "modify needs the successor call's nonce and args_digest");
-        }
+        const open = await answeredRequest(tx, session, request.request_id);
         const nowNs = clock.nowNs();
         const state = recordHumanDecision(
-          {
-            ...session.state,
-            pending_request: {
-              nonce: open.nonce,
-              args_digest: open.args_digest,
-              tool_name: open.tool_name,
-              reason: open.reason,
-            },
-          },
+          { ...session.state, pending_request: boundRequest(open) },
           request.decision,
           request.successor && { nonce: request.successor.nonce, argsDigest: request.successor.args_digest },
         );
-        const deferred = request.decision === "defer" || request.decision === "escalate";
+        // Every answer closes its request, defer and escalate too: the agent's next attempt then asks
+        // again as a new request, so no request can take two answers.
         await tx.hitl.update({
           ...open,
-          status: deferred ? "PENDING" : "DECIDED",
+          status: "DECIDED",
           decision: request.decision,
           operator_id: request.operator_id,
           successor_nonce: request.successor?.nonce ?? null,
@@ -546,6 +603,7 @@ export function createEngine(options: EngineOptions): Engine {
             session_id: session.session_id,
             request_id: open.request_id,
             call_number: open.call_number,
+            tool_name: open.tool_name,
             decision: request.decision,
             operator_id: request.operator_id,
             nonce: open.nonce,

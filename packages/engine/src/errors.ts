@@ -1,7 +1,7 @@
 // The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
 // Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
-import type { Reason, Verdict } from "@leash/core";
-import type { EvaluateResult } from "./types.js";
+import type { HitlRequest, Reason, Verdict } from "@leash/core";
+import type { EngineReason, EvaluateResult } from "./types.js";
 
 const MARKER = Symbol.for("leash.engine.LeashError");
 
@@ -10,6 +10,7 @@ export type LeashErrorCode =
   | "SESSION_EXISTS"
   | "INVALID_ARGUMENT"
   | "NO_PENDING_REQUEST"
+  | "HITL_ALREADY_DECIDED"
   | "RESERVATION_NOT_FOUND"
   | "CONFIG_INVALID"
   | "KEY_NOT_IN_FORCE"
@@ -35,7 +36,7 @@ export class LeashError extends Error {
 export class LeashDenied extends LeashError {
   override name = "LeashDenied";
   readonly verdict: Verdict = "DENY";
-  readonly reason: Reason;
+  readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
@@ -50,7 +51,7 @@ export class LeashDenied extends LeashError {
 export class LeashHitl extends LeashError {
   override name = "LeashHitl";
   readonly verdict: Verdict = "HITL";
-  readonly reason: Reason;
+  readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
@@ -58,5 +59,33 @@ export class LeashHitl extends LeashError {
     this.reason = result.reason;
     this.sessionId = result.session_id;
     this.callNumber = result.call_number;
+  }
+}
+
+/**
+ * Thrown by resume() when the request it would answer already has its answer (another operator's,
+ * perhaps a moment earlier): each request takes exactly one. Nothing was recorded for this attempt.
+ */
+export class LeashAlreadyDecided extends LeashError {
+  override name = "LeashAlreadyDecided";
+  readonly requestId: string;
+  readonly sessionId: string;
+  readonly callNumber: number;
+  readonly decision: string | null;
+  readonly operatorId: string | null;
+  constructor(request: HitlRequest) {
+    const answer =
+      request.decision === null
+        ? `closed (${request.status.toLowerCase()})`
+        : `decided: ${request.decision} by ${JSON.stringify(request.operator_id)}`;
+    super(
+      "HITL_ALREADY_DECIDED",
+      `request ${request.request_id} (call ${request.call_number}) of session ${request.session_id} was already ${answer}`,
+    );
+    this.requestId = request.request_id;
+    this.sessionId = request.session_id;
+    this.callNumber = request.call_number;
+    this.decision = request.decision;
+    this.operatorId = request.operator_id;
   }
 }

@@ -3,6 +3,6 @@
 
 export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject } from "./config-file.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
-export { LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
+export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
 export type * from "./types.js";

@@ -42,11 +42,17 @@ export interface EvaluateRequest {
   estimated_cost_usd?: number;
 }
 
+/**
+ * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
+ * the extension reasons); decide() itself never returns them.
+ */
+export type EngineReason = "hitl_transition:tool_mismatch";
+
 export interface EvaluateResult {
   session_id: string;
   call_number: number;
   verdict: Verdict;
-  reason: Reason;
+  reason: Reason | EngineReason;
   /** What the budget chain allows after this call (decimal string), or null when no budget is set. */
   budget_remaining_usd: string | null;
   /** The hold placed for an ALLOW under a budget; settle it with postExec. */
@@ -94,8 +100,14 @@ export type HumanDecision = "approve" | "reject" | "modify" | "defer" | "escalat
 
 export interface ResumeRequest {
   session_id: string;
+  /** One of the five, compared trimmed and lowercased; anything else is refused and records nothing. */
   decision: HumanDecision;
   operator_id: string;
   /** For `modify`: the edited call the human allows instead (nonce + its canonical args digest). */
   successor?: { nonce: Nonce; args_digest: string };
+  /**
+   * The request the human answers (the session's `state.pending_request.request_id`). Given, the
+   * answer lands on that request or nowhere; absent, on the session's open request.
+   */
+  request_id?: string;
 }

@@ -1,0 +1,59 @@
+// What ties a human's approval to the one call it paused, beyond SP/1.0's (nonce, args digest): the tool,
+// the session and the request. It checks and names; it reads no store and never widens what decide() allows.
+import type { Call, Decision, HitlRequest, PendingRequest, State, Verdict } from "@leash/core";
+import type { EngineReason, EvaluateResult } from "./types.js";
+
+/** A verdict as the engine returns it: decide()'s, or one of the engine's own reasons. */
+export interface EngineDecision {
+  readonly verdict: Verdict;
+  readonly reason: EvaluateResult["reason"];
+}
+
+/** The released call is another tool than the paused one: denied, and the approval is left unspent. */
+export const TOOL_MISMATCH: EngineDecision & { reason: EngineReason } = {
+  verdict: "DENY",
+  reason: "hitl_transition:tool_mismatch",
+};
+
+/**
+ * The paused call as the session's state keeps it (`pending_request`): decide()'s fields plus the
+ * request that asked the human and its call number, so the answer and its use name one request.
+ */
+export interface BoundRequest extends PendingRequest {
+  request_id: string;
+  call_number: number;
+}
+
+export function boundRequest(request: HitlRequest): BoundRequest {
+  return {
+    nonce: request.nonce,
+    args_digest: request.args_digest,
+    tool_name: request.tool_name,
+    reason: request.reason,
+    request_id: request.request_id,
+    call_number: request.call_number,
+  };
+}
+
+const RELEASED = new Set<string>(["hitl_transition:approve", "hitl_transition:modify_successor"]);
+
+/** decide() released a human's approval (or its modified successor) to this call. */
+export const releasesApproval = (decision: EngineDecision): boolean => RELEASED.has(decision.reason);
+
+/**
+ * decide() binds a release to the nonce and digest only; the engine also requires the paused call's
+ * tool. A state without a paused tool to compare with fails closed. Everything read here is in the
+ * state the decision entry records, so the verdict can still be re-derived from the log.
+ */
+export function bindToPausedTool(decision: Decision, state: State, call: Call): EngineDecision {
+  if (!releasesApproval(decision)) return decision;
+  const paused = state.pending_request;
+  const tool = paused === null || typeof paused !== "object" ? undefined : paused.tool_name;
+  return typeof tool === "string" && tool === call.tool_name ? decision : TOOL_MISMATCH;
+}
+
+/** The request a released approval answers, when the state names it (states written before it did, do not). */
+export function boundRequestId(state: State): string | null {
+  const paused = state.pending_request as Partial<BoundRequest> | null | undefined;
+  return typeof paused?.request_id === "string" ? paused.request_id : null;
+}
