@@ -1,10 +1,10 @@
-// Contract tests for the HitlStore: round trips (nonce types kept), decisions, list filters.
-// Deciding one request from two handles at once is covered in concurrency.ts.
+// Contract tests for the HitlStore: round trips (nonce types kept), decisions, list filters, and one
+// answer per request when answers race under the session's lock (by get of the request: concurrency.ts).
 
-import type { HitlRequest, HitlStore } from "@leash/core";
+import type { HitlRequest, HitlStore, Substrate } from "@leash/core";
 import { describe, expect, it } from "vitest";
 import { makeHitlRequest, seedWorld, T0, WORLD } from "./fixtures.js";
-import { useHarness } from "./harness.js";
+import { CONCURRENCY_TIMEOUT_MS, raceWindow, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 const rids = (rows: readonly HitlRequest[]) => rows.map((r) => r.request_id).sort();
@@ -84,6 +84,33 @@ export function hitlStoreContract(opts: SubstrateContractOptions): void {
       expect(full).toEqual(
         makeHitlRequest("s2-consumed", { session_id: WORLD.session2, status: "CONSUMED" }),
       );
+    });
+
+    it("answers racing from two handles under the session's lock: the open request is answered once", {
+      timeout: CONCURRENCY_TIMEOUT_MS,
+    }, async () => {
+      // What the engine's resume relies on: after sessions.get (which locks the row), a list of the
+      // session's PENDING requests sees every answer committed before, on any handle.
+      const handles = await twoHandles(await useHarness(opts));
+      await seedWorld(handles[0]);
+      await handles[0].transaction((tx) => tx.hitl.insert(makeHitlRequest("open")));
+      const answer = (sub: Substrate, i: number) =>
+        sub.transaction(async (tx) => {
+          await tx.sessions.get(WORLD.session1);
+          const [open] = await tx.hitl.list({ sessionId: WORLD.session1, status: "PENDING" });
+          if (open === undefined) return null;
+          await raceWindow(sub);
+          await tx.hitl.update({ ...open, status: "DECIDED", decision: "approve", operator_id: `op-${i}` });
+          return i;
+        });
+      const results = await Promise.allSettled(
+        Array.from({ length: 8 }, (_, i) => answer(handles[i % 2]!, i)),
+      );
+      expect(results.filter((r) => r.status === "rejected")).toEqual([]);
+      const winners = results.flatMap((r) => (r.status === "fulfilled" && r.value !== null ? [r.value] : []));
+      expect(winners).toHaveLength(1);
+      const stored = await handles[1].transaction((tx) => tx.hitl.get("open"));
+      expect([stored?.status, stored?.operator_id]).toEqual(["DECIDED", `op-${winners[0]}`]);
     });
   });
 }
