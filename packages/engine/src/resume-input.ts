@@ -8,9 +8,14 @@ const DECISIONS: readonly HumanDecision[] = ["approve", "reject", "modify", "def
 const DIGEST = /^[0-9a-f]{64}$/;
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-/** A value shown in an error: JSON keeps it on one line; a long one is cut. */
+/** A value shown in an error: JSON keeps it on one line; what JSON cannot show is named by its type; a long one is cut. */
 function shown(value: unknown): string {
-  const text = value === undefined ? "undefined" : (JSON.stringify(value) ?? String(value));
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? typeof value;
+  } catch {
+    text = typeof value; // a bigint, a cycle
+  }
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
 

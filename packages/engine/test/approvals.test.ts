@@ -130,14 +130,27 @@ describe.each(KINDS)("approvals on %s", (kind) => {
     const id = await paused(engine);
     const before = await chainOf(store!.substrate);
     const session = await engine.getSession(id);
-    for (const decision of [null, undefined, "", "  ", "approve\u0000", "approved", "ALLOW", 1, true, {}]) {
+    for (const decision of [
+      null,
+      undefined,
+      "",
+      "  ",
+      "approve\u0000",
+      "approved",
+      "ALLOW",
+      1,
+      true,
+      {},
+      10n,
+      () => "approve",
+    ]) {
       const error = await engine
         .resume({ session_id: id, decision: decision as never, operator_id: "alice" })
         .then(
           () => null,
           (e: unknown) => e,
         );
-      expect(LeashError.isInstance(error), `decision ${JSON.stringify(decision)}`).toBe(true);
+      expect(LeashError.isInstance(error), `decision ${String(decision)}`).toBe(true);
       expect((error as LeashError).code).toBe("INVALID_ARGUMENT");
       expect((error as Error).message).toMatch(
         /^decision must be one of approve, reject, modify, defer, escalate/,
