@@ -105,7 +105,11 @@ export interface Engine {
   evaluate(request: EvaluateRequest): Promise<EvaluateResult>;
   postExec(request: PostExecRequest): Promise<PostExecResult>;
   getSession(sessionId: string): Promise<SessionView>;
-  /** Records a human's decision on the session's paused call (spec §3.6). */
+  /**
+   * Records a human's decision on the session's paused call (spec §3.6). Each request takes one
+   * answer: a later (or concurrent) one is refused with LeashAlreadyDecided; bad input with
+   * INVALID_ARGUMENT, before anything is written.
+   */
   resume(request: ResumeRequest): Promise<SessionView>;
   /** Operator reset of a tripped circuit. */
   reset(sessionId: string, operatorId: string): Promise<SessionView>;
