@@ -13,6 +13,7 @@ export type LeashErrorCode =
   | "RESERVATION_NOT_FOUND"
   | "CONFIG_INVALID"
   | "KEY_NOT_IN_FORCE"
+  | "MISSING_DEPENDENCY"
   | "DENIED"
   | "HITL_REQUIRED";
 
