@@ -86,9 +86,9 @@ describe("openStore", () => {
       await substrate.close();
     }
     expect(await tablesIn(schema)).toBeGreaterThan(3);
-    await expect(openPostgresSubstrate({ url: `${PG_URL}?schema=${schema}`, schema: "other" })).rejects.toThrow(
-      /differ/,
-    );
+    await expect(
+      openPostgresSubstrate({ url: `${PG_URL}?schema=${schema}`, schema: "other" }),
+    ).rejects.toThrow(/differ/);
   });
 
   it("opens memory: and shares memory:NAME between handles", async () => {
