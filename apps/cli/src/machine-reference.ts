@@ -1,5 +1,5 @@
 // A fixed one-thread workload timed just before and just after a benchmark's measured window, so one
-// run says how fast the machine was then (DESIGN §8: compare ratios in one run). It measures no store.
+// run says how fast the machine was then (docs/architecture.md §8: compare ratios in one run). It measures no store.
 import { buildEntry, type Json, type Signer } from "@leash/chain";
 
 /** What one reference operation is, as the report names it. */

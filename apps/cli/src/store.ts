@@ -2,14 +2,9 @@
 // It holds no engine logic and picks no store on its own: resolveStoreUrl applies flag > env > config > default.
 import { existsSync, rmSync } from "node:fs";
 import { type Substrate, SubstrateError } from "@leash/core";
-import { createMemorySubstrate } from "@leash/substrate-memory";
-import { LATEST_SCHEMA_VERSION, openPostgresSubstrate } from "@leash/substrate-postgres";
-import {
-  openSqliteSubstrate,
-  parseSqliteUrl,
-  SCHEMA_VERSION,
-  type SqliteSubstrateOptions,
-} from "@leash/substrate-sqlite";
+import { openStore as openEngineStore, redactStoreUrl } from "@leash/engine";
+import { LATEST_SCHEMA_VERSION, parsePostgresUrl } from "@leash/substrate-postgres";
+import { parseSqliteUrl, SCHEMA_VERSION, type SqliteSubstrateOptions } from "@leash/substrate-sqlite";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine } from "./io.js";
@@ -46,22 +41,7 @@ export type StoreTarget =
 const POSTGRES = /^postgres(ql)?:\/\//i;
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
 
-/**
- * The URL with any password replaced by `***`, for messages and logs. When the userinfo cannot be
- * told apart from the rest, the last `@` is taken as its end: hiding too much beats leaking a password.
- */
-export function redactStoreUrl(url: string): string {
-  let out = url;
-  const schemeEnd = out.indexOf("://");
-  if (schemeEnd >= 0) {
-    const rest = out.slice(schemeEnd + 3);
-    const at = rest.lastIndexOf("@");
-    const colon = at < 0 ? -1 : rest.slice(0, at).indexOf(":");
-    if (colon >= 0) out = `${out.slice(0, schemeEnd + 3)}${rest.slice(0, colon)}:***${rest.slice(at)}`;
-  }
-  // pg also reads `?password=` from the query string.
-  return out.replace(/([?&]password=)[^&#]*/gi, "$1***");
-}
+export { redactStoreUrl };
 
 /** The password as written and as decoded, so it can be scrubbed from driver messages too. */
 function secretsOf(url: string): string[] {
@@ -92,47 +72,6 @@ export function scrubSecrets(message: string, url: string): string {
   return out;
 }
 
-function badUrl(url: string, problem: string): CliError {
-  return new CliError(`bad store URL ${redactStoreUrl(url)}: ${problem}`, EXIT_BAD_INPUT);
-}
-
-/**
- * Splits Leash's own parameters (`schema=NAME`, `group_commit=on|off`) off a postgres URL's query,
- * leaving every other parameter byte for byte (sslmode, application_name …) for pg to read.
- */
-function splitLeashParams(url: string): {
-  connection: string;
-  schema: string | undefined;
-  groupCommit: boolean;
-} {
-  const queryAt = url.indexOf("?");
-  if (queryAt < 0) return { connection: url, schema: undefined, groupCommit: true };
-  const hashAt = url.indexOf("#", queryAt);
-  const query = url.slice(queryAt + 1, hashAt < 0 ? undefined : hashAt);
-  let schema: string | undefined;
-  let groupCommit: boolean | undefined;
-  const kept: string[] = [];
-  for (const part of query.split("&")) {
-    const [name, value] = new URLSearchParams(part).entries().next().value ?? ["", ""];
-    if (name === "schema") {
-      if (schema !== undefined) throw badUrl(url, "`schema` is given twice");
-      schema = value;
-    } else if (name === "group_commit") {
-      if (groupCommit !== undefined) throw badUrl(url, "`group_commit` is given twice");
-      if (value !== "on" && value !== "off") {
-        throw badUrl(url, `group_commit must be on or off, got ${JSON.stringify(value)}`);
-      }
-      groupCommit = value === "on";
-    } else if (part !== "") kept.push(part);
-  }
-  const base = url.slice(0, queryAt);
-  return {
-    connection: kept.length > 0 ? `${base}?${kept.join("&")}` : base,
-    schema,
-    groupCommit: groupCommit ?? true,
-  };
-}
-
 /** Reads a store URL; an unknown scheme or a malformed URL is a CliError (exit 2) naming the redacted URL. */
 export function parseStoreUrl(url: string): StoreTarget {
   const label = redactStoreUrl(url);
@@ -145,19 +84,13 @@ export function parseStoreUrl(url: string): StoreTarget {
     }
   }
   if (POSTGRES.test(url)) {
-    const { connection, schema, groupCommit } = splitLeashParams(url);
-    if (schema !== undefined && (!IDENTIFIER.test(schema) || schema.length > 63)) {
-      throw badUrl(
-        url,
-        `schema must be a plain identifier of at most 63 characters, got ${JSON.stringify(schema)}`,
-      );
-    }
     try {
-      new URL(connection);
-    } catch {
-      throw badUrl(url, "not a valid URL (percent-encode special characters in the password)");
+      const { connection, schema, groupCommit } = parsePostgresUrl(url);
+      return { kind: "postgres", url, label, connection, schema, groupCommit: groupCommit ?? true };
+    } catch (err) {
+      // parsePostgresUrl's message names the URL with its password redacted.
+      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
     }
-    return { kind: "postgres", url, label, connection, schema, groupCommit };
   }
   if (/^memory:/i.test(url)) {
     const name = url.slice("memory:".length);
@@ -179,21 +112,10 @@ function cannotOpen(target: StoreTarget, err: unknown): CliError {
   );
 }
 
-/** Opens the store without migrating it; every failure is one line naming the (redacted) URL. */
+/** Opens the store without migrating it (through @leash/engine's openStore); every failure is one line naming the (redacted) URL. */
 export async function connectStore(target: StoreTarget): Promise<Substrate> {
   try {
-    switch (target.kind) {
-      case "sqlite":
-        return await openSqliteSubstrate(target.options);
-      case "postgres":
-        return await openPostgresSubstrate({
-          url: target.connection,
-          schema: target.schema,
-          ...(target.groupCommit ? {} : { groupCommit: false }),
-        });
-      case "memory":
-        return createMemorySubstrate({ shared: target.shared });
-    }
+    return await openEngineStore(target.url, { migrate: false });
   } catch (err) {
     throw cannotOpen(target, err);
   }

@@ -3,6 +3,7 @@
 import { createPublicKey, verify as verifySignature } from "node:crypto";
 import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { keyFilePathsFor } from "@leash/chain";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import { storeEntries } from "../src/chain-io.js";
 import { run } from "../src/program.js";
@@ -39,8 +40,12 @@ describe("leash keygen", () => {
     const [, hex] = /public key ([0-9a-f]{64})\n/.exec(r.stdout)!;
     const [, id] = /key id ([0-9a-f]{16})\n/.exec(r.stdout)!;
     expect(statSync(out).mode & 0o777).toBe(0o600);
-    expect(readFileSync(`${out}.pub.hex`, "utf8")).toBe(`${hex}\n`);
-    expect(readFileSync(`${out}.pub.pem`, "utf8")).toMatch(/^-----BEGIN PUBLIC KEY-----/);
+    // The library's naming scheme: gen.key → gen.pub.hex and gen.pub.pem.
+    const paths = keyFilePathsFor(out);
+    expect(paths.publicKeyHexPath).toBe(join(scratch.dir, "gen.pub.hex"));
+    expect(r.stdout).toContain(paths.publicKeyHexPath);
+    expect(readFileSync(paths.publicKeyHexPath, "utf8")).toBe(`${hex}\n`);
+    expect(readFileSync(paths.publicKeyPath, "utf8")).toMatch(/^-----BEGIN PUBLIC KEY-----/);
     expect(readFileSync(out, "utf8")).toMatch(/^-----BEGIN PRIVATE KEY-----/);
     expect(id).toHaveLength(16);
   });
@@ -61,7 +66,7 @@ describe("leash keygen", () => {
     expect(readFileSync(out, "utf8")).not.toBe(before);
     expect(statSync(out).mode & 0o777).toBe(0o600);
     const hex = /public key ([0-9a-f]{64})/.exec(forced.stdout)![1];
-    expect(readFileSync(`${out}.pub.hex`, "utf8").trim()).toBe(hex);
+    expect(readFileSync(keyFilePathsFor(out).publicKeyHexPath, "utf8").trim()).toBe(hex);
   });
 });
 

@@ -113,7 +113,7 @@ describe("the built leash binary", () => {
       const keyless = leashBin(["evaluate", "--session", "s1", "--tool", "buy"], undefined, dir);
       expect(keyless.status).toBe(2);
       expect(keyless.stderr).toContain("leash keygen");
-      const verified = leashBin(["verify", "--pubkey", "leash.key.pub.hex"], undefined, dir);
+      const verified = leashBin(["verify", "--pubkey", "leash.pub.hex"], undefined, dir);
       expect(verified.stderr).toBe("");
       expect(verified.stdout).toMatch(/^OK: \d+ entries verified, head [0-9a-f]{64}\n$/);
       expect(verified.status).toBe(0);

@@ -42,7 +42,7 @@ describe("leash hash", () => {
   });
 
   it("exits 1 naming the code for a value with no canonical form", async () => {
-    // 2^53 + 1: JavaScript and Python would read it differently, so it must not hash (DESIGN.md §5).
+    // 2^53 + 1: JavaScript and Python would read it differently, so it must not hash (docs/architecture.md §5).
     const text = '{"amount": 9007199254740993}';
     let code = "";
     try {

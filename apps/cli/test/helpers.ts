@@ -69,7 +69,7 @@ export function expectOneLineError(stderr: string): void {
 export interface TestKey {
   /** The private key file (mode 0600), for --key-file. */
   readonly file: string;
-  /** `PATH.pub.hex` and `PATH.pub.pem`, for --pubkey. */
+  /** The `.pub.hex` and `.pub.pem` beside it (`keyFilePathsFor`), for --pubkey. */
   readonly pubHex: string;
   readonly pubPem: string;
   readonly publicKeyHex: string;
@@ -82,11 +82,11 @@ export interface TestKey {
 export function testKey(dir: string, name = "leash.key"): TestKey {
   const pair = generateKeyPair();
   const file = join(dir, name);
-  writeKeyFiles(pair, file, { publicKeyPath: `${file}.pub.pem`, publicKeyHexPath: `${file}.pub.hex` });
+  const paths = writeKeyFiles(pair, file);
   return {
     file,
-    pubHex: `${file}.pub.hex`,
-    pubPem: `${file}.pub.pem`,
+    pubHex: paths.publicKeyHexPath,
+    pubPem: paths.publicKeyPath,
     publicKeyHex: pair.publicKeyHex,
     keyId: pair.keyId,
     pem: pair.privateKeyPem,

@@ -17,6 +17,7 @@ export {
   type GeneratedKeyPair,
   generateKeyPair,
   type KeyFilePaths,
+  keyFilePathsFor,
   type LoadSigningKeyOptions,
   loadPublicKey,
   loadSigningKey,

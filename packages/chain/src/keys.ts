@@ -159,6 +159,16 @@ export interface KeyFilePaths {
 }
 
 /**
+ * Where a key pair's files go, the one naming scheme of the library and `leash keygen`: the private key
+ * at `privateKeyPath`, its public halves beside it with a trailing ".key"/".pem" replaced
+ * (`leash.key` → `leash.pub.pem`, `leash.pub.hex`; `signing` → `signing.pub.pem`, `signing.pub.hex`).
+ */
+export function keyFilePathsFor(privateKeyPath: string): KeyFilePaths {
+  const stem = privateKeyPath.replace(/\.(key|pem)$/, "");
+  return { privateKeyPath, publicKeyPath: `${stem}.pub.pem`, publicKeyHexPath: `${stem}.pub.hex` };
+}
+
+/**
  * Writes the private key (PKCS#8 PEM, mode 0600), the public key (SPKI PEM) and the raw public key
  * (64 hex + newline). The private key's mode is checked after writing, because a umask cannot add
  * bits but a filesystem (a network mount, a Windows share) may ignore them.
@@ -169,11 +179,11 @@ export function writeKeyFiles(
   privateKeyPath: string,
   options: WriteKeyFilesOptions = {},
 ): KeyFilePaths {
-  const stem = privateKeyPath.replace(/\.(key|pem)$/, "");
+  const defaults = keyFilePathsFor(privateKeyPath);
   const paths: KeyFilePaths = {
     privateKeyPath,
-    publicKeyPath: options.publicKeyPath ?? `${stem}.pub.pem`,
-    publicKeyHexPath: options.publicKeyHexPath ?? `${stem}.pub.hex`,
+    publicKeyPath: options.publicKeyPath ?? defaults.publicKeyPath,
+    publicKeyHexPath: options.publicKeyHexPath ?? defaults.publicKeyHexPath,
   };
   const overwrite = options.overwrite === true;
   if (!overwrite) {

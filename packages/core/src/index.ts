@@ -4,6 +4,7 @@
 export * from "./canonical/index.js";
 export { sha256Hex } from "./crypto/sha256.js";
 export { decide } from "./decide.js";
+export { isLeashError, LeashBaseError } from "./errors/leash-error.js";
 export { denyProbability, ERROR_SIGNALS, hasErrorSignal } from "./extensions/index.js";
 export * from "./feedback/index.js";
 export * from "./ports/index.js";

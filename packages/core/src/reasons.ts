@@ -40,7 +40,7 @@ export const ALL_REASONS: readonly Reason[] = [
   ...EXTENSION_DENY_REASONS.map((r) => `hitl_on_deny:${r}` as const),
 ];
 
-/** Terminal statuses of a pending transition (DESIGN.md §4); nothing else is terminal. */
+/** Terminal statuses of a pending transition (docs/architecture.md §4); nothing else is terminal. */
 export const TERMINAL_STATUSES: ReadonlySet<string> = new Set([
   "rejected",
   "superseded",

@@ -1,4 +1,4 @@
-// State-machine invariants of decide + feedback over random call sequences (DESIGN.md §4).
+// State-machine invariants of decide + feedback over random call sequences (docs/architecture.md §4).
 import fc from "fast-check";
 import { describe, it } from "vitest";
 import { type Call, type Config, canonicalHash, decide, feedback, type State } from "../src/index.js";

@@ -14,6 +14,7 @@ export type LeashErrorCode =
   | "RESERVATION_NOT_FOUND"
   | "CONFIG_INVALID"
   | "KEY_NOT_IN_FORCE"
+  | "MISSING_DEPENDENCY"
   | "DENIED"
   | "HITL_REQUIRED";
 

@@ -5,4 +5,11 @@ export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
+export {
+  type OpenStoreOptions,
+  openStore,
+  redactStoreUrl,
+  type StoreKind,
+  storeKindOf,
+} from "./open-store.js";
 export type * from "./types.js";

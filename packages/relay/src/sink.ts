@@ -1,4 +1,4 @@
-// The Sink port (DESIGN.md §3): where a relay delivers chain entries, and what it must promise.
+// The Sink port (docs/architecture.md §3): where a relay delivers chain entries, and what it must promise.
 // Types only; the sinks that ship with Leash are in ./sinks and ./postgres, the delivery loop in ./relay.
 
 import type { ChainEntryRecord } from "@leash/core";

@@ -23,6 +23,7 @@ import { collectHints, type ReadAhead, rememberReadAhead, sendReadAhead } from "
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statement, type Statements } from "./sql.js";
 import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
+import { parsePostgresUrl } from "./url.js";
 
 export interface GroupCommitOptions {
   /**
@@ -1032,7 +1033,7 @@ interface Remembering {
  * with code "io"). It does not create tables: call migrate() once at startup.
  */
 export async function openPostgresSubstrate(options: PostgresSubstrateOptions): Promise<PostgresSubstrate> {
-  const substrate = new PostgresSubstrate(options);
+  const substrate = new PostgresSubstrate(withUrlOptions(options));
   try {
     await substrate.ping();
   } catch (error) {
@@ -1040,4 +1041,25 @@ export async function openPostgresSubstrate(options: PostgresSubstrateOptions): 
     throw error;
   }
   return substrate;
+}
+
+/**
+ * Applies what the URL says (`?schema=`, `?group_commit=`) and hands pg the URL without them; an
+ * option given both ways must agree, so a schema is never chosen silently.
+ */
+function withUrlOptions(options: PostgresSubstrateOptions): PostgresSubstrateOptions {
+  if (options.url === undefined) return options;
+  const fromUrl = parsePostgresUrl(options.url);
+  if (options.schema !== undefined && fromUrl.schema !== undefined && options.schema !== fromUrl.schema) {
+    throw new TypeError(
+      `the schema option (${JSON.stringify(options.schema)}) and the URL's ?schema= (${JSON.stringify(fromUrl.schema)}) differ`,
+    );
+  }
+  const resolved: PostgresSubstrateOptions = {
+    ...options,
+    url: fromUrl.connection,
+    schema: options.schema ?? fromUrl.schema,
+  };
+  if (options.groupCommit === undefined && fromUrl.groupCommit === false) resolved.groupCommit = false;
+  return resolved;
 }

@@ -93,7 +93,7 @@ export function registerEvaluate(program: Command, io: Io, setExit: (code: numbe
       `
 The JSON includes \`receipt\`: a compact JWS (EdDSA) of the decision's signed audit chain entry
 (\`entry_seq\`, \`entry_hash\`). Keep it; anyone with the public key can check it offline:
-  leash receipt verify "$RECEIPT" --pubkey leash.key.pub.hex
+  leash receipt verify "$RECEIPT" --pubkey leash.pub.hex
 
 Exit status (scripts can branch on it; run the tool only on 0):
   0  ALLOW — run the tool, then report its cost with \`leash post-exec --call <call_number>\`

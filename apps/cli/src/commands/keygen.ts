@@ -14,11 +14,7 @@ export function runKeygen(options: KeygenOptions, io: Io): number {
   const pair = generateKeyPair();
   let paths: ReturnType<typeof writeKeyFiles>;
   try {
-    paths = writeKeyFiles(pair, options.out, {
-      overwrite: options.force === true,
-      publicKeyPath: `${options.out}.pub.pem`,
-      publicKeyHexPath: `${options.out}.pub.hex`,
-    });
+    paths = writeKeyFiles(pair, options.out, { overwrite: options.force === true });
   } catch (err) {
     if (KeyFileError.isInstance(err) && err.code === "key_exists") {
       throw new CliError(
@@ -39,7 +35,7 @@ export function registerKeygen(program: Command, io: Io, setExit: (code: number)
   program
     .command("keygen")
     .description(
-      "create an Ed25519 signing key for the audit chain: PATH (private), PATH.pub.pem and PATH.pub.hex",
+      "create an Ed25519 signing key for the audit chain: PATH (private) and its public halves (NAME.key → NAME.pub.pem, NAME.pub.hex)",
     )
     .requiredOption("--out <path>", "where to write the private key (mode 0600)", nonEmpty)
     .option("--force", "replace existing key files")
@@ -47,7 +43,7 @@ export function registerKeygen(program: Command, io: Io, setExit: (code: number)
       "after",
       `
 Store commands sign with it through --key-file PATH (or LEASH_SIGNING_KEY holding the PEM);
-verifiers need only PATH.pub.hex (\`leash verify --pubkey\`, \`leash receipt verify --pubkey\`).
+verifiers need only the .pub.hex file (\`leash verify --pubkey\`, \`leash receipt verify --pubkey\`).
 To move a running chain to a new key, use \`leash key rotate\`.
 Exit status: 0 written, 2 the files exist (without --force) or cannot be written.`,
     )

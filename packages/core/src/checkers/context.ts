@@ -7,7 +7,7 @@ export interface DecideContext {
   readonly config: Rec;
   readonly state: Rec;
   readonly call: Rec;
-  /** `call.params`, with missing or null read as `{}` (DESIGN.md §4). Unknown shape until rule 1 passed. */
+  /** `call.params`, with missing or null read as `{}` (docs/architecture.md §4). Unknown shape until rule 1 passed. */
   readonly params: unknown;
   readonly inputs: DecideInputs;
 }

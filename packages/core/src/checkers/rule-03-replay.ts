@@ -1,5 +1,5 @@
 // Rule 3: a nonce already seen is a replay; against a terminal transition it is a no-effect resume.
-// Only arrays of seen nonces are read; a null or absent nonce skips the rule (DESIGN.md §4).
+// Only arrays of seen nonces are read; a null or absent nonce skips the rule (docs/architecture.md §4).
 import { deny } from "../decision.js";
 import { TERMINAL_STATUSES } from "../reasons.js";
 import { nonEmpty, norm, present } from "../util/values.js";

@@ -1,5 +1,5 @@
 // Rule 8: in `on_threshold` mode, a remaining/initial budget ratio at or below the threshold asks a human.
-// Needs a threshold and a non-zero initial budget; a missing remaining counts as 0 (DESIGN.md §4).
+// Needs a threshold and a non-zero initial budget; a missing remaining counts as 0 (docs/architecture.md §4).
 import { hitl } from "../decision.js";
 import { norm, num } from "../util/values.js";
 import type { DecideContext } from "./context.js";

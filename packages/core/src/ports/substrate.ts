@@ -6,7 +6,7 @@ import type { ChainStore, OutboxStore } from "./audit.js";
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
 export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v3" as const;
 
-/** Decimal amounts travel as strings ("0.001"), never as binary floats (DESIGN.md §6). */
+/** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
 
 export interface SubstrateCapabilities {

@@ -40,7 +40,7 @@ export function truthy(value: unknown): boolean {
   return true;
 }
 
-/** Trimmed, lowercased string; a non-string reads as "" (DESIGN.md §4: so it can never match a keyword). */
+/** Trimmed, lowercased string; a non-string reads as "" (docs/architecture.md §4: so it can never match a keyword). */
 export function norm(value: unknown): string {
   return typeof value === "string" ? value.trim().toLowerCase() : "";
 }
