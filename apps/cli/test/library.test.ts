@@ -7,6 +7,15 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type Captured, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
 
+/** Every `*_ns` value in a parsed JSON output, with its path. */
+function nanosecondFields(value: unknown, path = ""): [string, unknown][] {
+  if (typeof value !== "object" || value === null) return [];
+  return Object.entries(value).flatMap(([key, v]) => [
+    ...(key.endsWith("_ns") ? [[`${path}.${key}`, v] as [string, unknown]] : []),
+    ...nanosecondFields(v, `${path}.${key}`),
+  ]);
+}
+
 const json = (r: Captured) => {
   expect(r.stderr).toBe("");
   return JSON.parse(r.stdout);
@@ -122,6 +131,26 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     const shown = await L(["session", "show", s]);
     expect(shown.code).toBe(0);
     expect(json(shown)).toMatchObject({ session_id: s, call_count: 2, budget_remaining_usd: "0.75" });
+  });
+
+  it("prints nanosecond times as strings of their exact integer, never as rounded JSON numbers", async () => {
+    const s = await create();
+    expect((await evaluate(s, "n1", "--params", '{"q":1}')).code).toBe(0);
+    const outputs = [
+      json(await L(["session", "show", s])),
+      json(await L(["session", "reset", s, "--operator", "alice"])),
+    ];
+    for (const output of outputs) {
+      const times = nanosecondFields(output).filter(([, v]) => v !== null);
+      expect(times.map(([path]) => path)).toContain(".state.session_started_ns");
+      expect(times.map(([path]) => path)).toContain(".state.last_activity_ns");
+      for (const [path, v] of times) {
+        expect(typeof v, path).toBe("string");
+        // The integer the double holds, digit for digit: not JavaScript's shortest rounding of it.
+        expect(BigInt(Number(v)).toString(), path).toBe(v);
+        expect(Number(v), path).toBeGreaterThan(2 ** 53);
+      }
+    }
   });
 
   it("a DENY trips the circuit until an operator resets it", async () => {
