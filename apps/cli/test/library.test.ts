@@ -4,7 +4,14 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type Captured, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
+import {
+  type Captured,
+  expectOneLineError,
+  leash,
+  pythonCanonicalHash,
+  scratchDir,
+  testKey,
+} from "./helpers.js";
 import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
 
 /** Every `*_ns` value in a parsed JSON output, with its path. */
@@ -221,6 +228,39 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     const successor = await evaluate(s, "8", "--params", edited);
     expect(successor.code).toBe(0);
     expect(json(successor)).toMatchObject({ verdict: "ALLOW", reason: "hitl_transition:modify_successor" });
+  });
+
+  it("evaluate hashes --params as the reference does (1e16, 10.0, -0.0, 1.5e300), and a modify bound to that digest releases the call", async () => {
+    const s = await create("--hitl", "always");
+    const params = '{"amount": 1e16, "fee": 10.0, "refund": -0.0}';
+    const digest = pythonCanonicalHash(params)!;
+    const paused = await evaluate(s, "1", "--params", params);
+    expect(paused.code).toBe(4);
+    expect(json(paused)).toMatchObject({ verdict: "HITL", params_hash: digest });
+    const file = join(store.dir, "edited.json");
+    writeFileSync(file, '{"amount": 1.5e300}');
+    const editedDigest = pythonCanonicalHash('{"amount": 1.5e300}')!;
+    expect((await leash(["hash", file])).stdout).toBe(`${editedDigest}\n`);
+    const resumed = await L([
+      "session",
+      "resume",
+      s,
+      "--decision",
+      "modify",
+      "--operator",
+      "alice",
+      "--successor-nonce",
+      "2",
+      "--successor-digest",
+      editedDigest,
+    ]);
+    expect(resumed.code).toBe(0);
+    const successor = await evaluate(s, "2", "--params", `@${file}`);
+    expect(json(successor)).toMatchObject({
+      verdict: "ALLOW",
+      reason: "hitl_transition:modify_successor",
+      params_hash: editedDigest,
+    });
   });
 
   it("resume refuses when nothing awaits a human, and modify without its successor", async () => {
