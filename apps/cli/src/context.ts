@@ -143,7 +143,17 @@ export async function withEngine<T>(
   }
 }
 
-/** JSON on one line: what the store commands print, for `jq` and for scripts. */
+/**
+ * JSON on one line: what the store commands print, for `jq` and for scripts. Nanosecond times
+ * (every `*_ns` field, at any depth) print as strings of the exact integer the store holds:
+ * they are above 2^53, where a JSON number is rounded by the printer and again by every reader.
+ */
 export function printJson(io: Io, value: unknown): void {
-  io.stdout(`${JSON.stringify(value)}\n`);
+  io.stdout(`${JSON.stringify(value, nanosecondsAsText)}\n`);
+}
+
+function nanosecondsAsText(key: string, value: unknown): unknown {
+  return typeof value === "number" && key.endsWith("_ns") && Number.isInteger(value)
+    ? BigInt(value).toString()
+    : value;
 }

@@ -1,7 +1,7 @@
 // Loads SHACKLE fixture files and checks their envelope: an object with a `fixtures` array of named vectors.
 // It does not validate config/state/call (vectors are deliberately odd), run decide, or verify seals.
 import { basename } from "node:path";
-import { parseJsonPreservingNumbers } from "@leash/core";
+import { parseJsonKeepingNumberText, parseJsonPreservingNumbers } from "@leash/core";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, parseJson, readSource, sourceLabel } from "./io.js";
 
 /** One test vector, with its inputs exactly as the file has them. */
@@ -11,6 +11,7 @@ export interface Vector {
   readonly index: number;
   readonly config: unknown;
   readonly state: unknown;
+  /** As JSON.parse reads it, except `params`, whose numbers keep their text where a digest needs it. */
   readonly call: unknown;
   readonly expectedVerdict: string;
   readonly expectedReason: string;
@@ -44,9 +45,10 @@ function envelopeError(path: string, problem: string): CliError {
 }
 
 /**
- * Checks the envelope of already-read fixture text. Two parses on purpose: JSON.parse
- * gives decide the plain values a JSON reader would, and the number-preserving parse
- * gives the seal the exact texts it was computed over.
+ * Checks the envelope of already-read fixture text. Three parses on purpose: JSON.parse
+ * gives decide the plain values a JSON reader would, the number-preserving parse gives
+ * the seal the exact texts it was computed over, and the params decide hashes come from
+ * parseJsonKeepingNumberText (so `1e16` is a float, as the reference read it, not an unsafe int).
  */
 export function parseFixtureText(text: string, path: string): FixtureFile {
   const plain = parseJson(text, path);
@@ -61,6 +63,8 @@ export function parseFixtureText(text: string, path: string): FixtureFile {
   }
   const fixtures = plain.fixtures;
   const sealed = preserved.fixtures;
+  const kept = parseJsonKeepingNumberText(text) as Record<string, unknown>;
+  const keptFixtures = Array.isArray(kept.fixtures) ? kept.fixtures : [];
   if (!Array.isArray(fixtures) || !Array.isArray(sealed)) {
     throw envelopeError(path, "`fixtures` must be an array");
   }
@@ -89,7 +93,7 @@ export function parseFixtureText(text: string, path: string): FixtureFile {
       index,
       config: fixture.config,
       state: fixture.state,
-      call: fixture.call,
+      call: withKeptParams(fixture.call, keptFixtures[index]),
       expectedVerdict: fixture.expected_verdict as string,
       expectedReason: fixture.expected_reason as string,
       vectorHash: hash,
@@ -99,6 +103,13 @@ export function parseFixtureText(text: string, path: string): FixtureFile {
 
   const revision = typeof plain.revision === "string" ? plain.revision : undefined;
   return { path, label: basename(path), revision, vectors };
+}
+
+/** `call` with its params taken from the same vector read by parseJsonKeepingNumberText. */
+function withKeptParams(call: unknown, keptFixture: unknown): unknown {
+  if (!isObject(call) || !Object.hasOwn(call, "params") || !isObject(keptFixture)) return call;
+  const keptCall = keptFixture.call;
+  return isObject(keptCall) ? { ...call, params: keptCall.params } : call;
 }
 
 /** Reads (a file, or stdin for `-`) and checks one fixture file; every failure is a CliError with exit 2. */

@@ -1,6 +1,7 @@
 // The CLI's boundary with the outside world: the Io seam (streams, stdin, TTY flags), input reading and CliError.
 // It knows nothing about commands or SHACKLE; commands take an Io so tests can run them in-process.
 import { readFile } from "node:fs/promises";
+import { parseJsonKeepingNumberText } from "@leash/core";
 
 /** Where a command writes and what it reads; the real process in bin.ts, a capture in tests. */
 export interface Io {
@@ -113,6 +114,21 @@ export async function readSource(source: string | undefined, io: Io): Promise<st
 export function parseJson(text: string, label: string): unknown {
   try {
     return JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`${label}: invalid JSON: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
+  }
+}
+
+/**
+ * Parses JSON that will be hashed (call params, or a document holding them): as parseJson, but a
+ * number whose JavaScript value would hash differently from Python's reading of its text (`10.0`,
+ * `1e16`, `-0.0`, big integers) stays a JsonNumberText, so digests and verdicts are the reference's.
+ */
+export function parseJsonKeepingText(text: string, label: string): unknown {
+  // JSON.parse first: what is valid JSON, and the wording when it is not, stay exactly parseJson's.
+  parseJson(text, label);
+  try {
+    return parseJsonKeepingNumberText(text);
   } catch (err) {
     throw new CliError(`${label}: invalid JSON: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
   }

@@ -1,5 +1,7 @@
 // Signing and verification keys for the CLI: --key-file / LEASH_SIGNING_KEY / --ephemeral-key, and --pubkey.
 // Key formats and file safety are @leash/chain's; this turns its errors into one-line CliErrors with a way out.
+
+import { statSync } from "node:fs";
 import {
   ChainError,
   generateKeyPair,
@@ -53,6 +55,27 @@ export function keyFailure(err: unknown, what: string, { privateKey = false } = 
 }
 
 /**
+ * Refuses a key path that exists but is not a regular file, before anything opens it: opening a
+ * FIFO blocks until some writer comes, which would hang the command forever. A missing path is
+ * left to the loader, whose error says how to make a key.
+ */
+export function checkKeyFileType(path: string, what: string): void {
+  let kind: string;
+  try {
+    const info = statSync(path, { throwIfNoEntry: false });
+    if (info === undefined || info.isFile()) return;
+    if (info.isFIFO()) kind = "a FIFO";
+    else if (info.isDirectory()) kind = "a directory";
+    else if (info.isSocket()) kind = "a socket";
+    else if (info.isCharacterDevice() || info.isBlockDevice()) kind = "a device";
+    else kind = "a special file";
+  } catch {
+    return; // unreadable metadata (EACCES, ELOOP…): the loader reports it in its own words
+  }
+  throw new CliError(`${what}: ${path} is ${kind}, not a regular file`, EXIT_BAD_INPUT);
+}
+
+/**
  * The signer a command that writes the chain uses: --key-file, else LEASH_SIGNING_KEY, else (only with
  * --ephemeral-key) a fresh key announced on stderr. Without any of them the command refuses to start.
  */
@@ -73,6 +96,7 @@ export function resolveSigner(
     return { signer: pair.signer, source: { kind: "ephemeral", privateKeyPem: pair.privateKeyPem } };
   }
   if (options.keyFile !== undefined) {
+    checkKeyFileType(options.keyFile, "signing key");
     try {
       return {
         signer: loadSigningKey({ file: options.keyFile }),
@@ -96,6 +120,7 @@ export function resolveSigner(
 
 /** A private key file named by a flag other than --key-file (`key rotate --next-key-file`). */
 export function loadSignerFile(path: string, flag: string): Signer {
+  checkKeyFileType(path, flag);
   try {
     return loadSigningKey({ file: path });
   } catch (err) {
@@ -130,6 +155,7 @@ export function loadPublicKeys(specs: readonly string[] | undefined): PublicKeyI
     );
   }
   return specs.map((spec) => {
+    checkKeyFileType(spec, "--pubkey");
     try {
       return loadPublicKey(spec);
     } catch (err) {

@@ -1,7 +1,7 @@
 // Builds the `leash` commander program and runs it against an Io, returning the exit status.
 // It holds no command logic and never calls process.exit, so tests can run it in-process.
 import { readFileSync } from "node:fs";
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, type Option } from "commander";
 import { registerBench } from "./commands/bench.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
@@ -78,7 +78,37 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerRecover(program, io, setExit);
   registerRelay(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
+  checkRequiredOptionsLast(program);
   return program;
+}
+
+/**
+ * Commander checks required options before unknown ones, so `evaluate --bogus-flag` would complain
+ * about a missing --session and hide the typo. Every command's required options are checked here
+ * instead, in a preAction hook: that runs after commander has refused unknown options and bad
+ * arguments, so the first error a user sees is about what they typed.
+ */
+function checkRequiredOptionsLast(program: Command): void {
+  const required = new Map<Command, Option[]>();
+  const collect = (command: Command) => {
+    const mandatory = command.options.filter((option) => option.mandatory);
+    for (const option of mandatory) option.mandatory = false;
+    if (mandatory.length > 0) required.set(command, mandatory);
+    for (const sub of command.commands) collect(sub);
+  };
+  collect(program);
+  program.hook("preAction", (_, actionCommand) => {
+    for (let command: Command | null = actionCommand; command !== null; command = command.parent) {
+      for (const option of required.get(command) ?? []) {
+        if (command.getOptionValue(option.attributeName()) === undefined) {
+          // The wording and code commander itself uses, so messages stay as users know them.
+          command.error(`error: required option '${option.flags}' not specified`, {
+            code: "commander.missingMandatoryOptionValue",
+          });
+        }
+      }
+    }
+  });
 }
 
 /**

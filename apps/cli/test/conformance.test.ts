@@ -3,7 +3,14 @@
 import { readFileSync } from "node:fs";
 import { decide, parseJsonPreservingNumbers, vectorHash } from "@leash/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { CONFORMANCE, CONFORMANCE_101, expectOneLineError, leash, scratchDir } from "./helpers.js";
+import {
+  CONFORMANCE,
+  CONFORMANCE_101,
+  expectOneLineError,
+  leash,
+  pythonCanonicalHash,
+  scratchDir,
+} from "./helpers.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -47,6 +54,24 @@ describe("leash conformance on the published fixtures", () => {
     expect(report.results.every((v: { seal: { status: string } }) => v.seal.status === "verified")).toBe(
       true,
     );
+  });
+});
+
+describe("leash conformance on vectors whose params' numbers matter by their text", () => {
+  it("decides params as the reference read them: 1e16 is a float, 10.0 stays 10.0 for the digest", async () => {
+    const params = '{"amount": 1e16, "fee": 10.0}';
+    const digest = pythonCanonicalHash(params);
+    const text = `{"fixtures": [
+      {"name": "float_1e16", "config": {}, "state": {}, "call": {"tool_name": "t", "params": {"x": 1e16}},
+       "expected_verdict": "ALLOW", "expected_reason": "within_thresholds"},
+      {"name": "approve_bound_to_text_digest", "config": {},
+       "state": {"pending_transition": {"decision": "approve", "original_nonce": 3, "original_args_digest": "${digest}"}},
+       "call": {"tool_name": "pay", "nonce": 3, "params": ${params}},
+       "expected_verdict": "ALLOW", "expected_reason": "hitl_transition:approve"}
+    ]}`;
+    const r = await leash(["conformance", scratch.write("text-numbers.json", text)]);
+    expect(r.stdout).toBe("2 passed, 0 failed\n");
+    expect(r.code).toBe(0);
   });
 });
 

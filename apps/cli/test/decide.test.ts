@@ -2,7 +2,14 @@
 // The decision rules are tested in @leash/core; here DENY and HITL must still exit 0 (a verdict is data).
 import { readFileSync } from "node:fs";
 import { afterAll, describe, expect, it } from "vitest";
-import { CONFORMANCE, expectOneLineError, leash, scratchDir } from "./helpers.js";
+import {
+  CONFORMANCE,
+  expectOneLineError,
+  leash,
+  pythonCanonicalHash,
+  scratchDir,
+  TEXT_SENSITIVE_NUMBERS,
+} from "./helpers.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -56,5 +63,42 @@ describe("leash decide", () => {
     const garbled = await leash(["decide"], '{"config": ');
     expect(garbled.code).toBe(2);
     expect(garbled.stderr).toContain("<stdin>: invalid JSON");
+  });
+
+  it.each(TEXT_SENSITIVE_NUMBERS)('agrees with the reference on params {"x": %s}', async (literal) => {
+    const params = `{"x": ${literal}}`;
+    // Rule 1 is the reference's canonicalizability: Python hashes it, so with empty config and state the call is allowed.
+    expect(pythonCanonicalHash(params)).not.toBeNull();
+    const r = await leash(
+      ["decide"],
+      `{"config": {}, "state": {}, "call": {"tool_name": "t", "params": ${params}}}`,
+    );
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe('{"verdict":"ALLOW","reason":"within_thresholds"}\n');
+  });
+
+  it("denies params Python cannot hash (1E400 reads as inf)", async () => {
+    expect(pythonCanonicalHash('{"x": 1E400}')).toBeNull();
+    const r = await leash(
+      ["decide"],
+      '{"config": {}, "state": {}, "call": {"tool_name": "t", "params": {"x": 1E400}}}',
+    );
+    expect(r.stdout).toBe('{"verdict":"DENY","reason":"policy_violation:malformed_input"}\n');
+  });
+
+  it("releases an approved call whose digest the reference computed from the params' text", async () => {
+    const params = '{"amount": 1e16, "fee": 10.0}';
+    const digest = pythonCanonicalHash(params);
+    const pending = { decision: "approve", original_nonce: 7, original_args_digest: digest };
+    const document = `{"config": {}, "state": {"pending_transition": ${JSON.stringify(pending)}}, "call": {"tool_name": "pay", "nonce": 7, "params": ${params}}}`;
+    const r = await leash(["decide"], document);
+    expect(r.stdout).toBe('{"verdict":"ALLOW","reason":"hitl_transition:approve"}\n');
+  });
+
+  it("keeps config and state numbers plain: 10.0 is a budget of 10", async () => {
+    const document =
+      '{"config": {"budget_usd": 10.0}, "state": {"budget_remaining_usd": 0.0}, "call": {"tool_name": "t", "estimated_cost_usd": 1.0}}';
+    const r = await leash(["decide"], document);
+    expect(r.stdout).toBe('{"verdict":"DENY","reason":"budget_exhausted"}\n');
   });
 });

@@ -1,9 +1,17 @@
-// Tests for `leash hash`: the digest equals the published canonical_hash, bad values and bad JSON fail cleanly.
+// Tests for `leash hash`: the digest equals the published canonical_hash and python3's, bad values and bad JSON fail cleanly.
 // The canonicalization itself is tested in @leash/core; this checks the command's reading, output and statuses.
 import { readFileSync } from "node:fs";
-import { CanonicalizationError, canonicalHash } from "@leash/core";
+import { CanonicalizationError, canonicalHash, parseJsonKeepingNumberText } from "@leash/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { CONFORMANCE, CONFORMANCE_101, expectOneLineError, leash, scratchDir } from "./helpers.js";
+import {
+  CONFORMANCE,
+  CONFORMANCE_101,
+  expectOneLineError,
+  leash,
+  pythonCanonicalHash,
+  scratchDir,
+  TEXT_SENSITIVE_NUMBERS,
+} from "./helpers.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -41,16 +49,32 @@ describe("leash hash", () => {
     }
   });
 
+  it.each(TEXT_SENSITIVE_NUMBERS)("prints the Python reference's digest for %s", async (literal) => {
+    const text = `{"x": ${literal}, "y": [${literal}, {"z": ${literal}}]}`;
+    const reference = pythonCanonicalHash(text);
+    expect(reference).toMatch(/^[0-9a-f]{64}$/);
+    const r = await leash(["hash"], text);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe(`${reference}\n`);
+    expect(r.code).toBe(0);
+  });
+
+  it("hashes plain numbers as before: ints as digits, -0 as 0", async () => {
+    const text = '{"a": 100, "b": -0, "c": 0.5, "d": 1e-7, "e": 9007199254740991}';
+    expect((await leash(["hash"], text)).stdout).toBe(`${pythonCanonicalHash(text)}\n`);
+  });
+
   it("exits 1 naming the code for a value with no canonical form", async () => {
-    // 2^53 + 1: JavaScript and Python would read it differently, so it must not hash (docs/architecture.md §5).
-    const text = '{"amount": 9007199254740993}';
+    // Python reads 1E400 as inf, which allow_nan=False refuses: the reference has no digest either.
+    const text = '{"amount": 1E400}';
+    expect(pythonCanonicalHash(text)).toBeNull();
     let code = "";
     try {
-      canonicalHash(JSON.parse(text));
+      canonicalHash(parseJsonKeepingNumberText(text));
     } catch (err) {
       if (CanonicalizationError.isInstance(err)) code = err.code;
     }
-    expect(code).toBe("unsafe_integer");
+    expect(code).toBe("non_finite_number");
     const r = await leash(["hash"], text);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe("");

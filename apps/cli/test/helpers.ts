@@ -1,5 +1,6 @@
 // Shared test plumbing: the published fixtures' location and an in-process `leash` run with captured streams.
 // It copies no fixtures into the repo; CI places shared/ beside the repository, and so do these paths.
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -92,3 +93,40 @@ export function testKey(dir: string, name = "leash.key"): TestKey {
     pem: pair.privateKeyPem,
   };
 }
+
+/** The reference's canonical_hash, run by python3 itself: sha256 of json.dumps(json.loads(text), …). */
+const PYTHON_CANONICAL_HASH = `
+import hashlib, json, sys
+params = json.loads(sys.stdin.read())
+try:
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+except ValueError:
+    print("not canonicalizable")
+else:
+    print(hashlib.sha256(text.encode("utf-8")).hexdigest())
+`;
+
+/** What the Python reference computes for this JSON text: its digest, or null when it has none. */
+export function pythonCanonicalHash(jsonText: string): string | null {
+  const r = spawnSync("/usr/bin/python3", ["-c", PYTHON_CANONICAL_HASH], {
+    input: jsonText,
+    encoding: "utf8",
+    timeout: 30_000,
+  });
+  if (r.status !== 0) throw new Error(`python3 failed: ${r.error ?? r.stderr}`);
+  const out = r.stdout.trim();
+  return out === "not canonicalizable" ? null : out;
+}
+
+/** Number literals whose digest depends on their text: Python reads each as a float or a big int. */
+export const TEXT_SENSITIVE_NUMBERS = [
+  "1e16",
+  "1e+16",
+  "1.5e300",
+  "10.0",
+  "-0.0",
+  "1E5",
+  "12345678901234567890",
+  "9007199254740993",
+  "-1e-400",
+] as const;

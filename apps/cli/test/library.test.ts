@@ -4,8 +4,24 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type Captured, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
+import {
+  type Captured,
+  expectOneLineError,
+  leash,
+  pythonCanonicalHash,
+  scratchDir,
+  testKey,
+} from "./helpers.js";
 import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
+
+/** Every `*_ns` value in a parsed JSON output, with its path. */
+function nanosecondFields(value: unknown, path = ""): [string, unknown][] {
+  if (typeof value !== "object" || value === null) return [];
+  return Object.entries(value).flatMap(([key, v]) => [
+    ...(key.endsWith("_ns") ? [[`${path}.${key}`, v] as [string, unknown]] : []),
+    ...nanosecondFields(v, `${path}.${key}`),
+  ]);
+}
 
 const json = (r: Captured) => {
   expect(r.stderr).toBe("");
@@ -124,6 +140,26 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     expect(json(shown)).toMatchObject({ session_id: s, call_count: 2, budget_remaining_usd: "0.75" });
   });
 
+  it("prints nanosecond times as strings of their exact integer, never as rounded JSON numbers", async () => {
+    const s = await create();
+    expect((await evaluate(s, "n1", "--params", '{"q":1}')).code).toBe(0);
+    const outputs = [
+      json(await L(["session", "show", s])),
+      json(await L(["session", "reset", s, "--operator", "alice"])),
+    ];
+    for (const output of outputs) {
+      const times = nanosecondFields(output).filter(([, v]) => v !== null);
+      expect(times.map(([path]) => path)).toContain(".state.session_started_ns");
+      expect(times.map(([path]) => path)).toContain(".state.last_activity_ns");
+      for (const [path, v] of times) {
+        expect(typeof v, path).toBe("string");
+        // The integer the double holds, digit for digit: not JavaScript's shortest rounding of it.
+        expect(BigInt(Number(v)).toString(), path).toBe(v);
+        expect(Number(v), path).toBeGreaterThan(2 ** 53);
+      }
+    }
+  });
+
   it("a DENY trips the circuit until an operator resets it", async () => {
     const s = await create();
     expect((await evaluate(s, "1")).code).toBe(0);
@@ -192,6 +228,39 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     const successor = await evaluate(s, "8", "--params", edited);
     expect(successor.code).toBe(0);
     expect(json(successor)).toMatchObject({ verdict: "ALLOW", reason: "hitl_transition:modify_successor" });
+  });
+
+  it("evaluate hashes --params as the reference does (1e16, 10.0, -0.0, 1.5e300), and a modify bound to that digest releases the call", async () => {
+    const s = await create("--hitl", "always");
+    const params = '{"amount": 1e16, "fee": 10.0, "refund": -0.0}';
+    const digest = pythonCanonicalHash(params)!;
+    const paused = await evaluate(s, "1", "--params", params);
+    expect(paused.code).toBe(4);
+    expect(json(paused)).toMatchObject({ verdict: "HITL", params_hash: digest });
+    const file = join(store.dir, "edited.json");
+    writeFileSync(file, '{"amount": 1.5e300}');
+    const editedDigest = pythonCanonicalHash('{"amount": 1.5e300}')!;
+    expect((await leash(["hash", file])).stdout).toBe(`${editedDigest}\n`);
+    const resumed = await L([
+      "session",
+      "resume",
+      s,
+      "--decision",
+      "modify",
+      "--operator",
+      "alice",
+      "--successor-nonce",
+      "2",
+      "--successor-digest",
+      editedDigest,
+    ]);
+    expect(resumed.code).toBe(0);
+    const successor = await evaluate(s, "2", "--params", `@${file}`);
+    expect(json(successor)).toMatchObject({
+      verdict: "ALLOW",
+      reason: "hitl_transition:modify_successor",
+      params_hash: editedDigest,
+    });
   });
 
   it("resume refuses when nothing awaits a human, and modify without its successor", async () => {

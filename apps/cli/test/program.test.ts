@@ -1,7 +1,16 @@
 // Tests for the program shell: --help and --version everywhere, and usage errors as one line, never a stack.
 // Command behaviour is tested in the per-command files; this covers what commander and run() add.
+import type { Command } from "commander";
 import { describe, expect, it } from "vitest";
+import { buildProgram, nodeIo } from "../src/program.js";
 import { expectOneLineError, leash } from "./helpers.js";
+
+/** Every command that runs something (no subcommands of its own), as its argv path. */
+function leafCommands(command: Command, path: string[] = []): string[][] {
+  if (command.commands.length === 0) return [path];
+  return command.commands.flatMap((sub) => leafCommands(sub, [...path, sub.name()]));
+}
+const LEAVES = leafCommands(buildProgram(nodeIo(), () => undefined));
 
 describe("leash program", () => {
   it("prints the package version", async () => {
@@ -95,6 +104,36 @@ describe("leash program", () => {
     expect(r.stderr).toMatch(/^leash: error: /);
     expect(r.stderr).toContain(message);
   });
+
+  it("reports an unknown flag before a missing required option", async () => {
+    const r = await leash(["evaluate", "--bogus-flag"]);
+    expect(r.code).toBe(2);
+    expectOneLineError(r.stderr);
+    expect(r.stderr).toContain("unknown option '--bogus-flag'");
+    expect(r.stderr).not.toContain("--session");
+  });
+
+  it("still names a missing required option once every flag is known", async () => {
+    const r = await leash(["evaluate", "--tool", "t", "--store", "memory:"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe("leash: error: required option '--session <id>' not specified\n");
+  });
+
+  it("covers every command", () => {
+    expect(LEAVES.length).toBeGreaterThan(20);
+    expect(LEAVES).toContainEqual(["session", "resume"]);
+  });
+
+  it.each(LEAVES.map((path) => [path.join(" "), path] as const))(
+    "reports an unknown flag first on `leash %s`",
+    async (_, path) => {
+      const r = await leash([...path, "--bogus-flag"]);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe("");
+      expectOneLineError(r.stderr);
+      expect(r.stderr).toMatch(/^leash: error: unknown option '--bogus-flag'/);
+    },
+  );
 
   it("folds commander's suggestion onto the error line", async () => {
     const r = await leash(["conformance", "--verbos", "x.json"]);

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { canonicalHash, type DecideInputs, decide } from "../src/index.js";
+import {
+  canonicalHash,
+  type DecideInputs,
+  decide,
+  JsonNumberText,
+  parseJsonKeepingNumberText,
+  sha256Hex,
+} from "../src/index.js";
 import { loadVectors } from "./fixtures.js";
 
 const ok = { tool_name: "click", params: { target: "a" }, nonce: 1 };
@@ -59,6 +66,18 @@ describe("rule 1: canonicalizability, structurally", () => {
     expect(d({}, {}, { tool_name: "t", params: { __noncanonical__: false } })).toBe(
       "ALLOW within_thresholds",
     );
+  });
+  it("accepts numbers kept as their JSON text, refusing only those Python reads as infinite", () => {
+    // Python reads 1e16 as a float and 12345678901234567890 as an exact int: both hash, so both pass.
+    for (const literal of ["1e16", "1.5e300", "10.0", "-0.0", "12345678901234567890"]) {
+      const params = parseJsonKeepingNumberText(`{"x":${literal}}`);
+      expect(d({}, {}, { tool_name: "t", params }), literal).toBe("ALLOW within_thresholds");
+    }
+    expect(d({}, {}, { tool_name: "t", params: { x: new JsonNumberText("1E400") } })).toBe(
+      "DENY policy_violation:malformed_input",
+    );
+    // The same value as a JavaScript number keeps the documented fallback: an unsafe integer.
+    expect(d({}, {}, { tool_name: "t", params: { x: 1e16 } })).toBe("DENY policy_violation:malformed_input");
   });
   it("reads missing or null params as {}", () => {
     expect(d({}, {}, { tool_name: "t" })).toBe("ALLOW within_thresholds");
@@ -144,6 +163,15 @@ describe("rule 4: HITL transition contract", () => {
     ).toBe("DENY hitl_transition:digest_mismatch");
     expect(t({ decision: "approve", original_nonce: 20, original_args_digest: 42 })).toBe(
       "DENY hitl_transition:digest_mismatch",
+    );
+  });
+  it("binds the digest of params read from text as Python hashes them", () => {
+    const fromText = parseJsonKeepingNumberText('{"amount":1e16}');
+    // python3: sha256(json.dumps({"amount": 1e16}, sort_keys=True, separators=(",", ":")))
+    const python = sha256Hex('{"amount":1e+16}');
+    const pending = { decision: "approve", original_nonce: 20, original_args_digest: python };
+    expect(d({}, { pending_transition: pending }, { tool_name: "pay", params: fromText, nonce: 20 })).toBe(
+      "ALLOW hitl_transition:approve",
     );
   });
   it("approve on a terminal status has no effect", () => {
@@ -293,6 +321,9 @@ describe("extension guards", () => {
     const call = (params: unknown) => ({ tool_name: "fetch", params, nonce: 9 });
     expect(d(c, s, call({ last_error: "HTTP 401 Unauthorized" }))).toBe("DENY error_amplified_repeat");
     expect(d(c, s, call({ status: 503 }))).toBe("DENY error_amplified_repeat");
+    // A number kept as its text is searched as Python prints it.
+    expect(d(c, s, call(parseJsonKeepingNumberText('{"status":503.0}')))).toBe("DENY error_amplified_repeat");
+    expect(d(c, s, call(parseJsonKeepingNumberText('{"status":4e16}')))).toBe("ALLOW within_thresholds");
     expect(d(c, s, call({ q: "weather" }))).toBe("ALLOW within_thresholds");
     expect(d({ max_repeat_calls: 3 }, s, call({ last_error: "401" }))).toBe("ALLOW within_thresholds");
   });

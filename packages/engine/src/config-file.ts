@@ -1,6 +1,6 @@
 // The Leash configuration file (JSON or YAML): where state lives and the default guard config.
 // Reading and validating only (errors name the field); opening the store is the app's job.
-import { readFile } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import type { Config } from "@leash/core";
 import { configSchema } from "@leash/core/schema";
 import { Ajv } from "ajv";
@@ -50,18 +50,60 @@ export function parseConfigObject(value: unknown, source = "config"): LeashConfi
   return { ...DEFAULT_CONFIG, ...v, guard: { ...DEFAULT_CONFIG.guard, ...v.guard } };
 }
 
-/** Reads a `.json`, `.yaml` or `.yml` file. */
-export async function loadConfigFile(path: string): Promise<LeashConfigFile> {
-  let text: string;
+/**
+ * The largest config file read. A config is a few hundred bytes; a YAML parser handed megabytes
+ * spends seconds and gigabytes before any field is checked, so size is refused before reading.
+ */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+
+function unreadable(path: string, problem: string, cause?: unknown): LeashError {
+  return new LeashError("CONFIG_INVALID", `cannot read config file ${path}: ${problem}`, { cause });
+}
+
+/**
+ * The file's text, refusing anything but a regular file of at most MAX_CONFIG_FILE_BYTES. The
+ * type is checked before opening (opening a FIFO blocks until a writer comes), and the read
+ * stops one byte past the limit, so a file that grows after the check is still refused.
+ */
+async function readConfigText(path: string): Promise<string> {
+  let size: number;
   try {
-    text = await readFile(path, "utf8");
+    const info = await stat(path);
+    if (!info.isFile()) throw unreadable(path, "not a regular file");
+    size = info.size;
   } catch (cause) {
-    throw new LeashError(
-      "CONFIG_INVALID",
-      `cannot read config file ${path}: ${(cause as NodeJS.ErrnoException).code ?? cause}`,
-      { cause },
-    );
+    if (LeashError.isInstance(cause)) throw cause;
+    throw unreadable(path, String((cause as NodeJS.ErrnoException).code ?? cause), cause);
   }
+  const tooBig = () =>
+    unreadable(path, `larger than the ${MAX_CONFIG_FILE_BYTES} bytes (1 MiB) a config file may have`);
+  if (size > MAX_CONFIG_FILE_BYTES) throw tooBig();
+  let bytes: Buffer;
+  try {
+    const file = await open(path, "r");
+    try {
+      const buffer = Buffer.alloc(MAX_CONFIG_FILE_BYTES + 1);
+      let length = 0;
+      for (;;) {
+        const { bytesRead } = await file.read(buffer, length, buffer.length - length, null);
+        if (bytesRead === 0) break;
+        length += bytesRead;
+        if (length === buffer.length) break;
+      }
+      bytes = buffer.subarray(0, length);
+    } finally {
+      await file.close();
+    }
+  } catch (cause) {
+    throw unreadable(path, String((cause as NodeJS.ErrnoException).code ?? cause), cause);
+  }
+  if (bytes.length > MAX_CONFIG_FILE_BYTES) throw tooBig();
+  return bytes.toString("utf8");
+}
+
+/** Reads a `.json`, `.yaml` or `.yml` file of at most MAX_CONFIG_FILE_BYTES. */
+export async function loadConfigFile(path: string): Promise<LeashConfigFile> {
+  const text = await readConfigText(path);
   let value: unknown;
   try {
     value = /\.ya?ml$/i.test(path) ? parseYaml(text) : JSON.parse(text);

@@ -3,17 +3,35 @@
 import { decide } from "@leash/core";
 import { validateDecideInput } from "@leash/core/schema";
 import type { Command } from "commander";
-import { CliError, EXIT_BAD_INPUT, type Io, parseJson, readSource, sourceLabel } from "../io.js";
+import {
+  CliError,
+  EXIT_BAD_INPUT,
+  type Io,
+  parseJson,
+  parseJsonKeepingText,
+  readSource,
+  sourceLabel,
+} from "../io.js";
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
 
 export async function runDecideCommand(source: string | undefined, io: Io): Promise<number> {
   const label = sourceLabel(source);
-  const document = parseJson(await readSource(source, io), label);
+  const text = await readSource(source, io);
+  const document = parseJson(text, label);
   const checked = validateDecideInput(document);
   if (!checked.ok) {
     // One line however many problems: callers grep stderr, and the field names are what they need.
     throw new CliError(`${label}: invalid decide input: ${checked.errors.join("; ")}`, EXIT_BAD_INPUT);
   }
-  const { config, state, call, inputs } = checked.value;
+  const { config, state, inputs } = checked.value;
+  // The params are hashed (rule 1, rule 4's digest), so they are read again with each number's
+  // text kept where it matters; config, state and the call's other fields stay plain numbers.
+  const kept = parseJsonKeepingText(text, label);
+  const keptParams = isObject(kept) && isObject(kept.call) ? kept.call.params : undefined;
+  const call = isObject(keptParams) ? { ...checked.value.call, params: keptParams } : checked.value.call;
   const { verdict, reason } = decide(config, state, call, inputs);
   // The verdict is data, not an error: DENY and HITL exit 0 like ALLOW.
   io.stdout(`${JSON.stringify({ verdict, reason })}\n`);

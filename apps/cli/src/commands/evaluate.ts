@@ -4,7 +4,7 @@ import type { Verdict } from "@leash/core";
 import type { Command } from "commander";
 import { moneyNumber, moneyText, nonce, nonEmpty, positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
-import { type Io, parseJson, readSource } from "../io.js";
+import { type Io, parseJsonKeepingText, readSource } from "../io.js";
 import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 
 /** Exit statuses of `evaluate`, part of its contract: scripts run the tool only on 0. */
@@ -21,17 +21,20 @@ export interface EvaluateOptions extends StoreOptions, KeyOptions {
   readonly estimate?: number;
 }
 
-/** `--params` is JSON text, or `@file` / `@-` to read it from a file or stdin. */
+/**
+ * `--params` is JSON text, or `@file` / `@-` to read it from a file or stdin. Numbers keep their
+ * text where a JavaScript number would change the digest (`1e16`, `10.0`), so it is Python's.
+ */
 export async function readParams(spec: string | undefined, io: Io): Promise<unknown> {
   if (spec === undefined) return undefined;
   if (spec.startsWith("@")) {
     const source = spec.slice(1);
-    return parseJson(
+    return parseJsonKeepingText(
       await readSource(source === "" ? "-" : source, io),
       source === "" || source === "-" ? "<stdin>" : source,
     );
   }
-  return parseJson(spec, "--params");
+  return parseJsonKeepingText(spec, "--params");
 }
 
 export async function runEvaluate(options: EvaluateOptions, io: Io): Promise<number> {

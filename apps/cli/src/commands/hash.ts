@@ -1,15 +1,15 @@
 // `leash hash [FILE|-]`: prints the SP/1.0 argument digest (canonicalHash) of a JSON params value.
-// It hashes what a JSON reader yields, as the runtime does; it is not the vector seal (see conformance).
+// Numbers hash from their text, as the reference's json.loads reads them; it is not the vector seal (see conformance).
 import { CanonicalizationError, canonicalHash } from "@leash/core";
 import type { Command } from "commander";
-import { CliError, firstLine, type Io, parseJson, readSource, sourceLabel } from "../io.js";
+import { CliError, firstLine, type Io, parseJsonKeepingText, readSource, sourceLabel } from "../io.js";
 
 /** Exit status for a value that parses but has no canonical form (fail closed, spec §3.8). */
 const EXIT_NOT_CANONICAL = 1;
 
 export async function runHash(source: string | undefined, io: Io): Promise<number> {
   const label = sourceLabel(source);
-  const params = parseJson(await readSource(source, io), label);
+  const params = parseJsonKeepingText(await readSource(source, io), label);
   let digest: string;
   try {
     digest = canonicalHash(params);

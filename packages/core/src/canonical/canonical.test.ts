@@ -2,6 +2,7 @@
 // Fixture digests live in fixtures.test.ts, properties in properties.test.ts.
 
 import { describe, expect, it } from "vitest";
+import { sha256Hex } from "../crypto/sha256.js";
 import {
   CanonicalizationError,
   type CanonicalizationErrorCode,
@@ -9,6 +10,7 @@ import {
   canonicalizationError,
   canonicalJson,
   JsonNumberText,
+  parseJsonKeepingNumberText,
   parseJsonPreservingNumbers,
   vectorHash,
 } from "./index.js";
@@ -166,7 +168,6 @@ describe("structural rejection", () => {
     ["boxed string", { x: Object("s") }, "unsupported_type"],
     ["boxed number", { x: Object(1) }, "unsupported_type"],
     ["array hole", { x: holey }, "unsupported_type"],
-    ["JsonNumberText without numberText", { x: new JsonNumberText("1") }, "unsupported_type"],
     ["lone high surrogate in value", { x: "a\uD800b" }, "lone_surrogate"],
     ["lone low surrogate in value", { x: ["\uDC00"] }, "lone_surrogate"],
     ["reversed pair", { x: "\uDE00\uD83D" }, "lone_surrogate"],
@@ -325,30 +326,31 @@ describe("CanonicalizationError", () => {
   });
 });
 
-describe("number-preserving parse and numberText serialization", () => {
-  const python: [string, string][] = [
-    ["10.0", "10.0"],
-    ["1e5", "100000.0"],
-    ["-0", "0"],
-    ["-0.0", "-0.0"],
-    ["0.0", "0.0"],
-    ["1e16", "1e+16"],
-    ["1e+22", "1e+22"],
-    ["1e15", "1000000000000000.0"],
-    ["1.0e-7", "1e-07"],
-    ["0.00025", "0.00025"],
-    ["123.456", "123.456"],
-    ["-1e-400", "-0.0"],
-    ["5E-324", "5e-324"],
-    ["1.7976931348623157e+308", "1.7976931348623157e+308"],
-    ["123456789012345678.0", "1.2345678901234568e+17"],
-    ["0.1", "0.1"],
-    ["12345678901234567890", "12345678901234567890"],
-    ["-98765432109876543210987654321", "-98765432109876543210987654321"],
-    ["100", "100"],
-  ];
+/** Number literals and how Python's json module re-prints them (python3: json.dumps(json.loads(s))). */
+const PYTHON_REPRINTS: [string, string][] = [
+  ["10.0", "10.0"],
+  ["1e5", "100000.0"],
+  ["-0", "0"],
+  ["-0.0", "-0.0"],
+  ["0.0", "0.0"],
+  ["1e16", "1e+16"],
+  ["1e+22", "1e+22"],
+  ["1e15", "1000000000000000.0"],
+  ["1.0e-7", "1e-07"],
+  ["0.00025", "0.00025"],
+  ["123.456", "123.456"],
+  ["-1e-400", "-0.0"],
+  ["5E-324", "5e-324"],
+  ["1.7976931348623157e+308", "1.7976931348623157e+308"],
+  ["123456789012345678.0", "1.2345678901234568e+17"],
+  ["0.1", "0.1"],
+  ["12345678901234567890", "12345678901234567890"],
+  ["-98765432109876543210987654321", "-98765432109876543210987654321"],
+  ["100", "100"],
+];
 
-  it.each(python)("%s re-prints as Python's %s", (literal, expected) => {
+describe("number-preserving parse and numberText serialization", () => {
+  it.each(PYTHON_REPRINTS)("%s re-prints as Python's %s", (literal, expected) => {
     expect(canonicalJson(parseJsonPreservingNumbers(literal), { numberText: true })).toBe(expected);
     expect(canonicalJson(new JsonNumberText(literal), { numberText: true })).toBe(expected);
   });
@@ -381,6 +383,75 @@ describe("number-preserving parse and numberText serialization", () => {
     }
     expect(new JsonNumberText("-1.5E+3").text).toBe("-1.5E+3");
     expect(String(new JsonNumberText("2.50"))).toBe("2.50");
+  });
+});
+
+describe("numbers kept as their JSON text in params", () => {
+  it("are canonicalizable, except float literals that overflow to infinity", () => {
+    for (const literal of [
+      "1e16",
+      "1.5e300",
+      "10.0",
+      "-0.0",
+      "12345678901234567890",
+      `1${"0".repeat(400)}`,
+    ]) {
+      expect(canonicalizationError({ x: new JsonNumberText(literal) }), literal).toBeNull();
+    }
+    expect(canonicalizationError({ x: [new JsonNumberText("1E400")] })).toBe("non_finite_number");
+    expect(canonicalizationError({ x: new JsonNumberText("-1e400") })).toBe("non_finite_number");
+    expect(canonicalizationError(new JsonNumberText("1"))).toBe("not_an_object");
+  });
+
+  it("hash as Python hashes the literal, while JavaScript numbers keep the fallback", () => {
+    // The right-hand texts are python3's json.dumps(json.loads(f'{{"x":{literal}}}'), sort_keys=True, ...).
+    const python: [string, string][] = [
+      ["1e16", '{"x":1e+16}'],
+      ["1e+16", '{"x":1e+16}'],
+      ["1.5e300", '{"x":1.5e+300}'],
+      ["10.0", '{"x":10.0}'],
+      ["-0.0", '{"x":-0.0}'],
+      ["12345678901234567890", '{"x":12345678901234567890}'],
+    ];
+    for (const [literal, text] of python) {
+      expect(canonicalHash(parseJsonKeepingNumberText(`{"x":${literal}}`)), literal).toBe(sha256Hex(text));
+    }
+    expect(codeOf(() => canonicalHash({ x: 1e16 }))).toBe("unsafe_integer");
+    expect(canonicalHash({ x: -0 })).toBe(sha256Hex('{"x":0}'));
+    expect(codeOf(() => canonicalHash(parseJsonKeepingNumberText('{"x":1E400}')))).toBe("non_finite_number");
+  });
+
+  it("canonicalJson still wants numberText to print them", () => {
+    expect(codeOf(() => canonicalJson({ x: new JsonNumberText("1") }))).toBe("unsupported_type");
+  });
+});
+
+describe("parseJsonKeepingNumberText", () => {
+  it("keeps a literal's text only where a JavaScript number would hash differently", () => {
+    const v = parseJsonKeepingNumberText(
+      '{"a":100,"b":0.5,"c":-0,"d":1e-7,"e":9007199254740991,"f":10.0,"g":1e5,"h":-0.0,"i":1e16,"j":9007199254740992,"k":1E400}',
+    ) as Record<string, unknown>;
+    for (const key of ["a", "b", "c", "d", "e"]) expect(typeof v[key], key).toBe("number");
+    expect(Object.is(v.c, -0)).toBe(true);
+    for (const key of ["f", "g", "h", "i", "j", "k"]) expect(v[key], key).toBeInstanceOf(JsonNumberText);
+    expect((v.f as JsonNumberText).text).toBe("10.0");
+  });
+
+  it.each(PYTHON_REPRINTS)("%s hashes as Python's %s", (literal, expected) => {
+    expect(canonicalJson(parseJsonKeepingNumberText(literal), { numberText: true })).toBe(expected);
+  });
+
+  it("parses like JSON.parse otherwise: last duplicate key, __proto__ as data, SyntaxError", () => {
+    const v = parseJsonKeepingNumberText('{"a":1,"a":2,"__proto__":{"x":[true,null,"s"]}}');
+    expect(Object.getPrototypeOf(v)).toBe(Object.prototype);
+    expect(v).toEqual(JSON.parse('{"a":2,"__proto__":{"x":[true,null,"s"]}}'));
+    expect(() => parseJsonKeepingNumberText("{")).toThrow(SyntaxError);
+  });
+
+  it("falls back to JSON.parse for nesting too deep to recurse, which is refused anyway", () => {
+    const deep = `{"a":${"[".repeat(200_000)}1${"]".repeat(200_000)}}`;
+    const v = parseJsonKeepingNumberText(deep);
+    expect(canonicalizationError(v)).toBe("too_deep");
   });
 });
 

@@ -2,6 +2,7 @@
 // It never serializes or hashes, and never throws: anything it cannot inspect is an error code.
 
 import type { CanonicalizationErrorCode } from "./errors.js";
+import { JsonNumberText, numberTextIsFinite } from "./number.js";
 import { hasLoneSurrogate, SURROGATE } from "./strings.js";
 
 /** The reference implementation's nesting limit (shackle/conformance.py `_MAX_DEPTH`). */
@@ -65,6 +66,8 @@ function checkValue(
       if (proto === Object.prototype || proto === null) {
         return checkObject(v as Record<string, unknown>, depth, maxDepth, path);
       }
+      // A number read from JSON text hashes from its text, as Python reads it (any int is exact).
+      if (v instanceof JsonNumberText) return numberTextIsFinite(v) ? null : "non_finite_number";
       return v instanceof Map ? "non_string_key" : "unsupported_type";
     }
     default:

@@ -5,13 +5,17 @@ import { sha256Hex } from "../crypto/sha256.js";
 import { CanonicalizationError } from "./errors.js";
 import { canonicalJson } from "./serialize.js";
 
+const NUMBER_TEXT = { numberText: true } as const;
+
 /**
  * The SP/1.0 argument digest: lowercase hex SHA-256 of canonicalJson(params), as the reference's
  * canonical_hash(). Any JSON value is hashed (the fixtures publish one for array params too).
+ * A JsonNumberText (params read with parseJsonKeepingNumberText) hashes as Python reads its
+ * literal (`1e16` as `1e+16`, `10.0` as `10.0`); a plain number as numberToCanonical prints it.
  * @throws CanonicalizationError when params have no canonical form.
  */
 export function canonicalHash(params: unknown): string {
-  return sha256Hex(canonicalJson(params));
+  return sha256Hex(canonicalJson(params, NUMBER_TEXT));
 }
 
 /**

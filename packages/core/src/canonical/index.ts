@@ -5,5 +5,5 @@ export { CANONICAL_MAX_DEPTH, canonicalizationError } from "./check.js";
 export { CanonicalizationError, type CanonicalizationErrorCode } from "./errors.js";
 export { canonicalHash, vectorHash } from "./hash.js";
 export { JsonNumberText } from "./number.js";
-export { parseJsonPreservingNumbers } from "./parse.js";
+export { parseJsonKeepingNumberText, parseJsonPreservingNumbers } from "./parse.js";
 export { type CanonicalJsonOptions, canonicalJson } from "./serialize.js";

@@ -11,7 +11,8 @@ const JSON_NUMBER = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$/;
 
 /**
  * A JSON number literal kept as written, so `10.0` (a Python float) stays distinct from `10`.
- * Produced by parseJsonPreservingNumbers; serialized only when canonicalJson gets `{ numberText: true }`.
+ * Produced by parseJsonPreservingNumbers and parseJsonKeepingNumberText; canonicalizationError and
+ * canonicalHash accept it, canonicalJson only with `{ numberText: true }`.
  */
 export class JsonNumberText {
   readonly text: string;
@@ -65,19 +66,44 @@ export function numberToCanonical(x: number): string {
   return x >= 1e-4 || x <= -1e-4 ? `${x}` : pythonFloatRepr(x);
 }
 
+/** True when `text` is a float literal to Python (it has '.', 'e' or 'E'); otherwise an int. */
+function isFloatLiteral(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 46 || c === 101 || c === 69) return true;
+  }
+  return false;
+}
+
+/** False for a float literal that overflows to infinity (`1e400`), which allow_nan=False refuses. */
+export function numberTextIsFinite(n: JsonNumberText): boolean {
+  return !isFloatLiteral(n.text) || Number.isFinite(Number(n.text));
+}
+
 /**
  * A literal as Python's json module re-prints it: with '.', 'e' or 'E' it is a float (repr of
  * float(text), which may overflow to inf and is then refused); otherwise an exact int of any size.
  */
 export function numberTextToCanonical(n: JsonNumberText): string {
   const text = n.text;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 46 || c === 101 || c === 69) {
-      const x = Number(text);
-      if (!Number.isFinite(x)) throw new CanonicalizationError("non_finite_number");
-      return pythonFloatRepr(x);
-    }
+  if (isFloatLiteral(text)) {
+    const x = Number(text);
+    if (!Number.isFinite(x)) throw new CanonicalizationError("non_finite_number");
+    return pythonFloatRepr(x);
   }
   return text === "-0" ? "0" : text;
+}
+
+/**
+ * Whether a JavaScript number prints exactly as Python prints the literal it was parsed from, so
+ * that the number may stand in for the literal in a digest: true for `100`, `0.5`, `-0` and
+ * `1e-7`; false for `10.0`, `1e5`, `-0.0` (floats to Python), `1e16` and big integers.
+ */
+export function numberSuffices(text: string, x: number): boolean {
+  if (!Number.isFinite(x)) return false;
+  // A non-integral double: Python's repr of float(text) is exactly numberToCanonical(x).
+  if (!Number.isInteger(x)) return true;
+  // An integral one: an int literal within the safe range prints as the same digits; a float
+  // literal (`10.0`) keeps Python's ".0" or exponent, and beyond ±(2^53−1) x is not the literal.
+  return !isFloatLiteral(text) && x <= MAX_SAFE && x >= -MAX_SAFE;
 }

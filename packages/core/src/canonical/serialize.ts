@@ -8,8 +8,9 @@ import { compareCodePoints, hasLoneSurrogate, NEEDS_CARE, SURROGATE, sortKeysByU
 
 export interface CanonicalJsonOptions {
   /**
-   * Accept JsonNumberText (from parseJsonPreservingNumbers) and print it as Python's json module
-   * re-prints that literal: `10.0` stays `10.0`, big integers stay exact. Plain numbers still work.
+   * Accept JsonNumberText (from parseJsonPreservingNumbers or parseJsonKeepingNumberText) and print
+   * it as Python's json module re-prints that literal: `10.0` stays `10.0`, big integers stay exact.
+   * Plain numbers still work. canonicalHash and vectorHash always set it.
    */
   readonly numberText?: boolean;
   /** Deepest nesting accepted, counted as in canonicalizationError. Defaults to 64. */
