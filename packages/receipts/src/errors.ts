@@ -1,24 +1,13 @@
 // The one error @leash/receipts throws: malformed input to receiptOf or to key conversion.
 // A receipt that does not verify is a result ({ ok: false, reason }), never one of these errors.
+import { LeashBaseError } from "@leash/core";
 
 export type ReceiptErrorCode =
   /** An argument is not what the function takes (a body that is not a string, a bad key id, …). */
-  "invalid_input";
+  "invalid_argument";
 
-// Symbol.for, not a module-local Symbol: two copies of this package in one process must still agree.
-const MARKER = Symbol.for("leash.receipts.error");
-
-export class ReceiptError extends Error {
-  readonly [MARKER] = true;
+export class ReceiptError extends LeashBaseError<ReceiptErrorCode> {
+  static override readonly marker = Symbol.for("leash.receipts.error");
+  static override readonly legacyCodes = { invalid_argument: "invalid_input" };
   override readonly name = "ReceiptError";
-  readonly code: ReceiptErrorCode;
-
-  constructor(code: ReceiptErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-  }
-
-  static isInstance(error: unknown): error is ReceiptError {
-    return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[MARKER] === true;
-  }
 }

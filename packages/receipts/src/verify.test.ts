@@ -73,6 +73,18 @@ describe("verifyReceipt", () => {
   it("is the same string whether built by @leash/chain's jwsOf or by receiptOf", () => {
     expect(receiptOf(entry)).toBe(receipt);
     expect(() => receiptOf({ ...entry, key_id: "nope" })).toThrow(ReceiptError);
+    const error = (() => {
+      try {
+        receiptOf({ ...entry, key_id: "nope" });
+      } catch (e) {
+        return e;
+      }
+    })();
+    // One spelling of the code across packages; the old one stays readable for a release.
+    expect(ReceiptError.isInstance(error) && [error.code, error.legacyCode]).toEqual([
+      "invalid_argument",
+      "invalid_input",
+    ]);
   });
 
   it("works through the package entry point with the key as hex, bytes or JWK", async () => {

@@ -1,5 +1,6 @@
 // The one error canonical JSON throws, and the closed set of reasons a value cannot be canonicalized.
 // It does not decide verdicts: decide() maps any of these codes to DENY policy_violation:malformed_input.
+import { LeashBaseError } from "../errors/leash-error.js";
 
 /**
  * Why a value has no canonical form (SP/1.0 §3.2 Rule 1, structurally).
@@ -38,23 +39,11 @@ const MESSAGES: Readonly<Record<CanonicalizationErrorCode, string>> = {
   noncanonical_marker: "params carry the reserved __noncanonical__ marker",
 };
 
-const MARKER = Symbol.for("leash.core.CanonicalizationError");
-
 /** Thrown by canonicalJson/canonicalHash/vectorHash for a value that has no canonical form. */
-export class CanonicalizationError extends Error {
-  readonly [MARKER] = true;
+export class CanonicalizationError extends LeashBaseError<CanonicalizationErrorCode> {
+  static override readonly marker = Symbol.for("leash.core.CanonicalizationError");
   override readonly name = "CanonicalizationError";
-  constructor(
-    readonly code: CanonicalizationErrorCode,
-    options?: { message?: string; cause?: unknown },
-  ) {
-    super(
-      options?.message ?? MESSAGES[code],
-      options?.cause === undefined ? undefined : { cause: options.cause },
-    );
-  }
-  // A marker rather than instanceof: two copies of @leash/core in one process must still agree.
-  static isInstance(error: unknown): error is CanonicalizationError {
-    return typeof error === "object" && error !== null && MARKER in error;
+  constructor(code: CanonicalizationErrorCode, options?: { message?: string; cause?: unknown }) {
+    super(code, options?.message ?? MESSAGES[code], options);
   }
 }

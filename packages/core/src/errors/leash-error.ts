@@ -14,6 +14,11 @@ const BASE_MARKER = Symbol.for("leash.error");
 export abstract class LeashBaseError<Code extends string = string> extends Error {
   /** Overridden by every family; the base's own marks any Leash error. */
   static readonly marker: symbol = BASE_MARKER;
+  /**
+   * A family whose codes were renamed lists the old spellings here (`{ invalid_argument: "invalid_input" }`),
+   * so `legacyCode` can answer with them for one release.
+   */
+  static readonly legacyCodes: Readonly<Record<string, string>> = {};
   /** Stable, snake_case, meant for programs; `message` is for people. */
   readonly code: Code;
 
@@ -28,6 +33,15 @@ export abstract class LeashBaseError<Code extends string = string> extends Error
         });
       }
     }
+  }
+
+  /**
+   * @deprecated The code as this family spelled it before codes were unified (`invalid_input`,
+   * `INVALID_ARGUMENT`, …); compare `code` instead. Removed in the next minor release.
+   */
+  get legacyCode(): string {
+    const renamed = (this.constructor as typeof LeashBaseError).legacyCodes;
+    return Object.hasOwn(renamed, this.code) ? (renamed[this.code] as string) : this.code;
   }
 
   /** Whether `error` is an instance of the class this is called on (by marker, not by prototype). */

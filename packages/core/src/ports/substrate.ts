@@ -1,5 +1,7 @@
 // The storage port: what every substrate (memory, SQLite, PostgreSQL) MUST provide to the engine.
 // Types and guarantees only; implementations live in the substrate packages, never in core.
+
+import { LeashBaseError } from "../errors/leash-error.js";
 import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainStore, OutboxStore } from "./audit.js";
 
@@ -207,20 +209,8 @@ export type SubstrateErrorCode =
   | "closed"
   | "io";
 
-const MARKER = Symbol.for("leash.core.SubstrateError");
-
 /** The one error substrates throw for storage failures; `code` is stable, `cause` is kept. */
-export class SubstrateError extends Error {
-  readonly [MARKER] = true;
+export class SubstrateError extends LeashBaseError<SubstrateErrorCode> {
+  static override readonly marker = Symbol.for("leash.core.SubstrateError");
   override readonly name = "SubstrateError";
-  constructor(
-    readonly code: SubstrateErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-  static isInstance(error: unknown): error is SubstrateError {
-    return typeof error === "object" && error !== null && MARKER in error;
-  }
 }
