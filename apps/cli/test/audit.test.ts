@@ -1,7 +1,7 @@
 // The signed audit chain from the command line: keygen, signing keys, receipts, verify, export, key rotation.
 // Real SQLite files and PostgreSQL schemas; tampering is plain SQL on the store, behind Leash's back.
 import { createPublicKey, verify as verifySignature } from "node:crypto";
-import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { keyFilePathsFor } from "@leash/chain";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -299,12 +299,23 @@ describe.each(STORE_KINDS)("the signed audit chain on %s", (kind) => {
     expect(readFileSync(out, "utf8")).toBe(toStdout.stdout);
     const lines = toStdout.stdout.trimEnd().split("\n");
     expect(lines.map((l) => JSON.parse(l).seq)).toEqual([0, 1, 2]);
+    // Nanoseconds past 2^53 as exact digits: the body's own timestamp, not a rounded JSON number.
+    for (const line of lines) {
+      const value = JSON.parse(line);
+      expect(value.created_ns).toBe(value.body.timestamp_ns);
+      expect(value.created_ns).toMatch(/^\d{19}$/);
+    }
 
     const fromStore = await verify("--pubkey", A.pubHex);
     const fromFile = await leash(["verify", "--file", out, "--pubkey", A.pubHex]);
     expect(fromFile.code).toBe(0);
     expect(fromFile.stdout).toBe(fromStore.stdout);
     expect((await leash(["verify", "--file", "-", "--pubkey", A.pubHex], toStdout.stdout)).code).toBe(0);
+    // A file in the older form, created_ns a JSON number, still verifies.
+    const older = lines.map((l) => l.replace(/"created_ns":"(\d+)"/, '"created_ns":$1')).join("\n");
+    expect(older).not.toBe(lines.join("\n"));
+    const fromOlder = await leash(["verify", "--file", "-", "--pubkey", A.pubHex], older);
+    expect(fromOlder.stdout).toBe(fromStore.stdout);
 
     const edited = join(store.dir, "edited.jsonl");
     writeFileSync(edited, toStdout.stdout.replace(/"verdict":"ALLOW"/, '"verdict":"DENY"'));
@@ -324,11 +335,17 @@ describe.each(STORE_KINDS)("the signed audit chain on %s", (kind) => {
   it("exports the SHACKLE ledger: linked records, each signed over record_hash with verify_key", async () => {
     const s = await createSession();
     for (const n of ["1", "2"]) expect((await evaluate(s, n)).code).toBe(0);
-    const keyless = await L(["export", "--format", "shackle-ledger"]);
+    const keyless = await L(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex]);
     expect(keyless.code).toBe(2);
     expect(keyless.stderr).toContain("leash keygen");
+    // The chain is verified first, so the trusted key is needed, as for `leash verify`.
+    const untrusted = await S(["export", "--format", "shackle-ledger"]);
+    expect(untrusted.code).toBe(2);
+    expect(untrusted.stdout).toBe("");
+    expectOneLineError(untrusted.stderr);
+    expect(untrusted.stderr).toContain("--pubkey");
 
-    const r = await S(["export", "--format", "shackle-ledger"]);
+    const r = await S(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex]);
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     const records = r.stdout
@@ -357,11 +374,74 @@ describe.each(STORE_KINDS)("the signed audit chain on %s", (kind) => {
     // A body that is no entry cannot go into a signed ledger; --out is left unwritten.
     await store.exec("UPDATE leash_chain SET body = 'not json' WHERE seq = 1");
     const out = join(store.dir, "ledger.jsonl");
-    const broken = await S(["export", "--format", "shackle-ledger", "--out", out]);
+    const broken = await S(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex, "--out", out]);
     expect(broken.code).toBe(1);
     expectOneLineError(broken.stderr);
-    expect(broken.stderr).toContain("entry 1 cannot be exported");
+    expect(broken.stderr).toContain("FAILED at entry 1 (seq 1): edited");
     expect(existsSync(out)).toBe(false);
+  });
+
+  it("the ledger export refuses a tampered chain and a signing key not in force; the honest export verifies", async () => {
+    const s = await createSession();
+    for (const n of ["1", "2", "3"]) expect((await evaluate(s, n)).code).toBe(0);
+    const out = join(store.dir, "ledger.jsonl");
+    const ledger = (...argv: string[]) => ["export", "--format", "shackle-ledger", "--out", out, ...argv];
+
+    // A stranger's key over an honest chain: refused before anything is published.
+    const stranger = await S(ledger("--pubkey", A.pubHex), B);
+    expect(stranger.code).toBe(2);
+    expect(stranger.stdout).toBe("");
+    expectOneLineError(stranger.stderr);
+    expect(stranger.stderr).toBe(
+      `leash: error: export refused: signing key ${B.keyId} is not the chain's signing key: key ${A.keyId} is in force at its head (seq 3)\n`,
+    );
+    expect(existsSync(out)).toBe(false);
+    const toStdout = await S(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex], B);
+    expect(toStdout.code).toBe(2);
+    expect(toStdout.stdout).toBe("");
+
+    // The honest case: the chain's own key, verified against the trusted key.
+    const honest = await S(ledger("--pubkey", A.pubHex, "--verifier", "noble"));
+    expect(honest.stderr).toBe("");
+    expect(honest.code).toBe(0);
+    const records = readFileSync(out, "utf8")
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(records).toHaveLength(4);
+    for (const record of records) {
+      expect(record.verify_key).toBe(A.publicKeyHex);
+      const signed = verifySignature(
+        null,
+        Buffer.from(record.record_hash, "latin1"),
+        nodeKey(record.verify_key),
+        Buffer.from(record.signature, "hex"),
+      );
+      expect(signed).toBe(true);
+    }
+    const checkpoint = join(store.dir, "cp.json");
+    expect((await verify("--pubkey", A.pubHex, "--write-checkpoint", checkpoint)).code).toBe(0);
+
+    // A DENY edited into an ALLOW, exported with the forger's own key and even their own --pubkey.
+    const before = readFileSync(out, "utf8");
+    await store.exec("UPDATE leash_chain SET body = replace(body, 'ALLOW', 'DENY') WHERE seq = 2");
+    for (const [key, pub] of [
+      [A, A.pubHex],
+      [B, A.pubHex],
+      [B, B.pubHex],
+    ] as const) {
+      const forged = await S(ledger("--pubkey", pub, "--checkpoint", checkpoint), key);
+      expect(forged.code).toBe(1);
+      expect(forged.stdout).toBe("");
+      expectOneLineError(forged.stderr);
+      expect(forged.stderr).toMatch(
+        /^leash: error: export refused: the chain does not verify against the trusted key \(FAILED at entry \d \(seq \d\): (edited|unknown_key): .+\); run `leash verify`\n$/,
+      );
+      expect(forged.stderr).toContain(pub === A.pubHex ? "FAILED at entry 2 (seq 2): edited" : "unknown_key");
+      // The earlier export is untouched; no temporary file is left behind.
+      expect(readFileSync(out, "utf8")).toBe(before);
+    }
+    expect(readdirSync(store.dir).filter((f) => f.includes(".tmp-"))).toEqual([]);
   });
 
   it("key rotate hands over to the next key; the chain still verifies with only the old public key", async () => {
@@ -430,6 +510,19 @@ describe.each(STORE_KINDS)("the signed audit chain on %s", (kind) => {
     const newOnly = await verify("--pubkey", B.pubHex);
     expect(newOnly.code).toBe(1);
     expect(newOnly.stdout).toMatch(/^FAILED at entry 0 \(seq 0\): unknown_key/);
+
+    // The ledger is signed by the key in force at the head, which is the new one; the old one is refused.
+    const retired = await S(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex], A);
+    expect(retired.code).toBe(2);
+    expect(retired.stderr).toContain(`key ${B.keyId} is in force at its head (seq 3)`);
+    const current = await S(["export", "--format", "shackle-ledger", "--pubkey", A.pubHex], B);
+    expect(current.code).toBe(0);
+    expect(
+      current.stdout
+        .trimEnd()
+        .split("\n")
+        .map((l) => JSON.parse(l).verify_key),
+    ).toEqual(Array(4).fill(B.publicKeyHex));
   });
 });
 

@@ -4,8 +4,8 @@
 import { createHash, createPublicKey, verify } from "node:crypto";
 import { canonicalJson } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { makeChain } from "../test/chain-fixture.js";
-import { fromJsonl, toJsonl, toShackleLedger } from "./export.js";
+import { makeChain, T0 } from "../test/chain-fixture.js";
+import { fromJsonl, toJsonl, toShackleLedger, writeVerifiedShackleLedger } from "./export.js";
 import { generateKeyPair } from "./keys.js";
 import { verifyChain } from "./verify-node.js";
 
@@ -65,6 +65,35 @@ describe("toJsonl / fromJsonl", () => {
     const back = lines.map(fromJsonl);
     expect(back).toEqual(entries);
     expect(await verifyChain(back, { publicKeys: [k1.publicKeyHex] })).toMatchObject({ ok: true, count: 30 });
+  });
+
+  it("prints created_ns as its exact decimal digits, and reads back both that and the old number form", async () => {
+    const lines = await collect(toJsonl(entries));
+    for (const [i, line] of lines.entries()) {
+      const value = JSON.parse(line);
+      // Nanoseconds past 2^53: a JSON number would have printed rounded digits.
+      expect(value.created_ns).toBe(JSON.parse(entries[i]!.body).timestamp_ns);
+      expect(line).toContain(`"created_ns":"${value.created_ns}"`);
+    }
+    expect(JSON.parse(lines[3]!).created_ns).toBe((T0 + 3n * 1_000_123n).toString());
+    // A file written before: created_ns as a JSON number.
+    const old = lines.map((line) => {
+      const value = JSON.parse(line);
+      return JSON.stringify({ ...value, created_ns: Number(value.created_ns) });
+    });
+    expect(old.map(fromJsonl)).toEqual(entries);
+    expect(await verifyChain(old.map(fromJsonl), { publicKeys: [k1.publicKeyHex] })).toMatchObject({
+      ok: true,
+    });
+    // A column that disagrees with its body still disagrees once exported and read back.
+    const skewed = entries
+      .slice(0, 3)
+      .map((e, i) => (i === 1 ? { ...e, created_ns: e.created_ns + 4096 } : e));
+    const back = (await collect(toJsonl(skewed))).map(fromJsonl);
+    expect(await verifyChain(back, { publicKeys: [k1.publicKeyHex] })).toMatchObject({
+      ok: false,
+      failure: { index: 1, kind: "edited", message: "column created_ns differs from body.timestamp_ns" },
+    });
   });
 
   it("keeps a body that is not JSON as its string, so verification still sees the corruption", async () => {
@@ -128,5 +157,60 @@ describe("toShackleLedger", () => {
   it("refuses to export an entry whose body is not a v1 body", async () => {
     const bad = [{ ...entries[0]!, body: "[]" }];
     await expect(collect(toShackleLedger(bad, k1.signer))).rejects.toMatchObject({ code: "invalid_input" });
+  });
+});
+
+describe("writeVerifiedShackleLedger", () => {
+  async function run(chain: typeof entries, signer = k2.signer, publicKeys = [k1.publicKeyHex]) {
+    const lines: string[] = [];
+    const result = await writeVerifiedShackleLedger(chain, { signer, publicKeys }, (line) => {
+      lines.push(line);
+    });
+    return { result, lines };
+  }
+
+  it("exports a chain that verifies, signed by the key in force at its head, for the independent verifier", async () => {
+    const { result, lines } = await run(entries);
+    expect(result).toEqual({ ok: true, count: 30, head_hash: entries[29]!.entry_hash });
+    expect(lines).toEqual(await collect(toShackleLedger(entries, k2.signer)));
+    expect(verifyLedger(lines, k2.publicKeyHex)).toBeNull();
+    // Before the rotation at seq 10 the first key was in force.
+    expect((await run(entries.slice(0, 10), k1.signer)).result).toMatchObject({ ok: true, count: 10 });
+  });
+
+  it("refuses a chain that does not verify against the trusted key, naming the entry", async () => {
+    const forged = entries.slice();
+    const body = JSON.parse(forged[12]!.body);
+    body.data.verdict = body.data.verdict === "ALLOW" ? "DENY" : "ALLOW";
+    const text = canonicalJson(body);
+    // Re-hashed, so hash and link checks alone would pass; the signature gives it away. Exported
+    // with a stranger's key, the reference verifier (which trusts verify_key) would accept it.
+    const stranger = generateKeyPair();
+    forged[12] = { ...forged[12]!, body: text, entry_hash: createHash("sha256").update(text).digest("hex") };
+    expect(
+      verifyLedger(await collect(toShackleLedger(forged, stranger.signer)), stranger.publicKeyHex),
+    ).toBeNull();
+    const { result } = await run(forged, stranger.signer);
+    expect(result).toMatchObject({ ok: false, reason: "chain", failure: { index: 12 } });
+    // A key the caller does not trust: nothing in the chain verifies.
+    expect((await run(entries, k2.signer, [stranger.publicKeyHex])).result).toMatchObject({
+      ok: false,
+      reason: "chain",
+      failure: { index: 0, kind: "unknown_key" },
+    });
+  });
+
+  it("refuses a signer that is not the key in force at the head: a stranger's, or one a rotation retired", async () => {
+    const stranger = generateKeyPair();
+    for (const signer of [stranger.signer, k1.signer]) {
+      const { result } = await run(entries, signer);
+      expect(result).toMatchObject({ ok: false, reason: "signer" });
+      expect(result.ok === false && result.reason === "signer" && result.message).toContain(
+        `key ${k2.signer.keyId} is in force at its head (seq 29)`,
+      );
+    }
+    // An empty chain: only a trusted key.
+    expect((await run([], k1.signer)).result).toMatchObject({ ok: true, count: 0 });
+    expect((await run([], stranger.signer)).result).toMatchObject({ ok: false, reason: "signer" });
   });
 });

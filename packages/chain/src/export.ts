@@ -1,17 +1,31 @@
 // Export formats of a chain: JSON Lines of the stored entries, and the SP/1.0 reference audit ledger.
-// Both stream (async generators of lines); neither verifies — run verifyChain on the source first.
+// The formats stream; writeVerifiedShackleLedger also verifies the chain and the signer, toJsonl does not.
 
 import { createHash } from "node:crypto";
 import { type ChainEntryRecord, canonicalJson } from "@leash/core";
 import { ChainError } from "./errors.js";
 import type { Signer } from "./keys.js";
 import { parseEntryBody, ZERO_HASH } from "./verify/format.js";
-import type { ChainEntries } from "./verify/verify-chain.js";
+import { keyId, publicKeyBytes } from "./verify/keys.js";
+import type { ChainEntries, ChainFailure, Checkpoint } from "./verify/verify-chain.js";
+import { verifyChain } from "./verify-node.js";
+
+/**
+ * created_ns as exact decimal digits: the body's timestamp_ns when the column agrees with it (the
+ * column is a double, which cannot hold every nanosecond above 2^53), else the column's own exact
+ * value, so that a column that disagrees with its body still disagrees once read back.
+ */
+function createdNsText(e: ChainEntryRecord, body: unknown): string | number {
+  const stamp = (body as { timestamp_ns?: unknown } | null)?.timestamp_ns;
+  if (typeof stamp === "string" && /^-?\d+$/.test(stamp) && Number(stamp) === e.created_ns) return stamp;
+  return Number.isInteger(e.created_ns) ? BigInt(e.created_ns).toString() : e.created_ns;
+}
 
 /**
  * One JSON line (with "\n") per entry: every column, and `body` parsed into an object so the line is
  * readable. The signed bytes are still recoverable: canonicalJson(body) reproduces them exactly
  * (fromJsonl does that). A body that is not JSON (a corrupt row) is kept as its original string.
+ * `created_ns` is a string of decimal digits: as a JSON number, nanoseconds past 2^53 lose digits.
  */
 export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
   for await (const e of entries) {
@@ -26,7 +40,7 @@ export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
       entry_id: e.entry_id,
       kind: e.kind,
       session_id: e.session_id,
-      created_ns: e.created_ns,
+      created_ns: createdNsText(e, body),
       key_id: e.key_id,
       prev_hash: e.prev_hash,
       entry_hash: e.entry_hash,
@@ -37,7 +51,10 @@ export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
   }
 }
 
-/** The entry a toJsonl line came from, with the body re-serialized to the exact signed bytes. */
+/**
+ * The entry a toJsonl line came from, with the body re-serialized to the exact signed bytes.
+ * `created_ns` may be a decimal string (this format) or a number (files written before it).
+ */
 export function fromJsonl(line: string): ChainEntryRecord {
   let value: Record<string, unknown>;
   try {
@@ -57,7 +74,10 @@ export function fromJsonl(line: string): ChainEntryRecord {
     key_id: value.key_id as string,
     kind: value.kind as string,
     session_id: (value.session_id ?? null) as string | null,
-    created_ns: value.created_ns as number,
+    created_ns:
+      typeof value.created_ns === "string" && /^-?\d+$/.test(value.created_ns)
+        ? Number(value.created_ns)
+        : (value.created_ns as number),
   };
 }
 
@@ -94,37 +114,150 @@ export function referenceCanonical(value: unknown): string {
 export async function* toShackleLedger(entries: ChainEntries, signer?: Signer): AsyncGenerator<string> {
   let prev = ZERO_HASH;
   for await (const e of entries) {
-    const body = parseEntryBody(e.body);
-    if (typeof body === "string") {
-      throw new ChainError("invalid_input", `entry ${e.seq} cannot be exported: ${body}`);
-    }
-    const core = {
-      seq: body.seq,
-      entry_id: body.entry_id,
-      chain_id: body.chain_id,
-      event_type: body.kind,
-      timestamp_ns: body.timestamp_ns,
-      session_id: e.session_id,
-      key_id: body.key_id,
-      entry_hash: e.entry_hash,
-      entry_prev_hash: body.prev_hash,
-      entry_signature: e.signature,
-      data: body.data,
-      prev_hash: prev,
-    };
-    const recordHash = createHash("sha256")
-      .update(referenceCanonical(core) + prev, "utf8")
-      .digest("hex");
-    const record = {
-      ...core,
-      record_hash: recordHash,
-      signature:
-        signer === undefined
-          ? ""
-          : Buffer.from(signer.sign(Buffer.from(recordHash, "latin1"))).toString("hex"),
-      verify_key: signer === undefined ? "" : signer.publicKeyHex,
-    };
+    const { line, recordHash } = ledgerRecord(e, prev, signer);
     prev = recordHash;
-    yield `${JSON.stringify(record)}\n`;
+    yield line;
   }
+}
+
+/** One ledger line for `e` after the record whose hash is `prev` (see toShackleLedger). */
+function ledgerRecord(
+  e: ChainEntryRecord,
+  prev: string,
+  signer: Signer | undefined,
+): { line: string; recordHash: string } {
+  const body = parseEntryBody(e.body);
+  if (typeof body === "string") {
+    throw new ChainError("invalid_input", `entry ${e.seq} cannot be exported: ${body}`);
+  }
+  const core = {
+    seq: body.seq,
+    entry_id: body.entry_id,
+    chain_id: body.chain_id,
+    event_type: body.kind,
+    timestamp_ns: body.timestamp_ns,
+    session_id: e.session_id,
+    key_id: body.key_id,
+    entry_hash: e.entry_hash,
+    entry_prev_hash: body.prev_hash,
+    entry_signature: e.signature,
+    data: body.data,
+    prev_hash: prev,
+  };
+  const recordHash = createHash("sha256")
+    .update(referenceCanonical(core) + prev, "utf8")
+    .digest("hex");
+  const record = {
+    ...core,
+    record_hash: recordHash,
+    signature:
+      signer === undefined ? "" : Buffer.from(signer.sign(Buffer.from(recordHash, "latin1"))).toString("hex"),
+    verify_key: signer === undefined ? "" : signer.publicKeyHex,
+  };
+  return { line: `${JSON.stringify(record)}\n`, recordHash };
+}
+
+/**
+ * The id of the key that signs whatever follows `head` (a verified entry): the next key a
+ * key_rotation introduces, else the key that signed `head` itself.
+ * @throws ChainError "invalid_input" for an entry whose body is not a v1 body.
+ */
+export function keyInForceAfter(head: ChainEntryRecord): string {
+  const body = parseEntryBody(head.body);
+  if (typeof body === "string") throw new ChainError("invalid_input", `entry ${head.seq}: ${body}`);
+  const next = body.data.next_key_id;
+  return body.kind === "key_rotation" && typeof next === "string" ? next : body.key_id;
+}
+
+export interface VerifiedLedgerOptions {
+  /** Signs each record; refused unless it is the key in force at the chain's head. */
+  signer: Signer;
+  /** The keys trusted from the genesis on, as for verifyChain. */
+  publicKeys: readonly (string | Uint8Array)[];
+  checkpoint?: Checkpoint;
+  chainId?: string;
+  verifier?: "node" | "noble";
+  onProgress?: (verified: number) => void;
+}
+
+export type VerifiedLedgerResult =
+  | { ok: true; count: number; head_hash: string }
+  /** The chain does not verify against the trusted keys: nothing written may be used. */
+  | { ok: false; reason: "chain"; failure: ChainFailure }
+  /** The chain verifies, but the signer is not the key in force at its head: nothing written may be used. */
+  | { ok: false; reason: "signer"; message: string };
+
+/**
+ * The SP/1.0 reference ledger of a chain that is verified in the same pass, for evidence: the
+ * reference ledger's verifier trusts the verify_key written in each record, so a ledger signed over
+ * an unverified chain, or by a key the chain never handed signing to, would launder a forgery.
+ * `write` receives each line as it is made, before the verdict is known: the caller MUST keep the
+ * lines aside (a temporary file) and publish them only when the result is ok. One pass, so the
+ * lines are exactly the entries verified, even if the store changes meanwhile.
+ * The ledger proves the records' order, content and the signer's assent; it does not carry the
+ * chain's key history (each entry's own signature is kept in entry_signature, the keys are not).
+ */
+export async function writeVerifiedShackleLedger(
+  entries: ChainEntries,
+  options: VerifiedLedgerOptions,
+  write: (line: string) => void | Promise<void>,
+): Promise<VerifiedLedgerResult> {
+  const { signer } = options;
+  let prev = ZERO_HASH;
+  let head: ChainEntryRecord | undefined;
+  // After an entry that cannot be a record, nothing more is written; verification says what is wrong.
+  let writing = true;
+  async function* tapped(): AsyncGenerator<ChainEntryRecord> {
+    for await (const e of entries) {
+      head = e;
+      if (writing) {
+        try {
+          const { line, recordHash } = ledgerRecord(e, prev, signer);
+          prev = recordHash;
+          await write(line);
+        } catch (error) {
+          if (!ChainError.isInstance(error)) throw error;
+          writing = false;
+        }
+      }
+      yield e;
+    }
+  }
+  const result = await verifyChain(tapped(), {
+    publicKeys: options.publicKeys,
+    ...(options.checkpoint === undefined ? {} : { checkpoint: options.checkpoint }),
+    ...(options.chainId === undefined ? {} : { chainId: options.chainId }),
+    ...(options.verifier === undefined ? {} : { verifier: options.verifier }),
+    ...(options.onProgress === undefined ? {} : { onProgress: options.onProgress }),
+  });
+  if (!result.ok) return { ok: false, reason: "chain", failure: result.failure };
+  if (!writing) {
+    // Unreachable for a chain that verifies (every verified body is a v1 body); kept fail-closed.
+    return {
+      ok: false,
+      reason: "chain",
+      failure: { index: -1, seq: null, kind: "edited", message: "an entry cannot be exported" },
+    };
+  }
+  if (head === undefined) {
+    // An empty chain hands signing to nobody yet: only a trusted key may sign its (empty) ledger.
+    const trusted = options.publicKeys.map((k) => keyId(publicKeyBytes(k)));
+    if (!trusted.includes(signer.keyId)) {
+      return {
+        ok: false,
+        reason: "signer",
+        message: `key ${signer.keyId} is not a trusted key of this empty chain`,
+      };
+    }
+    return { ok: true, count: 0, head_hash: result.head_hash };
+  }
+  const inForce = keyInForceAfter(head);
+  if (signer.keyId !== inForce) {
+    return {
+      ok: false,
+      reason: "signer",
+      message: `key ${signer.keyId} is not the chain's signing key: key ${inForce} is in force at its head (seq ${head.seq})`,
+    };
+  }
+  return { ok: true, count: result.count, head_hash: result.head_hash };
 }

@@ -11,7 +11,16 @@ export {
   keyRotationData,
 } from "./entry.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";
-export { fromJsonl, referenceCanonical, toJsonl, toShackleLedger } from "./export.js";
+export {
+  fromJsonl,
+  keyInForceAfter,
+  referenceCanonical,
+  toJsonl,
+  toShackleLedger,
+  type VerifiedLedgerOptions,
+  type VerifiedLedgerResult,
+  writeVerifiedShackleLedger,
+} from "./export.js";
 export {
   createSigner,
   type GeneratedKeyPair,

@@ -185,14 +185,15 @@ describe.each(KINDS)("outbox on %s", (kind) => {
     expect(seqs(second.items)).toEqual([1, 3, 4]);
     expect(second.entries.map((e) => e.seq)).toEqual([1, 3, 4]);
     expect(second.deferred).toEqual([
-      { seq: 2, session_id: "s", behind: { seq: 0, claimed_by: "r1" } },
-      { seq: 5, session_id: "s", behind: { seq: 0, claimed_by: "r1" } },
+      { seq: 2, session_id: "s", behind: { seq: 0, claimed_by: "r1", dead: false } },
+      { seq: 5, session_id: "s", behind: { seq: 0, claimed_by: "r1", dead: false } },
     ]);
     const items = await store1.substrate.transaction((tx) => tx.outbox.list({}));
+    // Given back untried: the lease's attempt is taken back.
     expect(items[2]).toMatchObject({
       status: "PENDING",
       claimed_by: null,
-      attempts: 1,
+      attempts: 0,
       last_error: "waiting for seq 0 of its session (leased by r1)",
     });
     // Once r1 is done with seq 0, the deferred items are claimed again, in order.
@@ -200,6 +201,49 @@ describe.each(KINDS)("outbox on %s", (kind) => {
     const third = await claimBatch(store1.substrate, { relayId: "r2", limit: 10, leaseMs: LEASE_MS, clock });
     expect(seqs(third.items)).toEqual([2, 5]);
     expect(third.deferred).toEqual([]);
+  });
+
+  it("a DEAD item holds its session's younger items back, untried, until requeued; other sessions go on", async () => {
+    const { substrate } = await store(kind);
+    await appendEntries(substrate, ["s", "t", "s", "t", "s"]);
+    const clock = manualClock();
+    await claimBatch(substrate, { relayId: "r1", limit: 1, leaseMs: LEASE_MS, clock });
+    await settleBatch(substrate, "r1", { delivered: [], retry: [], dead: [{ seq: 0, error: "HTTP 400" }] });
+    for (let round = 0; round < 3; round++) {
+      const batch = await claimBatch(substrate, { relayId: "r2", limit: 10, leaseMs: LEASE_MS, clock });
+      expect(seqs(batch.items)).toEqual(round === 0 ? [1, 3] : []);
+      expect(batch.deferred).toEqual([
+        { seq: 2, session_id: "s", behind: { seq: 0, claimed_by: "r1", dead: true } },
+        { seq: 4, session_id: "s", behind: { seq: 0, claimed_by: "r1", dead: true } },
+      ]);
+      if (round === 0) await ackBatch(substrate, "r2", [1, 3]);
+    }
+    const held = await substrate.transaction((tx) => tx.outbox.list({ status: "PENDING" }));
+    expect(held.map((i) => [i.seq, i.attempts, i.claimed_by, i.last_error])).toEqual([
+      [2, 0, null, "waiting for seq 0 of its session, which is DEAD (requeue it to go on)"],
+      [4, 0, null, "waiting for seq 0 of its session, which is DEAD (requeue it to go on)"],
+    ]);
+    expect(await requeueDead(substrate, { all: true, clock })).toBe(1);
+    const after = await claimBatch(substrate, { relayId: "r2", limit: 10, leaseMs: LEASE_MS, clock });
+    expect(seqs(after.items)).toEqual([0, 2, 4]);
+    expect(after.items.map((i) => i.attempts)).toEqual([1, 1, 1]);
+  });
+
+  it("passes over a blocked session's backlog to fill the batch with other sessions' items", async () => {
+    const { substrate } = await store(kind);
+    await appendEntries(substrate, [...Array(12).fill("stuck"), "a", "b", "a", "b"]);
+    const clock = manualClock();
+    await claimBatch(substrate, { relayId: "r1", limit: 1, leaseMs: LEASE_MS, clock });
+    await settleBatch(substrate, "r1", { delivered: [], retry: [], dead: [{ seq: 0, error: "HTTP 400" }] });
+    const batch = await claimBatch(substrate, { relayId: "r2", limit: 3, leaseMs: LEASE_MS, clock });
+    expect(seqs(batch.items)).toEqual([12, 13, 14]);
+    expect(seqs(batch.deferred)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    // The stuck backlog went back untried; 15 was never leased.
+    const items = await substrate.transaction((tx) => tx.outbox.list({ status: "PENDING" }));
+    const free = items.filter((i) => i.claimed_by === null);
+    expect(free.map((i) => [i.seq, i.attempts])).toEqual(
+      [...seqs(batch.deferred), 15].map((seq) => [seq, 0]),
+    );
   });
 
   it("an item whose chain entry is missing fails the claim as corrupt and leases nothing", async () => {

@@ -39,14 +39,23 @@ export interface ClaimBatchOptions {
   /** How long the leases last. A relay that has not settled an item by then may lose it to another. */
   leaseMs: number;
   clock: Clock;
+  /**
+   * Sessions the caller holds back this round (a relay's per-session backoff): their items are
+   * passed over and released untried, like those of a blocked session. Absent: none.
+   */
+  skipSession?: (sessionId: string | null) => boolean;
 }
 
-/** A claimed item given back at once because an older item of its session is still PENDING elsewhere. */
+/** A claimed item given back at once, untried, because an older item of its session is in the way. */
 export interface DeferredItem {
   seq: number;
   session_id: string | null;
-  /** The older item it waits for, and who held it when the claim ran (null: released, not yet reclaimed). */
-  behind: { seq: number; claimed_by: string | null };
+  /**
+   * The older item it waits for: PENDING and held elsewhere when the claim ran (`claimed_by`; null:
+   * released, not yet reclaimed), or DEAD (`dead`: it waits until an operator requeues that one).
+   * null: nothing older is in the way; the caller held the session back (`skipSession`).
+   */
+  behind: { seq: number; claimed_by: string | null; dead: boolean } | null;
 }
 
 /** A leased batch. `entries[i]` is the chain entry of `items[i]`; both are in ascending seq order. */
@@ -56,10 +65,10 @@ export interface ClaimedBatch {
   readonly entries: readonly ChainEntryRecord[];
   /**
    * Items the claim leased but released again in the same transaction (PENDING, free, last_error
-   * saying why): their session has an older item still PENDING outside this batch, usually leased by
-   * another relay, and delivering them first would break the session's order. The relay holding the
-   * older item, or whoever claims next, takes them in order. Their `attempts` still went up by one:
-   * the port counts leases, and offers no way to take one back.
+   * saying why, the lease's attempt taken back): their session has an older item that is DEAD, or
+   * still PENDING outside this batch (usually leased by another relay), and delivering them first
+   * would break the session's order. The relay holding the older item, or whoever claims after the
+   * DEAD one is requeued, takes them in order.
    */
   readonly deferred: readonly DeferredItem[];
   /** The clock reading the leases were taken at, and when they end (epoch nanoseconds). */
@@ -70,6 +79,12 @@ export interface ClaimedBatch {
 const NS_PER_MS = 1_000_000;
 /** Longest last_error kept: a sink's error text (an HTTP body, say) can be arbitrarily long. */
 const MAX_ERROR_CHARS = 2000;
+/**
+ * How many items one claim may lease in all, as a multiple of `limit`, while it passes over blocked
+ * sessions' items in search of deliverable ones. Bounded so that a session stuck behind a DEAD item
+ * with a long backlog costs each round a bounded amount of work; past it, the round takes what it found.
+ */
+const SCAN_FACTOR = 10;
 
 function checkRelayId(relayId: string): string {
   if (typeof relayId !== "string" || relayId.trim() === "") {
@@ -101,12 +116,24 @@ function errorText(error: string): string {
   return text.length <= MAX_ERROR_CHARS ? text : `${text.slice(0, MAX_ERROR_CHARS - 1)}…`;
 }
 
+type Blocker = NonNullable<DeferredItem["behind"]>;
+
+function waitingText(behind: Blocker | null): string {
+  if (behind === null) return "held back: its session is backing off after a failure";
+  if (behind.dead) return `waiting for seq ${behind.seq} of its session, which is DEAD (requeue it to go on)`;
+  const holder = behind.claimed_by === null ? "" : ` (leased by ${behind.claimed_by})`;
+  return `waiting for seq ${behind.seq} of its session${holder}`;
+}
+
 /**
  * Leases up to `limit` PENDING items (lowest seq first) to `relayId` and loads their chain entries in
  * the same transaction, so a claimed item always comes with its entry: no relay can see an item
- * whose entry it then fails to find. Items that would overtake an older item of their session held
- * elsewhere are released at once and listed in `deferred`, so delivering `items` in order keeps every
- * session's order even with several relays. An empty `items` means nothing can be delivered now.
+ * whose entry it then fails to find. Items that would overtake an older item of their session —
+ * one held elsewhere, or one that is DEAD — are passed over and released untried (their attempt
+ * given back), listed in `deferred`; the claim then leases further items, so one blocked session
+ * does not starve the others (up to SCAN_FACTOR × limit items looked at). Delivering `items` in
+ * order keeps every session's order, with several relays too. An empty `items` means nothing can
+ * be delivered now.
  * @throws OutboxError "corrupt" (and claims nothing) when an item's entry is missing or differs.
  */
 export async function claimBatch(substrate: Substrate, options: ClaimBatchOptions): Promise<ClaimedBatch> {
@@ -115,23 +142,57 @@ export async function claimBatch(substrate: Substrate, options: ClaimBatchOption
   const leaseNs = leaseNsOf(options.leaseMs);
   const nowNs = options.clock.nowNs();
   return substrate.transaction(async (tx) => {
-    const claimed = await tx.outbox.claim({ relayId, limit, nowNs, leaseNs });
-    const older = await olderPendingBySession(tx, claimed);
-    const items: OutboxItem[] = [];
-    const deferred: DeferredItem[] = [];
-    for (const item of claimed) {
-      const behind = older.get(item.session_id);
-      if (behind === undefined || item.seq < behind.seq) {
-        items.push(item);
-        continue;
-      }
-      const holder = behind.claimed_by === null ? "" : ` (leased by ${behind.claimed_by})`;
-      await tx.outbox.fail(relayId, item.seq, `waiting for seq ${behind.seq} of its session${holder}`, false);
-      deferred.push({ seq: item.seq, session_id: item.session_id, behind });
+    // Every item leased so far, in seq order. The passed-over ones stay leased until the end, so the
+    // next claim() skips them; a concurrent release elsewhere (PostgreSQL) may still hand a lower seq
+    // to a later pass, which is why each pass judges the whole set again.
+    let leased: OutboxItem[] = [];
+    let plan = { items: [] as OutboxItem[], deferred: [] as DeferredItem[] };
+    for (;;) {
+      const want = limit - plan.items.length;
+      const room = SCAN_FACTOR * limit - leased.length;
+      const claimed = await tx.outbox.claim({ relayId, limit: Math.min(want, room), nowNs, leaseNs });
+      leased = [...leased, ...claimed].sort((a, b) => a.seq - b.seq);
+      plan = judge(leased, await blockersBySession(tx, leased), options.skipSession);
+      const exhausted = claimed.length < Math.min(want, room);
+      if (exhausted || plan.items.length >= limit || leased.length >= SCAN_FACTOR * limit) break;
     }
-    const entries = await entriesOf(tx, items);
-    return { relayId, items, entries, deferred, claimedNs: nowNs, leaseUntilNs: nowNs + leaseNs };
+    // A later pass may have made more deliverable than asked for: the youngest go back, untried.
+    const surplus = plan.items.splice(limit);
+    for (const item of surplus) {
+      await tx.outbox.fail(relayId, item.seq, "released: the batch was full", false, { unsent: true });
+    }
+    for (const item of plan.deferred) {
+      await tx.outbox.fail(relayId, item.seq, waitingText(item.behind), false, { unsent: true });
+    }
+    const entries = await entriesOf(tx, plan.items);
+    return {
+      relayId,
+      items: plan.items,
+      entries,
+      deferred: plan.deferred,
+      claimedNs: nowNs,
+      leaseUntilNs: nowNs + leaseNs,
+    };
   });
+}
+
+/** Splits leased items (seq order) into deliverable ones and those behind an older blocker of their session. */
+function judge(
+  leased: readonly OutboxItem[],
+  blockers: ReadonlyMap<string | null, Blocker>,
+  skipSession: ((sessionId: string | null) => boolean) | undefined,
+): { items: OutboxItem[]; deferred: DeferredItem[] } {
+  const items: OutboxItem[] = [];
+  const deferred: DeferredItem[] = [];
+  for (const item of leased) {
+    const behind = blockers.get(item.session_id);
+    if (behind !== undefined && behind.seq < item.seq) {
+      deferred.push({ seq: item.seq, session_id: item.session_id, behind });
+    } else if (skipSession?.(item.session_id) === true) {
+      deferred.push({ seq: item.seq, session_id: item.session_id, behind: null });
+    } else items.push(item);
+  }
+  return { items, deferred };
 }
 
 /** One range read per run of consecutive seqs: a claim is usually one run, so usually one read. */
@@ -162,36 +223,44 @@ async function entriesOf(tx: SubstrateTx, items: readonly OutboxItem[]): Promise
 }
 
 /**
- * For each session in the batch, its lowest PENDING item that is below one of the batch's own items
- * but not in the batch. The store lists PENDING items from the lowest seq up, and a claim takes the
- * lowest free ones, so the items below the batch's highest seq are usually just the batch itself
- * plus what other relays hold: the first page nearly always suffices.
+ * For each session of the leased items, its lowest item that is DEAD, or PENDING and not leased
+ * here, below one of the leased items of that session. The store lists items from the lowest seq
+ * up and a claim takes the lowest free ones, so the PENDING items below the highest leased seq are
+ * usually just these plus what other relays hold; DEAD items wait for an operator and are few.
  */
-async function olderPendingBySession(
+async function blockersBySession(
   tx: SubstrateTx,
   items: readonly OutboxItem[],
-): Promise<Map<string | null, { seq: number; claimed_by: string | null }>> {
-  const older = new Map<string | null, { seq: number; claimed_by: string | null }>();
-  if (items.length === 0) return older;
+): Promise<Map<string | null, Blocker>> {
+  const found = new Map<string | null, Blocker>();
+  if (items.length === 0) return found;
   const mine = new Set(items.map((item) => item.seq));
   const highestBySession = new Map<string | null, number>();
   for (const item of items) highestBySession.set(item.session_id, item.seq);
   const highest = items[items.length - 1]!.seq;
-  let limit = items.length + 32;
-  for (;;) {
-    const pending = await tx.outbox.list({ status: "PENDING", limit });
-    for (const other of pending) {
-      if (other.seq >= highest) break;
-      if (mine.has(other.seq) || older.has(other.session_id)) continue;
-      const top = highestBySession.get(other.session_id);
-      if (top !== undefined && other.seq < top) {
-        older.set(other.session_id, { seq: other.seq, claimed_by: other.claimed_by });
+  for (const status of ["PENDING", "DEAD"] as const) {
+    let limit = items.length + 32;
+    for (;;) {
+      const listed = await tx.outbox.list({ status, limit });
+      for (const other of listed) {
+        if (other.seq >= highest) break;
+        if (mine.has(other.seq)) continue;
+        const top = highestBySession.get(other.session_id);
+        const known = found.get(other.session_id);
+        if (top !== undefined && other.seq < top && (known === undefined || other.seq < known.seq)) {
+          found.set(other.session_id, {
+            seq: other.seq,
+            claimed_by: other.claimed_by,
+            dead: status === "DEAD",
+          });
+        }
       }
+      const last = listed[listed.length - 1];
+      if (listed.length < limit || last === undefined || last.seq >= highest) break;
+      limit *= 4;
     }
-    const last = pending[pending.length - 1];
-    if (pending.length < limit || last === undefined || last.seq >= highest) return older;
-    limit *= 4;
   }
+  return found;
 }
 
 /**
@@ -222,8 +291,13 @@ export function failItem(
 /** The outcome of one delivery round, settled in one transaction by settleBatch. */
 export interface Settlement {
   delivered: readonly number[];
-  /** Back to PENDING, free to claim again; `error` becomes last_error. */
+  /** Tried and failed: back to PENDING, free to claim again; `error` becomes last_error. */
   retry: readonly { seq: number; error: string }[];
+  /**
+   * Not tried this round (behind a failed entry of its session, or the sink stopped before it): back
+   * to PENDING like `retry`, with the lease's attempt taken back. Absent: none.
+   */
+  release?: readonly { seq: number; error: string }[];
   /** DEAD, with `error` as the reason. */
   dead: readonly { seq: number; error: string }[];
 }
@@ -239,10 +313,16 @@ export function settleBatch(
 ): Promise<{ acked: number }> {
   checkRelayId(relayId);
   const { delivered, retry, dead } = settlement;
-  if (delivered.length === 0 && retry.length === 0 && dead.length === 0) return Promise.resolve({ acked: 0 });
+  const release = settlement.release ?? [];
+  if (delivered.length + retry.length + dead.length + release.length === 0) {
+    return Promise.resolve({ acked: 0 });
+  }
   return substrate.transaction(async (tx) => {
     const acked = delivered.length === 0 ? 0 : await tx.outbox.ack(relayId, [...delivered]);
     for (const { seq, error } of retry) await tx.outbox.fail(relayId, seq, errorText(error), false);
+    for (const { seq, error } of release) {
+      await tx.outbox.fail(relayId, seq, errorText(error), false, { unsent: true });
+    }
     for (const { seq, error } of dead) await tx.outbox.fail(relayId, seq, errorText(error), true);
     return { acked };
   });
@@ -262,8 +342,8 @@ export interface RequeueDeadOptions {
  * (a webhook's secret, say): attempts start again from 0, no relay holds them, and last_error keeps
  * why they died behind `requeued at <ns>: `. PENDING and DELIVERED items are never touched, so asking
  * twice, or for a seq that is not DEAD, moves nothing more. Returns how many moved.
- * A requeued entry reaches the sink after whatever later entries of its session were delivered while
- * it was DEAD; from then on its session's younger PENDING items wait behind it again (claimBatch).
+ * While an item is DEAD, its session's younger items wait behind it (claimBatch defers them), so a
+ * requeued entry still reaches the sink before them: the session's order holds across a requeue.
  * @throws OutboxError "invalid_input" (and changes nothing) unless exactly one of `all: true` and
  *   `seqs` is given, and every seq is a non-negative integer.
  */

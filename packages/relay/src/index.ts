@@ -14,6 +14,7 @@ export {
   retryable,
   SINK_SPECIFICATION_VERSION,
   type Sink,
+  unsent,
 } from "./sink.js";
 export { FileSink, type FileSinkOptions, openFileSink } from "./sinks/file.js";
 export { createStdoutSink, type StdoutSinkOptions } from "./sinks/stdout.js";

@@ -4,7 +4,7 @@
 import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ChainEntryRecord } from "@leash/core";
-import { systemClock } from "@leash/outbox";
+import { requeueDead, systemClock } from "@leash/outbox";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   appendEntries,
@@ -238,10 +238,16 @@ describe.each(KINDS)("relay on %s", (kind) => {
     const items = await substrate.transaction((tx) => tx.outbox.list({}));
     expect(items.map((i) => i.status)).toEqual(["DEAD", "PENDING", "DEAD"]);
     expect(items[0]!.last_error).toMatch(/^gave up after 2 attempts: cannot open .*EISDIR/);
-    // The blocked entry was never counted against: it is still PENDING, free to deliver.
-    const good = relay({ substrate, sink: await fileSink(join(dir, "ok.ndjson")), leaseMs: 200 });
-    expect(await good.drain()).toMatchObject({ delivered: 1 });
+    // The blocked entry was never counted against (attempts 0), and it waits behind its DEAD elder.
+    expect(items[1]).toMatchObject({ attempts: 0, claimed_by: null });
+    const path = join(dir, "ok.ndjson");
+    const good = relay({ substrate, sink: await fileSink(path), leaseMs: 200 });
+    expect(await good.drain()).toMatchObject({ delivered: 0, deferred: 1 });
     expect((await r.stats()).lastError).toContain("EISDIR");
+    // Requeued, the session goes on in order.
+    await requeueDead(substrate, { all: true });
+    expect(await good.drain()).toMatchObject({ delivered: 3 });
+    expect(readLines(path).map((l) => l.seq)).toEqual([0, 1, 2]);
   });
 
   it("a sink that breaks its contract or throws loses nothing: the batch is retried", async () => {

@@ -23,13 +23,17 @@ export interface RelayOptions {
    */
   leaseMs?: number;
   /**
-   * Rounds an entry may end in a retryable failure before it is made DEAD (default 20; Infinity never
-   * gives up). Counted by the outbox's `attempts`, which every lease increments — including rounds an
-   * entry spent blocked or deferred behind an earlier entry of its session, so such an entry has fewer
-   * tries of its own left.
+   * Tries an entry may end in a retryable failure before it is made DEAD (default 20; Infinity never
+   * gives up). Counted by the outbox's `attempts`, which count only rounds the entry was handed to the
+   * sink and tried: rounds it spent blocked behind an earlier entry of its session, deferred, held
+   * back or left unsent by a sink that stopped early are given back.
    */
   maxAttempts?: number;
-  /** Waits between rounds while the sink fails (default 100 ms doubling to 30 s, full jitter). */
+  /**
+   * Waits while the sink fails (default 100 ms doubling to 30 s, full jitter): between rounds that got
+   * nothing through, and, in the loop, before a failing session is tried again (per session, so the
+   * other sessions keep flowing meanwhile).
+   */
   backoff?: BackoffOptions;
   /** Wait after a round that found less than a full batch to deliver (default 500 ms). */
   pollMs?: number;
@@ -47,17 +51,23 @@ export interface RoundResult {
   /** Acknowledged as DELIVERED. */
   delivered: number;
   /**
-   * Ended in a retryable failure (the first of each session) and released for a later round; those
-   * out of attempts are made DEAD instead, and counted in `dead` too.
+   * Tried and ended in a retryable failure (the first of each session) and released for a later
+   * round; those out of attempts are made DEAD instead, and counted in `dead` too.
    */
   failed: number;
   /** Made DEAD: refused for good, or out of attempts. */
   dead: number;
-  /** Released without a try of their own: behind a failed entry of the same session in this batch. */
-  blocked: number;
   /**
-   * Leased and given back at once, unsent: an older entry of the same session was held by another
-   * relay (see claimBatch). Whoever holds that one, or the next claim, takes them in order.
+   * Released untried: behind an entry of the same session in this batch that did not get through
+   * (failed, DEAD or unsent).
+   */
+  blocked: number;
+  /** Released untried, the first of their session: the sink stopped before them (endpoint down). */
+  unsent: number;
+  /**
+   * Leased and given back at once, untried: an older entry of the same session was held by another
+   * relay or is DEAD, or (in the loop) the session is backing off (see claimBatch). Whoever holds
+   * that one, or the next claim after it is settled or requeued, takes them in order.
    */
   deferred: number;
   /** Delivered, but another relay had taken them over by the ack: it will redeliver (a no-op for the sink). */
@@ -73,9 +83,10 @@ export interface RelayStats {
   failed: number;
   dead: number;
   blocked: number;
+  unsent: number;
   deferred: number;
   leaseLost: number;
-  /** Rounds in a row that ended in a retryable failure or threw: what the backoff grows with. */
+  /** Rounds in a row that got nothing through for a failure, or threw: what the backoff grows with. */
   consecutiveFailures: number;
   lastError: string | null;
   /** The backlog, read from the store (all relays' alike): PENDING count and the oldest one's age. */
@@ -91,11 +102,15 @@ export interface Relay {
    */
   runOnce(): Promise<RoundResult>;
   /**
-   * Rounds until one finds nothing to deliver, fails, or throws (which rejects); no waiting between
-   * rounds. For tests, benchmarks and a final flush before shutdown.
+   * Rounds until one finds nothing to deliver, gets nothing through (only failures), or throws (which
+   * rejects); no waiting between rounds, and no per-session backoff: a failing session is tried again
+   * each round while the others flow. For tests, benchmarks and a final flush before shutdown.
    */
   drain(): Promise<RoundResult & { rounds: number }>;
-  /** Starts the polling loop: back to back while there is work, pollMs when idle, backoff while failing. */
+  /**
+   * Starts the polling loop: back to back while there is work, pollMs when idle, backoff while nothing
+   * gets through; a failing session waits out its own backoff while the others flow.
+   */
   start(): void;
   /** Ends the loop after the round in flight (which is settled, never abandoned). */
   stop(): Promise<void>;
@@ -116,6 +131,7 @@ const EMPTY_ROUND: RoundResult = Object.freeze({
   failed: 0,
   dead: 0,
   blocked: 0,
+  unsent: 0,
   deferred: 0,
   leaseLost: 0,
 });
@@ -137,9 +153,16 @@ function nonNegative(name: string, value: number, allowZero = true): number {
   return value;
 }
 
-const STATUSES = new Set(["delivered", "retryable", "permanent"]);
+const NS_PER_MS = 1_000_000;
 
-/** The sink's outcomes, checked: one per entry, each one of the three kinds with an error where due. */
+/** A round that tried and got nothing through: the sink (or its endpoint) is down, so wait before the next. */
+function stuck(round: RoundResult): boolean {
+  return round.failed + round.unsent > 0 && round.delivered === 0 && round.dead === 0;
+}
+
+const STATUSES = new Set(["delivered", "retryable", "permanent", "unsent"]);
+
+/** The sink's outcomes, checked: one per entry, each one of the four kinds with an error where due. */
 function checkedOutcomes(sink: Sink, result: unknown, expected: number): readonly DeliveryOutcome[] {
   const outcomes = (result as { outcomes?: unknown } | null | undefined)?.outcomes;
   if (!Array.isArray(outcomes) || outcomes.length !== expected) {
@@ -180,6 +203,8 @@ class RelayImpl implements Relay {
   readonly #totals = { rounds: 0, ...EMPTY_ROUND };
   #consecutiveFailures = 0;
   #lastError: string | null = null;
+  /** Sessions whose last try failed: how often in a row, and until when (ns) the loop holds them back. */
+  readonly #sessionBackoff = new Map<string | null, { failures: number; untilNs: number }>();
 
   constructor(options: RelayOptions) {
     if (options.substrate === undefined || options.sink === undefined) {
@@ -208,20 +233,29 @@ class RelayImpl implements Relay {
   }
 
   runOnce(): Promise<RoundResult> {
-    const run = this.#tail.then(() => this.#round());
+    return this.#queueRound(false);
+  }
+
+  #queueRound(holdBack: boolean): Promise<RoundResult> {
+    const run = this.#tail.then(() => this.#round(holdBack));
     this.#tail = run.catch(() => undefined);
     return run;
   }
 
-  async #round(): Promise<RoundResult> {
+  async #round(holdBack: boolean): Promise<RoundResult> {
     let batch: ClaimedBatch;
     let result: RoundResult;
     try {
+      const nowNs = this.#clock.nowNs();
+      const backoff = this.#sessionBackoff;
       batch = await claimBatch(this.#substrate, {
         relayId: this.relayId,
         limit: this.#batchSize,
         leaseMs: this.#leaseMs,
         clock: this.#clock,
+        ...(holdBack && backoff.size > 0
+          ? { skipSession: (id: string | null) => (backoff.get(id)?.untilNs ?? 0) > nowNs }
+          : {}),
       });
       result = await this.#deliver(batch);
     } catch (error) {
@@ -232,7 +266,9 @@ class RelayImpl implements Relay {
     }
     this.#totals.rounds++;
     for (const key of Object.keys(EMPTY_ROUND) as (keyof RoundResult)[]) this.#totals[key] += result[key];
-    this.#consecutiveFailures = result.failed > 0 ? this.#consecutiveFailures + 1 : 0;
+    // A round that found nothing to try (everything held back or deferred) leaves the count as it was.
+    if (stuck(result)) this.#consecutiveFailures++;
+    else if (result.claimed > 0) this.#consecutiveFailures = 0;
     return result;
   }
 
@@ -254,50 +290,87 @@ class RelayImpl implements Relay {
 
     const delivered: number[] = [];
     const retry: { seq: number; error: string }[] = [];
+    const release: { seq: number; error: string }[] = [];
     const dead: { seq: number; error: string }[] = [];
     let failed = 0;
     let blocked = 0;
-    // The first retryable failure of each session in this batch: later entries of the session wait for it.
+    let unsentCount = 0;
+    // The first entry of each session in this batch that did not get through: later entries of the
+    // session wait for it (a DEAD one included: it holds its session up until requeued).
     const stalled = new Map<string | null, { seq: number; error: string }>();
+    const failedSessions = new Set<string | null>();
+    const passedSessions = new Set<string | null>();
     batch.items.forEach((item: OutboxItem, k) => {
       const outcome = outcomes[k]!;
       if (outcome.status === "delivered") {
         // Even behind a stalled entry (a sink breaking the order rule): it has taken effect, and not
         // acking it would only send it again.
         delivered.push(item.seq);
+        passedSessions.add(item.session_id);
+        return;
+      }
+      const head = stalled.get(item.session_id);
+      if (head !== undefined) {
+        // Not its own try, whatever the sink answered: the attempt is given back.
+        blocked++;
+        release.push({
+          seq: item.seq,
+          error: `blocked behind seq ${head.seq} of its session: ${head.error}`,
+        });
+        return;
+      }
+      stalled.set(item.session_id, { seq: item.seq, error: outcome.error });
+      if (outcome.status === "unsent") {
+        unsentCount++;
+        release.push({ seq: item.seq, error: outcome.error });
       } else if (outcome.status === "permanent") {
+        // DEAD: the store holds the session up from now on; nothing for the loop to wait out.
+        passedSessions.add(item.session_id);
         dead.push({ seq: item.seq, error: outcome.error });
       } else {
-        const head = stalled.get(item.session_id);
-        if (head !== undefined) {
-          blocked++;
-          retry.push({
-            seq: item.seq,
-            error: `blocked behind seq ${head.seq} of its session: ${head.error}`,
-          });
+        if (failed === 0) this.#lastError = outcome.error;
+        failed++;
+        if (item.attempts >= this.#maxAttempts) {
+          passedSessions.add(item.session_id);
+          dead.push({ seq: item.seq, error: `gave up after ${item.attempts} attempts: ${outcome.error}` });
         } else {
-          stalled.set(item.session_id, { seq: item.seq, error: outcome.error });
-          failed++;
-          if (item.attempts >= this.#maxAttempts) {
-            dead.push({ seq: item.seq, error: `gave up after ${item.attempts} attempts: ${outcome.error}` });
-          } else {
-            retry.push({ seq: item.seq, error: outcome.error });
-          }
+          failedSessions.add(item.session_id);
+          retry.push({ seq: item.seq, error: outcome.error });
         }
       }
     });
-    if (failed > 0) this.#lastError = stalled.values().next().value!.error;
 
-    const { acked } = await settleBatch(this.#substrate, this.relayId, { delivered, retry, dead });
-    return {
+    const { acked } = await settleBatch(this.#substrate, this.relayId, { delivered, retry, release, dead });
+    const result = {
       claimed: batch.items.length,
       delivered: acked,
       failed,
       dead: dead.length,
       blocked,
+      unsent: unsentCount,
       deferred,
       leaseLost: delivered.length - acked,
     };
+    this.#noteSessions(failedSessions, passedSessions);
+    return result;
+  }
+
+  /**
+   * The loop's per-session backoff: a session's wait grows with its failures in a row and ends once
+   * an entry of it gets through (or goes DEAD). Only sessions failing right now are remembered. The
+   * wait is the backoff's ceiling, without jitter (the round backoff already scatters relays), so
+   * that a failing session's blocked backlog cannot fill the next batches while the others wait.
+   */
+  #noteSessions(failed: ReadonlySet<string | null>, passed: ReadonlySet<string | null>): void {
+    const backoff = this.#sessionBackoff;
+    for (const session of passed) if (!failed.has(session)) backoff.delete(session);
+    if (failed.size === 0) return;
+    const nowNs = this.#clock.nowNs();
+    for (const session of failed) {
+      const failures = (backoff.get(session)?.failures ?? 0) + 1;
+      const delayMs = backoffDelay(failures, this.#backoff, () => 1);
+      backoff.set(session, { failures, untilNs: nowNs + delayMs * NS_PER_MS });
+    }
   }
 
   #report(error: unknown): void {
@@ -315,7 +388,7 @@ class RelayImpl implements Relay {
       const round = await this.runOnce();
       sum.rounds++;
       for (const key of Object.keys(EMPTY_ROUND) as (keyof RoundResult)[]) sum[key] += round[key];
-      if (round.claimed === 0 || round.failed > 0) return sum;
+      if (round.claimed === 0 || stuck(round)) return sum;
     }
   }
 
@@ -332,9 +405,10 @@ class RelayImpl implements Relay {
     while (this.#running) {
       let pause: number;
       try {
-        const round = await this.runOnce();
-        if (round.failed > 0) pause = this.#backoffMs();
-        // A full batch, all of it sent: more is likely queued, so go again at once.
+        const round = await this.#queueRound(true);
+        if (stuck(round)) pause = this.#backoffMs();
+        // A full batch, something got through: more is likely queued, so go again at once (a failing
+        // session is held back by its own backoff meanwhile).
         else if (round.claimed === this.#batchSize) pause = 0;
         else pause = this.#pollMs;
       } catch {
@@ -369,7 +443,7 @@ class RelayImpl implements Relay {
 
   async stats(): Promise<RelayStats> {
     const backlog = await outboxStats(this.#substrate, { clock: this.#clock });
-    const { rounds, delivered, failed, dead, blocked, deferred, leaseLost } = this.#totals;
+    const { rounds, delivered, failed, dead, blocked, unsent, deferred, leaseLost } = this.#totals;
     return {
       relayId: this.relayId,
       running: this.#running,
@@ -378,6 +452,7 @@ class RelayImpl implements Relay {
       failed,
       dead,
       blocked,
+      unsent,
       deferred,
       leaseLost,
       consecutiveFailures: this.#consecutiveFailures,

@@ -13,7 +13,12 @@ export type DeliveryOutcome =
   /** It has not, but may on a later try (destination down, timeout, 5xx, 429): the relay retries it. */
   | { readonly status: "retryable"; readonly error: string }
   /** It never will (the destination refuses it, a 4xx): the relay marks it DEAD, keeping `error`. */
-  | { readonly status: "permanent"; readonly error: string };
+  | { readonly status: "permanent"; readonly error: string }
+  /**
+   * It was not tried (the sink stopped early: the destination is unreachable, or asks to slow down):
+   * the relay gives it back without counting an attempt against it.
+   */
+  | { readonly status: "unsent"; readonly error: string };
 
 export interface DeliveryResult {
   /** Exactly one outcome per entry, in the batch's order: `outcomes[i]` is about `batch[i]`. */
@@ -29,8 +34,12 @@ export interface DeliveryResult {
  * - `body` arrives byte for byte: it is the signed canonical JSON, and a re-serialization (key order,
  *   number spelling, escapes) would break its signature.
  * - Order per session: the batch comes in chain order. An entry MUST NOT take effect when an earlier
- *   entry of the same session (`session_id`, null included) in the batch is reported "retryable" —
- *   stopping at the first retryable failure and reporting the rest "retryable" is the simple way.
+ *   entry of the same session (`session_id`, null included) in the batch is reported anything but
+ *   "delivered" (a DEAD entry holds its session up until an operator requeues it). Skipping the
+ *   rest of that session, and going on with the other sessions, is what keeps one failing session
+ *   from holding up the others.
+ * - "unsent" only for an entry the sink did not try: attempts count what was tried, so an entry
+ *   reported "retryable" or "permanent" was sent (or its sending began).
  * - "delivered" only once the effect is durable as far as the destination allows (fsync, COMMIT, 2xx):
  *   the relay acknowledges on it, and an acknowledged entry is never sent again.
  * - `deliver` MAY reject instead of answering; the relay then treats every entry as retryable.
@@ -52,4 +61,8 @@ export function retryable(error: string): DeliveryOutcome {
 
 export function permanent(error: string): DeliveryOutcome {
   return { status: "permanent", error };
+}
+
+export function unsent(error: string): DeliveryOutcome {
+  return { status: "unsent", error };
 }

@@ -267,6 +267,34 @@ export function outboxStoreContract(opts: SubstrateContractOptions): void {
       ]);
     });
 
+    it("fail with unsent gives the claim's attempt back; only the holder's, only for a retry, never below 0", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await enqueue(sub, range(0, 3));
+      expect(seqsOf(await claim(sub, "relay-a", 3))).toEqual([0, 1, 2]);
+      await sub.transaction(async (tx) => {
+        await tx.outbox.fail("relay-a", 0, "HTTP 503", false);
+        await tx.outbox.fail("relay-a", 1, "waiting for seq 0 of its session", false, { unsent: true });
+        // unsent means nothing for an item made DEAD, and nothing for one another relay holds.
+        await tx.outbox.fail("relay-a", 2, "HTTP 400", true, { unsent: true });
+      });
+      expect(await sub.transaction((tx) => tx.outbox.list({}))).toEqual([
+        queued(0, { attempts: 1, last_error: "HTTP 503" }),
+        queued(1, { attempts: 0, last_error: "waiting for seq 0 of its session" }),
+        queued(2, { status: "DEAD", attempts: 1, claimed_by: "relay-a", last_error: "HTTP 400" }),
+      ]);
+      // Claimed and given back untried ten times over: still never tried.
+      for (let round = 1; round <= 10; round++) {
+        expect(seqsOf(await claim(sub, "relay-b", 1, T0 + round))).toEqual([0]);
+        await sub.transaction((tx) => tx.outbox.fail("relay-b", 0, "stopped early", false, { unsent: true }));
+        await sub.transaction((tx) =>
+          tx.outbox.fail("relay-b", 0, "not held any more", false, { unsent: true }),
+        );
+      }
+      const [first, second] = await sub.transaction((tx) => tx.outbox.list({ limit: 2 }));
+      expect(first).toEqual(queued(0, { attempts: 1, last_error: "stopped early" }));
+      expect(second).toEqual(queued(1, { attempts: 0, last_error: "waiting for seq 0 of its session" }));
+    });
+
     it("a rolled-back claim, ack or fail leaves the items as they were", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await enqueue(sub, range(0, 3));

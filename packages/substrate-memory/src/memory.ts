@@ -409,15 +409,17 @@ class MemoryTransaction {
         }
         return acked;
       },
-      fail: async (relayId, seq, error, dead) => {
+      fail: async (relayId, seq, error, dead, options) => {
         this.#live();
         const item = held(relayId, seq);
         if (item === undefined) return;
+        // Given back untried (`unsent`): the claim's attempt is taken back.
+        const attempts = options?.unsent === true ? Math.max(item.attempts - 1, 0) : item.attempts;
         table.set(
           outboxKey(seq),
           dead
             ? { ...item, status: "DEAD", lease_until_ns: null, last_error: error }
-            : { ...item, claimed_by: null, lease_until_ns: null, last_error: error },
+            : { ...item, claimed_by: null, lease_until_ns: null, last_error: error, attempts },
         );
       },
       requeue: async (options) => {

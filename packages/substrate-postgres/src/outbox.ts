@@ -98,8 +98,15 @@ export class PostgresOutboxStore implements OutboxStore {
     return rowCount ?? 0;
   }
 
-  async fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void> {
-    await this.tx.query(dead ? this.sql.dead : this.sql.retry, [
+  async fail(
+    relayId: string,
+    seq: number,
+    error: string,
+    dead: boolean,
+    options?: { unsent?: boolean },
+  ): Promise<void> {
+    const statement = dead ? this.sql.dead : options?.unsent === true ? this.sql.release : this.sql.retry;
+    await this.tx.query(statement, [
       encodeText(relayId, "relayId"),
       encodeInt(seq, "seq"),
       encodeText(error, "error"),

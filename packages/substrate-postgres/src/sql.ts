@@ -294,6 +294,13 @@ WHERE seq = ANY($2::bigint[]) AND status = 'PENDING' AND claimed_by = $1`,
         `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3
 WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
       ),
+      // A lease given back untried: the claim's attempt is taken back (OutboxStore.fail, `unsent`).
+      release: statement(
+        "outbox.fail(unsent)",
+        `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3,
+  attempts = GREATEST(attempts - 1, 0)
+WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
+      ),
       dead: statement(
         "outbox.fail(dead)",
         `UPDATE ${t.outbox} SET status = 'DEAD', lease_until_ns = NULL, last_error = $3

@@ -478,7 +478,13 @@ class Outbox implements OutboxStore {
     });
   }
 
-  async fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void> {
+  async fail(
+    relayId: string,
+    seq: number,
+    error: string,
+    dead: boolean,
+    options?: { unsent?: boolean },
+  ): Promise<void> {
     const relay = text("relayId", relayId);
     const at = checkedInteger("seq", seq);
     const reason = text("error", error);
@@ -488,11 +494,18 @@ class Outbox implements OutboxStore {
             `UPDATE leash_outbox SET status = 'DEAD', lease_until_ns = NULL, last_error = ?
              WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
           )
-        : // Released at once: backoff is the relay's to decide, not the store's.
-          st(
-            `UPDATE leash_outbox SET claimed_by = NULL, lease_until_ns = NULL, last_error = ?
-             WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
-          )
+        : options?.unsent === true
+          ? // Given back untried: the claim's attempt is taken back (OutboxStore.fail, `unsent`).
+            st(
+              `UPDATE leash_outbox SET claimed_by = NULL, lease_until_ns = NULL, last_error = ?,
+               attempts = max(attempts - 1, 0)
+               WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
+            )
+          : // Released at once: backoff is the relay's to decide, not the store's.
+            st(
+              `UPDATE leash_outbox SET claimed_by = NULL, lease_until_ns = NULL, last_error = ?
+               WHERE seq = ? AND status = 'PENDING' AND claimed_by = ?`,
+            )
       ).run(reason, at, relay),
     );
   }

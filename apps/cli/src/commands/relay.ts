@@ -257,11 +257,13 @@ Every line and row carries the entry's signed body byte for byte: \`leash verify
 Without --once the relay runs until SIGINT or SIGTERM, then finishes the batch in flight and exits (a
 second signal exits at once; that batch is then delivered again later, never lost). On a terminal it
 shows progress (delivered, pending, lag) every few seconds; any stderr gets one line when deliveries
-start failing and one when they recover. Failing entries stay PENDING and are retried with backoff.
+start failing and one when they recover. Failing entries stay PENDING and are retried with backoff;
+a failing entry holds up only its own session, and only tries actually sent count toward --max-attempts.
 Several relays may share a store: each batch is leased to one of them, and order per session is kept.
 The relay only reads the chain and the outbox: it needs no signing key and migrates nothing.
 
-A DEAD entry is never retried on its own. Once the cause is fixed (a webhook secret, say), run with
+A DEAD entry is never retried on its own, and its session's later entries wait behind it (order
+holds). Once the cause is fixed (a webhook secret, say), run with
 --requeue-dead: every DEAD entry goes back to PENDING with its attempts reset, its last error kept
 (prefixed "requeued at <ns>:"), and "leash relay: requeued K dead entries" is printed on stderr first.
 

@@ -81,8 +81,20 @@ export interface OutboxStore {
   claim(options: { relayId: string; limit: number; nowNs: number; leaseNs: number }): Promise<OutboxItem[]>;
   /** Marks items DELIVERED, only where `relayId` still holds the lease; returns how many. */
   ack(relayId: string, seqs: number[]): Promise<number>;
-  /** Returns a leased item to PENDING (or DEAD with the reason), only where `relayId` holds it. */
-  fail(relayId: string, seq: number, error: string, dead: boolean): Promise<void>;
+  /**
+   * Returns a leased item to PENDING (or DEAD with the reason), only where `relayId` holds it.
+   * With `unsent` (and `dead` false) the relay never tried the item under this lease (it waited
+   * behind an older item of its session, or the sink stopped before it): the store MUST take back
+   * the attempt the claim counted (attempts − 1, never below 0), so attempts count only deliveries
+   * actually tried. `unsent` with `dead` true MUST be ignored.
+   */
+  fail(
+    relayId: string,
+    seq: number,
+    error: string,
+    dead: boolean,
+    options?: { unsent?: boolean },
+  ): Promise<void>;
   /**
    * Moves DEAD items back to PENDING, for an operator who fixed what made them fail (a sink's secret,
    * say): with `all: true` every DEAD item, with `seqs` those of the given seqs that are DEAD. It is

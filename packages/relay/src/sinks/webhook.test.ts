@@ -4,6 +4,7 @@
 import { createHmac } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { ChainEntryRecord } from "@leash/core";
+import { requeueDead } from "@leash/outbox";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   appendEntries,
@@ -107,8 +108,9 @@ describe("webhook sink", () => {
     for (const e of appended) expect(accepted.get(e.entry_id)).toEqual(e);
     for (const [, seqs] of seqsBySession([...accepted.values()])) expect(isAscending(seqs)).toBe(true);
     const stats = await r.stats();
-    // Three failed rounds of entries 0–4: each time the first entry of alpha, beta and the null session.
-    expect(stats).toMatchObject({ failed: 9, blocked: 6, delivered: 12 });
+    // One failed round of entries 0–4: the first entry of alpha, beta and the null session each got a
+    // 500 (an HTTP error holds up only its own session, so all three were tried); 3 and 4 waited.
+    expect(stats).toMatchObject({ failed: 3, blocked: 2, unsent: 0, delivered: 12 });
     expect(stats.lastError).toBe("HTTP 500 Internal Server Error");
   });
 
@@ -119,14 +121,16 @@ describe("webhook sink", () => {
     const sink = createWebhookSink({ url: server.url, secret: SECRET, timeoutMs: 100 });
     const r = relay({ substrate, sink, leaseMs: 5000 });
     const started = performance.now();
-    expect(await r.runOnce()).toMatchObject({ claimed: 3, delivered: 0, failed: 3 });
+    expect(await r.runOnce()).toMatchObject({ claimed: 3, delivered: 0, failed: 1, unsent: 2 });
     // The sink stopped after the first timeout instead of waiting out one per entry.
     expect(performance.now() - started).toBeLessThan(1000);
     expect(requests).toHaveLength(1);
     const items = await substrate.transaction((tx) => tx.outbox.list({}));
     expect(items[0]!.last_error).toBe("timeout after 100 ms");
     expect(items[1]!.last_error).toMatch(/^not sent: an earlier request failed \(timeout after 100 ms\)$/);
-    expect(await r.runOnce()).toMatchObject({ delivered: 0, failed: 3 });
+    // Only the entry that was sent counts the try.
+    expect(items.map((i) => i.attempts)).toEqual([1, 0, 0]);
+    expect(await r.runOnce()).toMatchObject({ delivered: 0, failed: 1, unsent: 2 });
     expect(await r.drain()).toMatchObject({ delivered: 3 });
     expect(accepted.size).toBe(3);
     expect(await counts(substrate)).toEqual({ PENDING: 0, DELIVERED: 3, DEAD: 0 });
@@ -138,43 +142,63 @@ describe("webhook sink", () => {
     const port = await closedPort();
     const sink = createWebhookSink({ url: `http://127.0.0.1:${port}/hook`, secret: SECRET, timeoutMs: 1000 });
     const r = relay({ substrate, sink, leaseMs: 5000, maxAttempts: 3 });
-    expect(await r.runOnce()).toMatchObject({ claimed: 4, delivered: 0, failed: 3, blocked: 1, dead: 0 });
+    // No answer at all: the endpoint is down for everyone, so the sink stops; the rest go back untried.
+    for (let round = 0; round < 2; round++) {
+      expect(await r.runOnce()).toMatchObject({ claimed: 4, delivered: 0, failed: 1, unsent: 2, blocked: 1 });
+    }
     const items = await substrate.transaction((tx) => tx.outbox.list({}));
     expect(items.every((i) => i.status === "PENDING" && i.claimed_by === null)).toBe(true);
     expect(items[0]!.last_error).toContain("ECONNREFUSED");
+    // Two rounds against maxAttempts 3: only the entry that was tried used any up.
+    expect(items.map((i) => i.attempts)).toEqual([2, 0, 0, 0]);
 
     const { accepted } = await receiver(() => 200, port);
     expect(await r.drain()).toMatchObject({ delivered: 4, dead: 0 });
     expect(accepted.size).toBe(4);
   });
 
-  it("makes a 4xx (and an unfollowed redirect) DEAD with its reason; 408 and 429 are retried", async () => {
+  it("makes a 4xx (and an unfollowed redirect) DEAD with its reason, holding its session up until requeued; 408 and 429 are retried", async () => {
     const { substrate } = await sqliteStore();
     const appended = await appendEntries(substrate, sessions(9));
+    // alpha: 0 3 6, beta: 1 4 7, null: 2 5 8.
     const verdicts = new Map<number, number[]>([
       [1, [422]],
       [2, [429, 200]],
-      [4, [408, 200]],
+      [3, [408, 200]],
       [5, [301]],
     ]);
-    const { server, accepted } = await receiver((request) => {
+    const { server, requests, accepted } = await receiver((request) => {
       const plan = verdicts.get(request.entries[0]!.seq);
       return plan && plan.length > 0 ? plan.shift()! : 200;
     });
     const sink = createWebhookSink({ url: server.url, secret: SECRET });
     const r = relay({ substrate, sink, batchSize: 20, leaseMs: 5000 });
-    for (let i = 0; i < 5 && (await counts(substrate)).PENDING > 0; i++) await r.runOnce();
-    expect(await counts(substrate)).toEqual({ PENDING: 0, DELIVERED: 7, DEAD: 2 });
+    // 0 lands, 1 dies, 429 on 2 ends the round (the endpoint asks everyone to slow down).
+    expect(await r.runOnce()).toMatchObject({ delivered: 1, dead: 1, failed: 1, unsent: 1 });
+    // 4 and 7 wait behind DEAD 1; 2 lands; 408 on 3 holds up only alpha (6); 301 on 5 kills it (8 waits).
+    expect(await r.runOnce()).toMatchObject({ delivered: 1, dead: 1, failed: 1, blocked: 2, deferred: 2 });
+    expect(await r.runOnce()).toMatchObject({ delivered: 2, deferred: 3 });
+    expect(await r.runOnce()).toMatchObject({ claimed: 0, deferred: 3 });
+    expect(await counts(substrate)).toEqual({ PENDING: 3, DELIVERED: 4, DEAD: 2 });
     const items = await substrate.transaction((tx) => tx.outbox.list({ status: "DEAD" }));
     expect(items.map((i) => [i.seq, i.last_error])).toEqual([
       [1, "HTTP 422 Unprocessable Entity: schema mismatch"],
       [5, "HTTP 301 Moved Permanently"],
     ]);
-    // beta's later entries (4, 7) still arrived: a DEAD entry does not hold its session up.
-    expect([...accepted.keys()].sort()).toEqual(
-      appended.filter((e) => e.seq !== 1 && e.seq !== 5).map((e) => e.entry_id),
-    );
     expect((await r.stats()).dead).toBe(2);
+    // Nothing of beta or null after their DEAD entries was sent, or counted.
+    expect(requests.filter((q) => [4, 7, 8].includes(q.entries[0]!.seq))).toEqual([]);
+    const waiting = await substrate.transaction((tx) => tx.outbox.list({ status: "PENDING" }));
+    expect(waiting.map((i) => [i.seq, i.attempts])).toEqual([
+      [4, 0],
+      [7, 0],
+      [8, 0],
+    ]);
+    // Requeued, both sessions go on in their order.
+    await requeueDead(substrate, { all: true });
+    expect(await r.drain()).toMatchObject({ delivered: 5, dead: 0 });
+    expect([...accepted.keys()].sort()).toEqual(appended.map((e) => e.entry_id).sort());
+    for (const [, seqs] of seqsBySession([...accepted.values()])) expect(isAscending(seqs)).toBe(true);
   });
 
   it("batch mode sends one signed request per round with a batch key, and retries it whole", async () => {

@@ -13,6 +13,7 @@ import {
   retryable,
   SINK_SPECIFICATION_VERSION,
   type Sink,
+  unsent,
 } from "../sink.js";
 
 export interface WebhookSinkOptions {
@@ -24,7 +25,9 @@ export interface WebhookSinkOptions {
   timeoutMs?: number;
   /**
    * "entry" (default): one request per entry, `Idempotency-Key: <entry_id>`, and an outcome per entry
-   * (a 4xx kills only the entry it answered). "batch": one request per delivery round,
+   * (a 4xx kills only the entry it answered). A 5xx or 408 holds up only the session of the entry it
+   * answered: the rest of that session is left unsent, the other sessions' entries are still sent.
+   * No answer at all (refused, reset, timeout) or a 429 ends the round: the rest is left unsent. "batch": one request per delivery round,
    * `Idempotency-Key: batch-<first 32 hex of SHA-256 over the entry ids, newline-joined>`; the
    * outcome is the whole batch's. A retried batch may hold other entries than before (some delivered
    * meanwhile by another relay), so the receiver MUST dedupe by each entry's entry_id either way.
@@ -97,10 +100,11 @@ export function createWebhookSink(options: WebhookSinkOptions): Sink {
   // Never the query string or credentials in the name: it ends up in logs and last_error.
   const name = options.name ?? `webhook:${url.origin}${url.pathname}`;
 
+  /** The outcome, and whether the endpoint as a whole failed (no answer, or 429: slow down). */
   async function post(
     entries: readonly ChainEntryRecord[],
     idempotencyKey: string,
-  ): Promise<DeliveryOutcome> {
+  ): Promise<{ outcome: DeliveryOutcome; endpointDown: boolean }> {
     const body = Buffer.from(`{"entries":[${entries.map(entryJson).join(",")}]}`, "utf8");
     try {
       const response = await fetch(url, {
@@ -119,11 +123,13 @@ export function createWebhookSink(options: WebhookSinkOptions): Sink {
       });
       // Read (and bound) the body: it names the reason for a refusal, and reading frees the connection.
       const text = await response.text();
-      return outcomeOf(response.status, response.statusText, text);
+      const outcome = outcomeOf(response.status, response.statusText, text);
+      return { outcome, endpointDown: response.status === 429 };
     } catch (error) {
       const kind = (error as { name?: unknown }).name;
-      if (kind === "TimeoutError" || kind === "AbortError") return retryable(`timeout after ${timeoutMs} ms`);
-      return retryable(describeError(error));
+      const timedOut = kind === "TimeoutError" || kind === "AbortError";
+      const outcome = retryable(timedOut ? `timeout after ${timeoutMs} ms` : describeError(error));
+      return { outcome, endpointDown: true };
     }
   }
 
@@ -137,22 +143,27 @@ export function createWebhookSink(options: WebhookSinkOptions): Sink {
           .update(batch.map((e) => e.entry_id).join("\n"))
           .digest("hex")
           .slice(0, 32);
-        const outcome = await post(batch, `batch-${key}`);
+        const { outcome } = await post(batch, `batch-${key}`);
         return { outcomes: batch.map(() => outcome) };
       }
       const outcomes: DeliveryOutcome[] = [];
+      // Sessions with an entry that did not get through: their later entries must not land first.
+      const heldUp = new Map<string | null, string>();
       let stopped: string | null = null;
       for (const entry of batch) {
-        if (stopped !== null) {
-          outcomes.push(retryable(stopped));
+        const why = stopped ?? heldUp.get(entry.session_id);
+        if (why !== undefined) {
+          outcomes.push(unsent(why));
           continue;
         }
-        const outcome = await post([entry], entry.entry_id);
+        const { outcome, endpointDown } = await post([entry], entry.entry_id);
         outcomes.push(outcome);
-        // A failing endpoint usually fails everything: stop rather than wait out a timeout per entry.
-        // That also keeps each session's order (no later entry lands before an earlier one that failed).
-        if (outcome.status === "retryable")
-          stopped = `not sent: an earlier request failed (${outcome.error})`;
+        if (outcome.status === "delivered") continue;
+        const reason = outcome.error;
+        // An endpoint that does not answer usually answers nobody: stop rather than wait out a
+        // timeout per entry. An HTTP error is about this request: only its session waits.
+        if (endpointDown) stopped = `not sent: an earlier request failed (${reason})`;
+        else heldUp.set(entry.session_id, `not sent: seq ${entry.seq} of its session failed (${reason})`);
       }
       return { outcomes };
     },
