@@ -1,0 +1,209 @@
+// Fault injection on the database itself: SIGKILL a PostgreSQL server (of the test's own) under two engine
+// processes, restart it, and check that every verdict a caller was told survived, on every groupCommit setting.
+import { type ChildProcess, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { generateKeyPair, verifyChain } from "@leash/chain";
+import type { ChainEntryRecord } from "@leash/core";
+import { openPostgresSubstrate, type PostgresSubstrateOptions } from "@leash/substrate-postgres";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { formatReport, recover } from "../src/index.js";
+import { ensureBuilt } from "./support.js";
+import { ThrowawayCluster } from "./throwaway-cluster.js";
+
+const WORKER = fileURLToPath(new URL("./server-crash-worker.mjs", import.meta.url));
+const ROUNDS = 10;
+const PROCESSES = 2;
+const CALLERS = 8;
+const TTL_MS = 200;
+/** Seeded, so a failure can be replayed: LEASH_CRASH_SEED=<seed printed in the failure>. */
+const SEED = Number(process.env.LEASH_CRASH_SEED ?? Date.now() % 1_000_000);
+
+/** Every groupCommit setting that ships; undefined is the default ("auto" early lock release). */
+const SETTINGS: ReadonlyArray<[string, PostgresSubstrateOptions["groupCommit"]]> = [
+  ["default", undefined],
+  ['earlyLockRelease "always"', { earlyLockRelease: "always" }],
+  ['earlyLockRelease "never"', { earlyLockRelease: "never" }],
+  ["groupCommit false", false],
+];
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+interface Load {
+  child: ChildProcess;
+  stdout: string;
+  stderr: string;
+  ready: Promise<void>;
+  ended: Promise<void>;
+}
+
+function startLoad(url: string, schema: string, tag: string, options: object, privateKeyPem: string): Load {
+  const child = spawn(process.execPath, [WORKER, url, schema, JSON.stringify({ tag, ...options })], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, LEASH_SIGNING_KEY: privateKeyPem },
+  });
+  const load = { child, stdout: "", stderr: "" } as Load;
+  load.ready = new Promise((resolve, reject) => {
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      load.stdout += chunk;
+      if (load.stdout.includes('{"ready":true}\n')) resolve();
+    });
+    child.on("close", () => reject(new Error(`load ${tag} ended before it was ready:\n${load.stderr}`)));
+  });
+  load.ready.catch(() => undefined);
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    load.stderr += chunk;
+  });
+  load.ended = new Promise((resolve) => child.on("close", () => resolve()));
+  return load;
+}
+
+/** What the load's callers were told: "seq hash verdict" lines (an unterminated last line was never told whole). */
+function toldVerdicts(stdout: string): { seq: number; hash: string; verdict: string }[] {
+  const lines = stdout.split("\n");
+  lines.pop();
+  return lines
+    .filter((line) => line !== "" && !line.startsWith("{"))
+    .map((line) => {
+      const [seq, hash, verdict] = line.split(" ");
+      return { seq: Number(seq), hash: hash!, verdict: verdict! };
+    });
+}
+
+describe("a PostgreSQL server crash under load", () => {
+  const key = generateKeyPair();
+  let cluster: ThrowawayCluster | undefined;
+
+  beforeAll(async () => {
+    ensureBuilt();
+    cluster = await ThrowawayCluster.create();
+    await cluster.start();
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.destroy();
+  }, 60_000);
+
+  describe.each(SETTINGS)("with %s", (label, groupCommit) => {
+    const random = mulberry32(SEED + SETTINGS.findIndex(([l]) => l === label));
+
+    it(`${ROUNDS} SIGKILLs of the server: every verdict told is in the verified chain with its hash, no hold leaks`, async () => {
+      const db = cluster!;
+      const totals = { told: 0, chain: 0, expired: 0 };
+      for (let round = 0; round < ROUNDS; round++) {
+        const schema = `crash_${label.replace(/\W+/g, "_").toLowerCase()}_${round}`;
+        const context = `seed ${SEED}, ${label}, round ${round}`;
+        const setup = await openPostgresSubstrate({ url: db.url, schema, poolSize: 1 });
+        await setup.migrate();
+        await setup.close();
+
+        const options = {
+          callers: CALLERS,
+          sessions: 4,
+          reservationTtlMs: TTL_MS,
+          ...(groupCommit === undefined ? {} : { groupCommit }),
+        };
+        const loads = Array.from({ length: PROCESSES }, (_, p) =>
+          startLoad(db.url, schema, `p${p}`, options, key.privateKeyPem),
+        );
+        const watchdog = setTimeout(() => {
+          for (const load of loads) load.child.kill("SIGKILL");
+        }, 60_000);
+        try {
+          await Promise.all(loads.map((load) => load.ready));
+          // Mid-load: both processes' batches contend for the batch lock by now.
+          await sleep(800 + Math.floor(random() * 1200));
+          await db.crash();
+          await Promise.all(loads.map((load) => load.ended));
+        } finally {
+          clearTimeout(watchdog);
+        }
+        for (const load of loads) {
+          expect(load.child.exitCode, `${context}: a load process died on its own:\n${load.stderr}`).toBe(0);
+        }
+
+        await db.start();
+        const substrate = await openPostgresSubstrate({ url: db.url, schema, poolSize: 2 });
+        try {
+          const chain: ChainEntryRecord[] = await substrate.transaction((tx) =>
+            tx.chain.range(0, 10_000_000),
+          );
+          const told = loads.flatMap((load) => toldVerdicts(load.stdout));
+          expect(told.length, `${context}: the load told no verdict before the crash`).toBeGreaterThan(0);
+          const lost = told.filter((t) => chain[t.seq]?.entry_hash !== t.hash);
+          const head = chain.length - 1;
+          expect(
+            lost.map((t) => `${t.seq} ${t.hash.slice(0, 12)} ${t.verdict}`),
+            `${context}: ${lost.length} of ${told.length} verdicts told are not in the chain as told (its head is now seq ${head})`,
+          ).toEqual([]);
+          const verified = await verifyChain(chain, { publicKeys: [key.publicKeyHex] });
+          expect(verified.ok, `${context}: the chain does not verify: ${JSON.stringify(verified)}`).toBe(
+            true,
+          );
+
+          // Holds the dead processes left behind: past their TTL now, recovery must release every one.
+          await sleep(TTL_MS);
+          const report = await recover(substrate, {
+            publicKeys: [key.publicKeyHex],
+            signer: key.signer,
+            repair: true,
+          });
+          expect(report.ok, `${context}:\n${formatReport(report)}`).toBe(true);
+          const pending = await substrate.transaction((tx) =>
+            tx.budgets.listReservations({ status: "PENDING" }),
+          );
+          expect(pending, `${context}: holds still pending after recovery`).toEqual([]);
+          const reserved = await reservedTotals(db.url, schema);
+          expect(reserved, `${context}: accounts still hold budget no reservation accounts for`).toEqual([]);
+          totals.told += told.length;
+          totals.chain += chain.length;
+          totals.expired += report.reservations.expired;
+        } finally {
+          await substrate.close();
+        }
+        await dropSchema(db.url, schema);
+      }
+      // The test tested something: verdicts were told, holds leaked and were released.
+      expect(totals.told).toBeGreaterThan(ROUNDS * 20);
+      expect(totals.expired).toBeGreaterThan(0);
+      console.log(
+        `[server-crash ${label}] seed ${SEED}: ${ROUNDS} server kills, ${totals.told} verdicts told, ` +
+          `${totals.chain} chain entries, ${totals.expired} leaked holds released by recovery`,
+      );
+    }, 300_000);
+  });
+});
+
+/** Accounts whose reserved amount is not zero (after recovery released every hold). */
+async function reservedTotals(url: string, schema: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ account_id: string; reserved_usd: string }>(
+      `SELECT account_id, reserved_usd FROM "${schema}".leash_budget_accounts WHERE reserved_usd::numeric <> 0`,
+    );
+    return rows.map((r) => `${r.account_id}: ${r.reserved_usd}`);
+  } finally {
+    await client.end();
+  }
+}
+
+async function dropSchema(url: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA "${schema}" CASCADE`);
+  } finally {
+    await client.end();
+  }
+}
