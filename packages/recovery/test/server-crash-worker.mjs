@@ -1,17 +1,19 @@
 // Child process for server-crash.test.ts: an engine under load on a PostgreSQL server the test will SIGKILL.
 // It checks nothing; it reports what its callers were told, and ends once the server is gone. Imports built dist.
 //
-// argv: STORE_URL SCHEMA OPTIONS_JSON — OPTIONS_JSON: {"tag", "callers", "sessions", "reservationTtlMs",
-// "groupCommit"} (groupCommit as openPostgresSubstrate takes it; absent: the default). Prints {"ready":true}
-// once its sessions exist, then one line "entry_seq entry_hash verdict" per evaluate that resolved, written
+// argv: STORE_URL OPTIONS_JSON — OPTIONS_JSON: {"tag", "callers", "sessions", "reservationTtlMs",
+// "groupCommit"} (groupCommit as openPostgresSubstrate takes it; absent: the default). It loads its modules,
+// then waits for one stdin line {"schema"} (so it can boot while the server restarts; stdin closed without
+// one: it exits). Prints {"ready":true} once its sessions exist, then one line "entry_seq entry_hash verdict" per evaluate that resolved, written
 // synchronously before the caller goes on (what a client was told). A caller stops at its first failure
 // (the server died); the process exits once all have stopped. The signing key comes from LEASH_SIGNING_KEY.
 import { writeSync } from "node:fs";
+import { createInterface } from "node:readline";
 import { loadSigningKey } from "@leash/chain";
 import { createEngine } from "@leash/engine";
 import { openPostgresSubstrate } from "@leash/substrate-postgres";
 
-const [url, schema, optionsJson] = process.argv.slice(2);
+const [url, optionsJson] = process.argv.slice(2);
 const options = JSON.parse(optionsJson ?? "{}");
 
 /** fs.writeSync on a pipe can meet EAGAIN when the reader lags; a line must still go out whole. */
@@ -26,6 +28,14 @@ function emit(line) {
     }
   }
 }
+
+let go;
+for await (const line of createInterface({ input: process.stdin })) {
+  go = JSON.parse(line);
+  break;
+}
+if (go === undefined) process.exit(0);
+const { schema } = go;
 
 const substrate = await openPostgresSubstrate({
   url,
