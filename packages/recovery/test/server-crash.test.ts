@@ -107,7 +107,7 @@ describe("a PostgreSQL server crash under load", () => {
   describe.each(SETTINGS)("with %s", (label, groupCommit) => {
     const random = mulberry32(SEED + SETTINGS.findIndex(([l]) => l === label));
 
-    it(`${ROUNDS} SIGKILLs of the server: every verdict told is in the verified chain with its hash, no hold leaks`, async () => {
+    it(`${ROUNDS} SIGKILLs of the server: every verdict told is in the verified chain with its hash and outbox item, no hold leaks`, async () => {
       const db = cluster!;
       const totals = { told: 0, chain: 0, expired: 0 };
       const options = {
@@ -179,6 +179,9 @@ describe("a PostgreSQL server crash under load", () => {
               repair: true,
             });
             expect(report.ok, `${context}:\n${formatReport(report)}`).toBe(true);
+            // The engine enqueues in the append's transaction: no entry lost its outbox item, or kept one alone.
+            expect(report.outbox.missing, context).toEqual([]);
+            expect(report.outbox.orphans, context).toEqual([]);
             const pending = await substrate.transaction((tx) =>
               tx.budgets.listReservations({ status: "PENDING" }),
             );
