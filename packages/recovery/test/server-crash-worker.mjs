@@ -6,7 +6,7 @@
 // then waits for one stdin line {"schema"} (so it can boot while the server restarts; stdin closed without
 // one: it exits). Prints {"ready":true} once its sessions exist, then one line "entry_seq entry_hash verdict" per evaluate that resolved, written
 // synchronously before the caller goes on (what a client was told). A caller stops at its first failure
-// (the server died); the process exits once all have stopped. The signing key comes from LEASH_SIGNING_KEY.
+// (the server died); once all have, the process prints {"stats"} (the substrate's counters) and exits. The signing key comes from LEASH_SIGNING_KEY.
 import { writeSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { loadSigningKey } from "@leash/chain";
@@ -86,5 +86,7 @@ const caller = async (c) => {
   }
 };
 await Promise.all(Array.from({ length: options.callers ?? 8 }, (_, c) => caller(c)));
-// The pool's connections are dead with the server; nothing is left to close cleanly.
+// For the test to tell which commit path ran (earlyLockReleases). The pool's connections are dead with
+// the server; nothing is left to close cleanly.
+emit(JSON.stringify({ stats: substrate.stats }));
 process.exit(0);

@@ -202,6 +202,10 @@ export class ThrowawayCluster {
     }
   }
 
+  get running(): boolean {
+    return this.#server !== null;
+  }
+
   get log(): string {
     return this.#log;
   }
