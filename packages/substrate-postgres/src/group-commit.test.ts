@@ -11,6 +11,7 @@ import {
   type PostgresSubstrateOptions,
   type PostgresSubstrateStats,
 } from "./index.js";
+import { DURABILITY_BARRIER } from "./substrate.js";
 
 const { admin, freshSchema, track } = pgHarness("leash_pggroup");
 
@@ -1245,7 +1246,7 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     const result = await interceptingQueries(
       (config, send) => {
         const text = typeof config === "string" ? config : "";
-        if (text === "SELECT txid_current()" && failBarrier) {
+        if (text === DURABILITY_BARRIER && failBarrier) {
           events.push("barrier refused");
           return Promise.reject(Object.assign(new Error("connection lost"), { code: "08006" }));
         }
@@ -1289,16 +1290,16 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
     const begin = events.findIndex((e) => e.startsWith("sent BEGIN") && e.includes("pg_try_advisory"));
     expect(events.indexOf("sent SET LOCAL synchronous_commit TO off", begin)).toBeGreaterThan(begin);
     const commit = events.indexOf("answered COMMIT", begin);
-    const barrier = events.indexOf("answered SELECT txid_current()", commit);
+    const barrier = events.indexOf(`answered ${DURABILITY_BARRIER}`, commit);
     expect([begin, commit, barrier].every((i) => i >= 0)).toBe(true);
-    expect(events.indexOf("sent SELECT txid_current()")).toBeGreaterThan(
+    expect(events.indexOf(`sent ${DURABILITY_BARRIER}`)).toBeGreaterThan(
       events.indexOf("sent COMMIT", begin),
     );
     // Both answered only after the barrier of the batch they shared (the last BEGIN … COMMIT).
     const lastBegin = events.findLastIndex(
       (e) => e.startsWith("sent BEGIN") && e.includes("pg_advisory_xact_lock("),
     );
-    const lastBarrier = events.indexOf("answered SELECT txid_current()", lastBegin);
+    const lastBarrier = events.indexOf(`answered ${DURABILITY_BARRIER}`, lastBegin);
     expect(lastBarrier).toBeGreaterThan(lastBegin);
     for (const value of ["written", "1"])
       expect(events.indexOf(`resolved ${value}`)).toBeGreaterThan(lastBarrier);
@@ -1341,7 +1342,9 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
       );
       expect(result.map((r) => r.status)).toEqual(["fulfilled"]);
       expect(events.some((e) => e.startsWith("sent BEGIN") && e.includes("pg_try_advisory"))).toBe(true);
-      expect(events.some((e) => e.includes("synchronous_commit") || e.includes("txid_current"))).toBe(false);
+      expect(events.some((e) => e.includes("synchronous_commit") || e.includes(DURABILITY_BARRIER))).toBe(
+        false,
+      );
       expect(sub.stats.earlyLockReleases).toBe(0);
     }
   });
@@ -1411,7 +1414,7 @@ describe("a batch's locks pass on before its log flush (earlyLockRelease); its c
       );
       const set = last.indexOf("sent SET LOCAL synchronous_commit TO off");
       expect(set).toBeGreaterThanOrEqual(0);
-      expect(last.indexOf("answered SELECT txid_current()", set)).toBeGreaterThan(set);
+      expect(last.indexOf(`answered ${DURABILITY_BARRIER}`, set)).toBeGreaterThan(set);
       expect(sub.stats.earlyLockReleases).toBe(1);
     } finally {
       holder.release();

@@ -105,16 +105,20 @@ export interface PostgresSubstrateOptions {
 
 /**
  * Run after a batch's COMMIT made with synchronous_commit off (see earlyLockRelease), which released
- * its locks without waiting for the disk: a transaction of its own that takes a transaction id, so its COMMIT writes
- * a commit record and waits, at the session's synchronous_commit level, until the write-ahead log
- * is flushed up to it, which covers the batch's earlier records. Only then do the batch's callers
- * hear back: a verdict is never returned before it is durable. Another transaction may read the
- * batch's rows before that flush; should the server crash in between, those rows and everything
- * committed after them are lost together, in log order, and none of their callers heard back.
- * The barrier commits at the session's own level, so a server set to wait for synchronous replicas
- * makes it wait for them too.
+ * its locks without waiting for the disk: a transaction of its own, on the same connection, whose
+ * COMMIT waits, at the session's synchronous_commit level, until the write-ahead log is flushed up to
+ * its commit record, which covers the batch's earlier one. Only then do the batch's callers hear back:
+ * a verdict is never returned before it is durable. PostgreSQL flushes at COMMIT only for a
+ * transaction that both took a transaction id and wrote WAL of its own (RecordTransactionCommit): one
+ * that merely takes an id (txid_current()) commits without waiting, so the barrier writes a
+ * transactional logical-decoding message (an xid and a WAL record, no table, any wal_level, callable
+ * by every role; ignored by everything but logical decoding, which sees an empty "leash.barrier").
+ * Another transaction may read the batch's rows before that flush; should the server crash in
+ * between, those rows and everything committed after them are lost together, in log order, and none
+ * of their callers heard back. The barrier commits at the session's own level, so a server set to
+ * wait for synchronous replicas makes it wait for them too.
  */
-const DURABILITY_BARRIER = "SELECT txid_current()";
+export const DURABILITY_BARRIER = "SELECT pg_logical_emit_message(true, 'leash.barrier', '')";
 
 /** Counters for tests and benchmarks: how much group commit saved. */
 export interface PostgresSubstrateStats {
