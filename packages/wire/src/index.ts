@@ -34,6 +34,7 @@ export {
 } from "./hmac.js";
 export { isMoneyDecimal, MAX_DECIMAL_LENGTH, moneyFromWire, moneyToWire } from "./money.js";
 export { digestToHex, paramsDigest, paramsFromJson, paramsToJson } from "./params.js";
+export { denyReasonFor, verdictFromWire, verdictToWire } from "./reasons.js";
 export {
   DEFAULT_REPLAY_CAPACITY,
   DEFAULT_REPLAY_WINDOW_MS,
