@@ -59,7 +59,10 @@ export class FrameDecoder {
   }
 
   /**
-   * Takes one chunk; returns the frame bodies it completes, in order (possibly none).
+   * Takes one chunk; returns the frame bodies it completes, in order (possibly none). A body may be a
+   * view into a pushed chunk, so do not reuse a chunk's memory after pushing it. When a chunk holds
+   * whole frames and then a refused prefix, it throws and those frames are dropped with it: the
+   * connection is closing, and the peer fails its requests in flight closed.
    * @throws WireError `message_too_large` or `malformed_frame` (zero length); again on every later call.
    */
   push(chunk: Uint8Array): Uint8Array[] {

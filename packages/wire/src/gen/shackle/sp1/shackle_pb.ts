@@ -62,7 +62,8 @@ export type Envelope = Message<"shackle.sp1.Envelope"> & {
   /**
    * The sender's protocol version, "MAJOR.MINOR.PATCH" (§9). On the Register envelope it is the
    * highest version the client speaks; the daemon answers with RegisterResponse.negotiated_protocol
-   * (§9.4) and every later envelope on that session carries the negotiated version. A version the
+   * (§9.4) in an envelope that already carries the negotiated version, and every later envelope on
+   * that session, either way, carries it too. A version the
    * receiver cannot speak is refused with Error PROTOCOL_VERSION_MISMATCH. Leash speaks "1.0.0"; any
    * 1.x.y client negotiates down to it, any other major is refused.
    *
@@ -113,8 +114,10 @@ export type Envelope = Message<"shackle.sp1.Envelope"> & {
   serverTimestampNs: bigint;
 
   /**
-   * HMAC-SHA256 (32 bytes) with the organization's shared key. It covers the whole envelope, not only
-   * the payload (so message_id, correlation_id and both timestamps are covered): the MAC input is
+   * HMAC-SHA256 (32 bytes) with the organization's shared key. §4.1 says "over payload"; Leash covers
+   * the whole envelope, a superset (so message_id, correlation_id and both timestamps cannot be
+   * swapped under a valid MAC), and a peer that MACs the payload alone does not interoperate with
+   * it. The MAC input is
    * the envelope's serialized bytes exactly as sent, with this field (field 6, wire type 2) removed
    * and nothing else changed. A receiver MUST compute it over the received bytes with field 6 cut
    * out, never over a re-serialization (protobuf serialization is not canonical: field and map
