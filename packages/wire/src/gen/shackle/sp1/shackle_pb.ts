@@ -1270,7 +1270,7 @@ export const VerdictSchema: GenEnum<Verdict> = /*@__PURE__*/
 
 /**
  * Named by §4.3 and §7.1, not defined by the spec (Appendix A writes MAX_REPEAT_EXCEEDED, §3.10
- * BUDGET_EXHAUSTED). One value per non-ALLOW reason of §3.5 (1–22) and per Leash extension reason
+ * BUDGET_EXHAUSTED). One value per non-ALLOW reason of §3.5 (1–18) and per Leash extension reason
  * (from 100). NONE is an ALLOW. A reason with no value of its own (a future one) is OTHER; the exact
  * string is always in PreExecResponse.reason.
  *
