@@ -1,0 +1,51 @@
+// @leash/wire: the SP/1.0 messages (generated from proto/shackle/sp1/shackle.proto) and the socket framing.
+// No socket, no daemon, no decisions: @leash/daemon and @leash/client are built on it.
+
+export { PendingRequests } from "./correlation.js";
+export {
+  errorPayload,
+  isMessageId,
+  newMessageId,
+  type OpenOptions,
+  openEnvelope,
+  type Payload,
+  type SealOptions,
+  type Sender,
+  sealEnvelope,
+} from "./envelope.js";
+export {
+  APPENDIX_B_ERROR_CODES,
+  type AppendixBErrorCode,
+  errorCodeName,
+  WIRE_ERROR_CODES,
+  WireError,
+  type WireErrorCode,
+} from "./errors.js";
+export { decodeEnvelope, encodeEnvelope, encodeFrame, FrameDecoder, MAX_FRAME_BYTES } from "./framing.js";
+export * from "./gen/shackle/sp1/shackle_pb.js";
+export {
+  checkEnvelopeHmac,
+  HMAC_BYTES,
+  HMAC_FIELD,
+  MIN_KEY_BYTES,
+  signEnvelope,
+  splitHmac,
+  verifyEnvelopeHmac,
+} from "./hmac.js";
+export { isMoneyDecimal, MAX_DECIMAL_LENGTH, moneyFromWire, moneyToWire } from "./money.js";
+export { digestToHex, paramsDigest, paramsFromJson, paramsToJson } from "./params.js";
+export { denyReasonFor, verdictFromWire, verdictToWire } from "./reasons.js";
+export {
+  DEFAULT_REPLAY_CAPACITY,
+  DEFAULT_REPLAY_WINDOW_MS,
+  ReplayWindow,
+  type ReplayWindowOptions,
+} from "./replay.js";
+export {
+  negotiateProtocolVersion,
+  PROTOCOL_VERSION,
+  type ProtocolVersion,
+  parseProtocolVersion,
+  requireSupportedVersion,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from "./version.js";
