@@ -37,6 +37,7 @@ import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
 import { LeashError } from "./errors.js";
+import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import type {
   EngineOptions,
   EvaluateRequest,
@@ -86,6 +87,21 @@ function evaluateHints(
   };
 }
 
+/**
+ * The hold TTL in nanoseconds, checked here so a bad value is a clear error at creation, not an
+ * internal one at the first ALLOW (an expiry past 2^63 ns overflows the stores' integer columns).
+ */
+function reservationTtlNs(ms: number | undefined): number {
+  if (ms === undefined) return 300_000 * 1e6;
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0 || ms > MAX_RESERVATION_TTL_S * 1000) {
+    throw new LeashError(
+      "INVALID_ARGUMENT",
+      `reservationTtlMs must be a positive number of milliseconds up to ${MAX_RESERVATION_TTL_S * 1000} (365 days), got ${String(ms)}`,
+    );
+  }
+  return ms * 1e6;
+}
+
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
 const HINTED_SESSIONS_MAX = 10_000;
 
@@ -127,7 +143,7 @@ export function createEngine(options: EngineOptions): Engine {
   const { substrate } = options;
   const clock = options.clock ?? systemClock;
   const rng = options.rng ?? Math.random;
-  const ttlNs = (options.reservationTtlMs ?? 300_000) * 1e6;
+  const ttlNs = reservationTtlNs(options.reservationTtlMs);
   const newId = options.newId ?? randomUUID;
   if (options.signer === undefined) {
     throw new LeashError(
