@@ -4,11 +4,13 @@ import { randomUUID } from "node:crypto";
 import {
   accountChain,
   available,
+  BudgetGuardError,
   chainAvailable,
   ensureAccount,
   expire,
   type Money,
   reserve,
+  type SettleResult,
   settle,
   toMoney,
 } from "@leash/budget-guard";
@@ -23,6 +25,7 @@ import {
   denyProbability,
   feedback,
   type HitlRequest,
+  type Reservation,
   recordHumanDecision,
   resetCircuit,
   type SessionRecord,
@@ -100,6 +103,45 @@ function reservationTtlNs(ms: number | undefined): number {
     );
   }
   return ms * 1e6;
+}
+
+function neverAllowed(sessionId: string, callNumber: number): LeashError {
+  return new LeashError(
+    "RESERVATION_NOT_FOUND",
+    `call ${callNumber} of session ${sessionId} was never allowed: there is nothing to settle`,
+  );
+}
+
+/**
+ * Settles a call's hold once. The same actual again is a replay, whatever idempotency key it
+ * comes with; another actual is a SETTLEMENT_CONFLICT, and the first settlement stands.
+ */
+async function settleOnce(
+  tx: SubstrateTx,
+  hold: Reservation,
+  actual: Money,
+  nowNs: number,
+  idempotencyKey: string,
+): Promise<SettleResult> {
+  const key =
+    hold.status === "SETTLED" && hold.actual_usd !== null && toMoney(hold.actual_usd).eq(actual)
+      ? (hold.idempotency_key ?? idempotencyKey)
+      : idempotencyKey;
+  try {
+    return await settle(tx, hold.reservation_id, { actual_usd: actual, nowNs, idempotency_key: key });
+  } catch (error) {
+    if (
+      BudgetGuardError.isInstance(error) &&
+      (error.code === "settlement_conflict" || error.code === "already_resolved")
+    ) {
+      throw new LeashError(
+        "SETTLEMENT_CONFLICT",
+        `call ${hold.call_number} of session ${hold.session_id}: ${error.message}`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
 }
 
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
@@ -442,32 +484,47 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     postExec(request) {
+      const { call_number: callNumber } = request;
+      if (!Number.isSafeInteger(callNumber) || callNumber < 1) {
+        return Promise.reject(
+          new LeashError("INVALID_ARGUMENT", "call_number must be a whole number of at least 1"),
+        );
+      }
+      let actual: Money;
+      try {
+        actual = toMoney(request.actual_cost_usd);
+      } catch (cause) {
+        return Promise.reject(
+          new LeashError("INVALID_ARGUMENT", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
+        );
+      }
       return transaction(async (tx) => {
         const session = await loadSession(tx, request.session_id);
         const nowNs = clock.nowNs();
-        const actual = toMoney(request.actual_cost_usd);
         if (!budgetEnabled(session.config)) {
+          // Without a budget no hold records which calls were allowed; a call never evaluated is
+          // still refused.
+          if (callNumber > session.call_count) throw neverAllowed(session.session_id, callNumber);
           return {
             session_id: session.session_id,
-            call_number: request.call_number,
+            call_number: callNumber,
             actual_usd: actual.toFixed(),
             overrun_usd: "0",
             budget_remaining_usd: null,
             replayed: false,
+            late: false,
           };
         }
-        const id = reservationId(session.session_id, request.call_number);
-        if ((await tx.budgets.getReservation(id)) === null) {
-          throw new LeashError(
-            "RESERVATION_NOT_FOUND",
-            `no budget hold for call ${request.call_number} of session ${session.session_id}`,
-          );
-        }
-        const settled = await settle(tx, id, {
-          actual_usd: actual,
+        const id = reservationId(session.session_id, callNumber);
+        const hold = await tx.budgets.getReservation(id);
+        if (hold === null) throw neverAllowed(session.session_id, callNumber);
+        const settled = await settleOnce(
+          tx,
+          hold,
+          actual,
           nowNs,
-          idempotency_key: request.idempotency_key ?? `postexec:${id}`,
-        });
+          request.idempotency_key ?? `postexec:${id}`,
+        );
         const remaining = await remainingOf(tx, session);
         if (!settled.replayed) {
           await auditor.record(
@@ -475,13 +532,17 @@ export function createEngine(options: EngineOptions): Engine {
             "post_exec",
             {
               session_id: session.session_id,
-              call_number: request.call_number,
+              call_number: callNumber,
               reservation_id: id,
               estimated_usd: settled.amount_usd.toFixed(),
               actual_usd: settled.actual_usd.toFixed(),
               overrun_usd: settled.overrun_usd.toFixed(),
               success: request.success ?? true,
               budget_after_usd: remaining,
+              // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
+              // back already, and the actual was spent all the same (real money was).
+              late: settled.late,
+              hold_status: hold.status,
             },
             nowNs,
           );
@@ -498,11 +559,12 @@ export function createEngine(options: EngineOptions): Engine {
         }
         return {
           session_id: session.session_id,
-          call_number: request.call_number,
+          call_number: callNumber,
           actual_usd: settled.actual_usd.toFixed(),
           overrun_usd: settled.overrun_usd.toFixed(),
           budget_remaining_usd: remaining,
           replayed: settled.replayed,
+          late: settled.late,
         };
       });
     },

@@ -77,6 +77,8 @@ export interface PostExecResult {
   overrun_usd: string;
   budget_remaining_usd: string | null;
   replayed: boolean;
+  /** Reported at or after the hold's expiry: still spent (real money was), and recorded as late. */
+  late: boolean;
 }
 
 export interface SessionView {
