@@ -39,7 +39,13 @@ export type ExtensionDenyReason =
 /** With `hitl_mode: "on_deny"`, an extension guard's DENY becomes HITL with this reason. */
 export type HitlOnDenyReason = `hitl_on_deny:${ExtensionDenyReason}`;
 
-export type Reason = CertifiedReason | ExtensionDenyReason | HitlOnDenyReason;
+/**
+ * DENY reasons of the engine's own checks on a budgeted call's estimate, which `decide` is silent
+ * on (it never gives them); not certified, and never turned into HITL.
+ */
+export type EngineDenyReason = "policy_violation:missing_estimate" | "policy_violation:invalid_estimate";
+
+export type Reason = CertifiedReason | ExtensionDenyReason | HitlOnDenyReason | EngineDenyReason;
 
 /** What `decide` returns. */
 export interface Decision {
@@ -69,6 +75,13 @@ export interface Config {
   hitl_mode?: HitlMode;
   hitl_budget_threshold?: number;
   parent_guard_id?: string;
+  /**
+   * The estimate a budgeted call without `estimated_cost_usd` is held at (a number or exact
+   * decimal text); without it (or a per-tool one) such a call is denied. The engine's, not decide's.
+   */
+  default_estimate_usd?: number | string;
+  /** Per-tool estimates by tool name, ahead of `default_estimate_usd`. */
+  tool_estimates_usd?: Record<string, number | string>;
 }
 
 export type Nonce = string | number;

@@ -9,6 +9,7 @@ import {
   ensureAccount,
   expire,
   type Money,
+  moneyString,
   reserve,
   type SettleResult,
   settle,
@@ -21,6 +22,7 @@ import {
   type ChainEntryRecord,
   canonicalHash,
   canonicalizationError,
+  type Decision,
   decide,
   denyProbability,
   feedback,
@@ -39,6 +41,7 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
+import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
 import { LeashError } from "./errors.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import type {
@@ -56,6 +59,9 @@ import type {
 export { systemClock };
 
 const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
+
+const MALFORMED: Decision = { verdict: "DENY", reason: "policy_violation:malformed_input" };
+const OVERRUN: Decision = { verdict: "DENY", reason: "budget_overrun" };
 
 /** State as stored: seen nonces live in the NonceStore, not in the session row. */
 function storable(state: State): State {
@@ -77,10 +83,11 @@ function withoutRemaining(state: State): State {
 function evaluateHints(
   request: EvaluateRequest,
   accountsOf: ReadonlyMap<string, readonly string[]>,
+  malformed: boolean,
 ): TransactionHints | undefined {
   const sessionId = request.session_id;
   if (typeof sessionId !== "string" || sessionId === "") return undefined;
-  const nonce = request.nonce;
+  const nonce = malformed ? undefined : request.nonce;
   const accounts = accountsOf.get(sessionId);
   return {
     sessions: [sessionId],
@@ -254,9 +261,11 @@ export function createEngine(options: EngineOptions): Engine {
   async function evaluateIn(
     tx: SubstrateTx,
     request: EvaluateRequest,
+    malformed: string | null,
   ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord }> {
     checkSessionId(request.session_id); // before any statement names it
-    const nonce = request.nonce;
+    // A malformed call is denied without its tool name or nonce reaching a store or the chain.
+    const nonce = malformed === null ? request.nonce : undefined;
     const hasNonce = nonce !== undefined && nonce !== null;
     // Independent reads are issued together (a pipelining substrate answers them in one round
     // trip). The nonce lookup needs no lock of its own: the session row's lock orders its calls.
@@ -266,15 +275,27 @@ export function createEngine(options: EngineOptions): Engine {
     ]);
     const { config } = session;
     const nowNs = clock.nowNs();
-    const call: Call = {
-      tool_name: request.tool_name,
-      params: request.params,
-      nonce: request.nonce,
-      estimated_cost_usd: request.estimated_cost_usd,
-    };
-
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
+    // Under a budget every call needs a valid estimate (its own or the config's default for its tool);
+    // decide() is shown the exact hold as a number, the ledger judges the hold itself.
+    const estimate =
+      accountId === null || malformed !== null
+        ? null
+        : resolveEstimate(config, request.tool_name, request.estimated_cost_usd);
+    const call: Call = {
+      tool_name: malformed === null ? request.tool_name : "",
+      params: request.params,
+      nonce,
+      estimated_cost_usd:
+        estimate === null
+          ? (request.estimated_cost_usd as number | undefined)
+          : !estimate.ok
+            ? undefined
+            : estimate.hold === null
+              ? Number.POSITIVE_INFINITY
+              : estimate.hold.toNumber(),
+    };
     const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
     let remainingBefore: Money | null = null;
     // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
@@ -292,7 +313,11 @@ export function createEngine(options: EngineOptions): Engine {
     }
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    let decision = decide(config, state, call, { nowNs, rng: rngValue ?? undefined });
+    let decision: Decision =
+      malformed === null ? decide(config, state, call, { nowNs, rng: rngValue ?? undefined }) : MALFORMED;
+    if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
+      decision = { verdict: "DENY", reason: estimate.reason };
+    }
     const paramsValue = call.params ?? {};
     const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
     const callNumber = session.call_count + 1;
@@ -308,13 +333,15 @@ export function createEngine(options: EngineOptions): Engine {
         nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs, { unseen: true });
         nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
       }
-      if (accountId !== null) {
+      if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
+        decision = OVERRUN; // beyond the money range: more than any budget holds
+      } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
         const held = await reserve(tx, {
           reservation_id: reservationId(session.session_id, callNumber),
           account_id: accountId,
           session_id: session.session_id,
           call_number: callNumber,
-          amount_usd: Math.max(0, request.estimated_cost_usd ?? 0),
+          amount_usd: estimate.hold,
           nowNs,
           ttlNs,
           accounts,
@@ -365,6 +392,7 @@ export function createEngine(options: EngineOptions): Engine {
     }
 
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
+    const estimateUsd = estimate?.ok === true && estimate.hold !== null ? moneyString(estimate.hold) : null;
     const updated = tx.sessions.update({
       ...session,
       status: next.status ?? session.status,
@@ -386,10 +414,17 @@ export function createEngine(options: EngineOptions): Engine {
           agent_id: session.agent_id,
           organization_id: session.organization_id,
           call_number: callNumber,
-          tool_name: call.tool_name,
+          tool_name: malformed === null ? call.tool_name : null,
           params_hash: paramsHash,
           nonce: hasNonce ? nonce : null,
-          estimated_cost_usd: request.estimated_cost_usd ?? null,
+          estimated_cost_usd: recordableEstimate(request.estimated_cost_usd),
+          // The hold the call asked for (its own estimate or its config's default), exact.
+          estimate_usd: estimateUsd,
+          ...(malformed !== null
+            ? { input_problem: malformed }
+            : estimate?.ok === false
+              ? { input_problem: estimate.problem }
+              : {}),
           verdict: decision.verdict,
           reason: decision.reason,
           budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
@@ -421,6 +456,7 @@ export function createEngine(options: EngineOptions): Engine {
         reason: decision.reason,
         budget_remaining_usd: remaining,
         reservation_id,
+        estimate_usd: estimateUsd,
         rng: rngValue,
         params_hash: paramsHash,
         entry_seq: entry.seq,
@@ -477,10 +513,15 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
+      if (typeof request !== "object" || request === null) {
+        return Promise.reject(new LeashError("INVALID_ARGUMENT", "evaluate needs a request object"));
+      }
+      const malformed = malformedInput(request);
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request, accountsOf)).then(
-        ({ result, entry }) => ({ ...result, receipt: compactJws(entry) }),
-      );
+      return transaction(
+        (tx) => evaluateIn(tx, request, malformed),
+        evaluateHints(request, accountsOf, malformed !== null),
+      ).then(({ result, entry }) => ({ ...result, receipt: compactJws(entry) }));
     },
 
     postExec(request) {

@@ -39,7 +39,13 @@ export interface EvaluateRequest {
   params?: Record<string, unknown> | null;
   /** Per-dispatch replay token; never derived from the call's content (spec §3.2 rule 3). */
   nonce?: Nonce | null;
-  estimated_cost_usd?: number;
+  /**
+   * The call's estimated cost: a number, or decimal text read exactly (`"0.1"`). Under a budget a
+   * call needs one, or a `default_estimate_usd` / `tool_estimates_usd` in its guard config; a
+   * missing, negative, NaN or non-numeric estimate is denied (`policy_violation:missing_estimate`,
+   * `policy_violation:invalid_estimate`).
+   */
+  estimated_cost_usd?: number | string | null;
 }
 
 export interface EvaluateResult {
@@ -51,6 +57,8 @@ export interface EvaluateResult {
   budget_remaining_usd: string | null;
   /** The hold placed for an ALLOW under a budget; settle it with postExec. */
   reservation_id: string | null;
+  /** The estimate judged against the budget (the call's own or its config's default), exact; null without one. */
+  estimate_usd: string | null;
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
