@@ -7,11 +7,5 @@ export { decide } from "./decide.js";
 export { denyProbability, ERROR_SIGNALS, hasErrorSignal } from "./extensions/index.js";
 export * from "./feedback/index.js";
 export * from "./ports/index.js";
-export {
-  ALL_REASONS,
-  CERTIFIED_REASONS,
-  ENGINE_DENY_REASONS,
-  EXTENSION_DENY_REASONS,
-  TERMINAL_STATUSES,
-} from "./reasons.js";
+export { ALL_REASONS, CERTIFIED_REASONS, EXTENSION_DENY_REASONS, TERMINAL_STATUSES } from "./reasons.js";
 export * from "./types.js";

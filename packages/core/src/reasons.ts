@@ -1,6 +1,6 @@
 // The reason vocabulary as values: the certified §3.5 strings and Leash's extension reasons.
 // Documentation of when each fires lives in the README's reason table; no logic here.
-import type { CertifiedReason, EngineDenyReason, ExtensionDenyReason, Reason } from "./types.js";
+import type { CertifiedReason, ExtensionDenyReason, Reason } from "./types.js";
 
 export const CERTIFIED_REASONS: readonly CertifiedReason[] = [
   "within_thresholds",
@@ -34,17 +34,10 @@ export const EXTENSION_DENY_REASONS: readonly ExtensionDenyReason[] = [
   "probabilistic_deny",
 ];
 
-/** The engine's checks of a budgeted call's estimate (decide never gives these). */
-export const ENGINE_DENY_REASONS: readonly EngineDenyReason[] = [
-  "policy_violation:missing_estimate",
-  "policy_violation:invalid_estimate",
-];
-
 export const ALL_REASONS: readonly Reason[] = [
   ...CERTIFIED_REASONS,
   ...EXTENSION_DENY_REASONS,
   ...EXTENSION_DENY_REASONS.map((r) => `hitl_on_deny:${r}` as const),
-  ...ENGINE_DENY_REASONS,
 ];
 
 /** Terminal statuses of a pending transition (DESIGN.md §4); nothing else is terminal. */

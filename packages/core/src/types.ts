@@ -39,13 +39,7 @@ export type ExtensionDenyReason =
 /** With `hitl_mode: "on_deny"`, an extension guard's DENY becomes HITL with this reason. */
 export type HitlOnDenyReason = `hitl_on_deny:${ExtensionDenyReason}`;
 
-/**
- * DENY reasons of the engine's own checks on a budgeted call's estimate, which `decide` is silent
- * on (it never gives them); not certified, and never turned into HITL.
- */
-export type EngineDenyReason = "policy_violation:missing_estimate" | "policy_violation:invalid_estimate";
-
-export type Reason = CertifiedReason | ExtensionDenyReason | HitlOnDenyReason | EngineDenyReason;
+export type Reason = CertifiedReason | ExtensionDenyReason | HitlOnDenyReason;
 
 /** What `decide` returns. */
 export interface Decision {

@@ -1,7 +1,8 @@
 // The engine's checks of a library evaluate request beyond decide(): its form (as the wire's schema
 // would check it) and, under a budget, the estimate that applies. Verdicts stay decide()'s and the ledger's.
 import { type Money, readEstimate } from "@leash/budget-guard";
-import type { Config, Decision, EngineDenyReason } from "@leash/core";
+import type { Config, Verdict } from "@leash/core";
+import type { EngineReason } from "./types.js";
 
 /** Text longer than this is not recorded as given in the audit entry (its problem is). */
 const RECORDED_TEXT_MAX = 100;
@@ -32,7 +33,7 @@ export type EstimateResolution =
       /** The exact hold (see readEstimate); null: beyond the money range, more than any budget. */
       hold: Money | null;
     }
-  | { ok: false; reason: EngineDenyReason; problem: string };
+  | { ok: false; reason: EngineReason; problem: string };
 
 /**
  * The estimate a budgeted call is held at: its own `estimated_cost_usd` when given (a bad one is
@@ -71,7 +72,7 @@ export function resolveEstimate(config: Config, toolName: string, given: unknown
  * estimate is judged (rule 5b), as they would in decide() itself. Everything else, ALLOWs above
  * all (an ALLOW needs a hold), gives way to the estimate's DENY.
  */
-export function outranksEstimate(decision: Decision): boolean {
+export function outranksEstimate(decision: { verdict: Verdict; reason: string }): boolean {
   if (decision.verdict === "ALLOW") return false;
   switch (decision.reason) {
     case "policy_violation:malformed_input":

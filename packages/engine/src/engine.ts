@@ -27,6 +27,7 @@ import {
   denyProbability,
   feedback,
   type HitlRequest,
+  type Reason,
   type Reservation,
   recordHumanDecision,
   resetCircuit,
@@ -36,6 +37,7 @@ import {
   SubstrateError,
   type SubstrateTx,
   type TransactionHints,
+  type Verdict,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
@@ -60,8 +62,11 @@ export { systemClock };
 
 const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
 
-const MALFORMED: Decision = { verdict: "DENY", reason: "policy_violation:malformed_input" };
-const OVERRUN: Decision = { verdict: "DENY", reason: "budget_overrun" };
+/** A verdict as the engine returns it: decide()'s, or one of the engine's own reasons. */
+type Verdicted = { readonly verdict: Verdict; readonly reason: EvaluateResult["reason"] };
+
+const MALFORMED: Verdicted = { verdict: "DENY", reason: "policy_violation:malformed_input" };
+const OVERRUN: Verdicted = { verdict: "DENY", reason: "budget_overrun" };
 
 /** State as stored: seen nonces live in the NonceStore, not in the session row. */
 function storable(state: State): State {
@@ -313,7 +318,7 @@ export function createEngine(options: EngineOptions): Engine {
     }
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    let decision: Decision =
+    let decision: Verdicted =
       malformed === null ? decide(config, state, call, { nowNs, rng: rngValue ?? undefined }) : MALFORMED;
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
@@ -359,10 +364,17 @@ export function createEngine(options: EngineOptions): Engine {
 
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
-    const next = feedback(config, accountId === null ? state : withoutRemaining(state), call, decision, {
-      nowNs,
-      paramsHash,
-    });
+    // The engine's own reasons are DENYs, which feedback handles whatever their reason.
+    const next = feedback(
+      config,
+      accountId === null ? state : withoutRemaining(state),
+      call,
+      decision as Decision,
+      {
+        nowNs,
+        paramsHash,
+      },
+    );
     if (decision.verdict === "HITL") {
       const request: HitlRequest = {
         request_id: newId(),
@@ -371,7 +383,7 @@ export function createEngine(options: EngineOptions): Engine {
         tool_name: call.tool_name,
         nonce: hasNonce ? nonce : null,
         args_digest: paramsHash,
-        reason: decision.reason,
+        reason: decision.reason as Reason, // only decide() gives HITL
         status: "PENDING",
         decision: null,
         operator_id: null,

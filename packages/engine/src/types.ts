@@ -48,11 +48,17 @@ export interface EvaluateRequest {
   estimated_cost_usd?: number | string | null;
 }
 
+/**
+ * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
+ * the extension reasons); decide() itself never returns them.
+ */
+export type EngineReason = "policy_violation:missing_estimate" | "policy_violation:invalid_estimate";
+
 export interface EvaluateResult {
   session_id: string;
   call_number: number;
   verdict: Verdict;
-  reason: Reason;
+  reason: Reason | EngineReason;
   /** What the budget chain allows after this call (decimal string), or null when no budget is set. */
   budget_remaining_usd: string | null;
   /** The hold placed for an ALLOW under a budget; settle it with postExec. */
