@@ -116,6 +116,25 @@ describe.each(KINDS)("postExec on %s", (kind) => {
     expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.75");
   });
 
+  it("lets exactly one of two concurrent settlements with different actuals stand, across two engines", async () => {
+    const { engine, substrate } = await setup();
+    const other = createEngine({ substrate: await store!.another(), signer: KEY.signer });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    await engine.evaluate({ session_id: s.session_id, tool_name: "t", estimated_cost_usd: 0.5 });
+    const outcomes = await Promise.allSettled([
+      engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: "0.1" }),
+      other.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: "0.3" }),
+    ]);
+    const won = outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
+    const lost = outcomes.flatMap((o) => (o.status === "rejected" ? [o.reason as LeashError] : []));
+    expect([won.length, lost.map((e) => e.code)]).toEqual([1, ["SETTLEMENT_CONFLICT"]]);
+    const winner = won[0]!;
+    expect(winner.budget_remaining_usd).toBe(winner.actual_usd === "0.1" ? "0.9" : "0.7");
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe(winner.budget_remaining_usd);
+    const settlements = (await readChain(substrate)).map(bodyOf).filter((b) => b.kind === "post_exec");
+    expect(settlements.map((b) => b.data.actual_usd)).toEqual([winner.actual_usd]);
+  });
+
   it("refuses to settle a call that was never allowed, writing nothing", async () => {
     const { engine, substrate } = await setup();
     const budgeted = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
