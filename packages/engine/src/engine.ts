@@ -14,6 +14,7 @@ import {
   type SettleResult,
   settle,
   toMoney,
+  ZERO,
 } from "@leash/budget-guard";
 import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
@@ -115,6 +116,16 @@ function reservationTtlNs(ms: number | undefined): number {
     );
   }
   return ms * 1e6;
+}
+
+/** The most any account of the chain is past its limit (spent + held − limit), or "0". */
+function overLimit(accounts: readonly BudgetAccount[]): string {
+  let most = ZERO;
+  for (const a of accounts) {
+    const over = toMoney(a.spent_usd).plus(toMoney(a.reserved_usd)).minus(toMoney(a.limit_usd));
+    if (over.gt(most)) most = over;
+  }
+  return most.toFixed();
 }
 
 function neverAllowed(sessionId: string, callNumber: number): LeashError {
@@ -578,7 +589,8 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
           request.idempotency_key ?? `postexec:${id}`,
         );
-        const remaining = await remainingOf(tx, session);
+        const accounts = await accountChain(tx, sessionAccountId(session.config, session));
+        const remaining = chainAvailable(accounts).toFixed();
         if (!settled.replayed) {
           await auditor.record(
             tx,
@@ -596,6 +608,9 @@ export function createEngine(options: EngineOptions): Engine {
               // back already, and the actual was spent all the same (real money was).
               late: settled.late,
               hold_status: hold.status,
+              // How far past its limit this left the budget (0 within it): what an overrun beyond
+              // what was left amounts to, while the remaining reads 0.
+              over_limit_usd: overLimit(accounts),
             },
             nowNs,
           );

@@ -71,12 +71,14 @@ describe.each(KINDS)("postExec on %s", (kind) => {
     expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0");
     const entry = bodyOf((await readChain(substrate)).at(-1)!);
     expect(entry.kind).toBe("post_exec");
+    // 0.6 spent where 0.3 was left: 0.3 past the limit, and the remaining reads 0.
     expect(entry.data).toMatchObject({
       call_number: 1,
       actual_usd: "0.6",
       late: true,
       hold_status: "EXPIRED",
       budget_after_usd: "0",
+      over_limit_usd: "0.3",
     });
     // The session's third call still settles within its hold, on time.
     const onTime = await engine.postExec({ session_id: s.session_id, call_number: 3, actual_cost_usd: 0.7 });
