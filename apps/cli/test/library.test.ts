@@ -288,6 +288,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
       overrun_usd: "0",
       budget_remaining_usd: "0.75",
       replayed: false,
+      late: false,
     });
     const again = await L(["post-exec", "--session", s, "--call", "2", "--actual", "0.15"]);
     expect(json(again)).toMatchObject({ replayed: true, budget_remaining_usd: "0.75" });

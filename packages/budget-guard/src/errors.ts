@@ -19,6 +19,8 @@ export type BudgetGuardErrorCode =
   /** `reserve` found the id already used by another request (or without the same idempotency key). */
   | "reservation_conflict"
   | "already_resolved"
+  /** `settle` with the key of an earlier settlement but another actual cost: the first one stands. */
+  | "settlement_conflict"
   /** The store holds something budget-guard never writes (an unparsable amount, a negative hold). */
   | "corrupt";
 

@@ -8,6 +8,7 @@ export {
   type BudgetGuardErrorCode,
   InvalidAmountError,
 } from "./errors.js";
+export { type EstimateReading, readEstimate } from "./estimate.js";
 export {
   accountAvailable,
   addMoney,

@@ -36,7 +36,8 @@ export type Money = Decimal;
 
 export const ZERO: Money = new Money(0);
 
-const MONEY_LIMIT: Money = new Money(10).pow(MONEY_LIMIT_EXPONENT);
+/** 10^21: every amount stays below it (see MONEY_LIMIT_EXPONENT). */
+export const MONEY_LIMIT: Money = new Money(10).pow(MONEY_LIMIT_EXPONENT);
 
 // decimal.js also accepts hexadecimal, binary, octal, "Infinity" and "NaN"; money is written in
 // plain decimal only, so the grammar is checked before decimal.js sees the text.

@@ -324,20 +324,65 @@ describe("settle", () => {
     expect(await accounts("s")).toEqual({ s: { spent_usd: "0.4", reserved_usd: "0" } });
   });
 
-  it("fails with already_resolved for another key, or after a release or an expiry", async () => {
+  it("fails with settlement_conflict when repeated with the same key but another actual; the first stands", async () => {
+    await single("s", 1);
+    await substrate.transaction((tx) => reserve(tx, hold("s", "0.4", { reservation_id: "r" })));
+    await substrate.transaction((tx) =>
+      settle(tx, "r", { actual_usd: "0.3", nowNs: T0, idempotency_key: "k" }),
+    );
+    for (const other of ["0.31", 0.29, "0.300000000000000001"]) {
+      const error = await caught(
+        substrate.transaction((tx) =>
+          settle(tx, "r", { actual_usd: other, nowNs: T0 + 1, idempotency_key: "k" }),
+        ),
+      );
+      expect(BudgetGuardError.isInstance(error) && error.code).toBe("settlement_conflict");
+    }
+    const again = await substrate.transaction((tx) =>
+      settle(tx, "r", { actual_usd: "0.30", nowNs: T0 + 2, idempotency_key: "k" }),
+    );
+    expect([again.replayed, moneyString(again.actual_usd)]).toEqual([true, "0.3"]);
+    expect(await accounts("s")).toEqual({ s: { spent_usd: "0.3", reserved_usd: "0" } });
+  });
+
+  it("still spends the actual of a hold that expired (late), once, never giving the hold back twice", async () => {
+    await single("s", 1);
+    await substrate.transaction(async (tx) => {
+      await reserve(tx, hold("s", "0.2", { reservation_id: "late", ttlNs: 5 }));
+      await reserve(tx, hold("s", "0.5", { reservation_id: "other" }));
+    });
+    await substrate.transaction((tx) => expire(tx, T0 + 5, 10));
+    expect(await accounts("s")).toEqual({ s: { spent_usd: "0", reserved_usd: "0.5" } });
+    const late = await substrate.transaction((tx) =>
+      settle(tx, "late", { actual_usd: "0.7", nowNs: T0 + 9, idempotency_key: "k" }),
+    );
+    expect([late.late, late.replayed, moneyString(late.overrun_usd)]).toEqual([true, false, "0.5"]);
+    expect(late.reservation).toMatchObject({ status: "SETTLED", actual_usd: "0.7", resolved_ns: T0 + 9 });
+    // 0.7 spent although only 0.5 was left: an overrun, recorded truthfully; nothing reads negative.
+    expect(await accounts("s")).toEqual({ s: { spent_usd: "0.7", reserved_usd: "0.5" } });
+    expect(moneyString(await substrate.transaction((tx) => available(tx, "s")))).toBe("0");
+    const again = await substrate.transaction((tx) =>
+      settle(tx, "late", { actual_usd: "0.7", nowNs: T0 + 10, idempotency_key: "k" }),
+    );
+    expect({ ...again, replayed: false }).toEqual(late);
+    expect(await accounts("s")).toEqual({ s: { spent_usd: "0.7", reserved_usd: "0.5" } });
+    const onTime = await substrate.transaction((tx) =>
+      settle(tx, "other", { actual_usd: "0.1", nowNs: T0 + 10, idempotency_key: "k" }),
+    );
+    expect(onTime.late).toBe(false);
+  });
+
+  it("fails with already_resolved for another key, or after a release", async () => {
     await single("s", 1);
     await substrate.transaction(async (tx) => {
       await reserve(tx, hold("s", "0.1", { reservation_id: "settled" }));
       await reserve(tx, hold("s", "0.1", { reservation_id: "released" }));
-      await reserve(tx, hold("s", "0.1", { reservation_id: "expired", ttlNs: 5 }));
       await settle(tx, "settled", { actual_usd: "0.1", nowNs: T0, idempotency_key: "k1" });
       await release(tx, "released", { nowNs: T0 });
-      await expire(tx, T0 + 5, 10);
     });
     for (const [id, status] of [
       ["settled", "SETTLED"],
       ["released", "RELEASED"],
-      ["expired", "EXPIRED"],
     ] as const) {
       const error = await caught(
         substrate.transaction((tx) =>

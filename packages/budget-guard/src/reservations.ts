@@ -171,18 +171,23 @@ export interface SettleResult {
   actual_usd: Money;
   /** max(0, actual − estimate): spent more than was held; the account may now be past its limit. */
   overrun_usd: Money;
-  /** max(0, estimate − actual): the part of the hold given back. */
+  /** max(0, estimate − actual): the part of the hold given back (after an expiry, `expire` gave back all of it). */
   released_usd: Money;
   /** True when this repeated an earlier settle with the same key; nothing moved this time. */
   replayed: boolean;
+  /** True when the settlement came at or after the hold's expiry (`resolved_ns >= expires_ns`). */
+  late: boolean;
 }
 
 /**
  * Turns a hold into spending: on every account the hold was charged to, `reserved` drops by the
  * estimate and `spent` grows by the actual. An actual above the estimate is recorded as it is, even
  * when it takes `spent` past the limit: hiding an overrun would make the ledger lie, and the next
- * `available` simply reads 0. A reservation still PENDING after its TTL can be settled as long as
- * `expire` has not taken it yet, since the hold is still in place.
+ * `available` simply reads 0. A settlement is never refused for coming late, since real money was
+ * spent: a PENDING hold past its TTL is settled as usual, and one that `expire` already took
+ * (EXPIRED, its hold given back) has the actual added to `spent` alone. Settling again with the
+ * same key and the same actual is a replay; with another actual it fails with
+ * `settlement_conflict` and the first settlement stands.
  */
 export async function settle(
   tx: SubstrateTx | BudgetStore,
@@ -197,16 +202,31 @@ export async function settle(
 
   const reservation = await getReservationOrThrow(budgets, reservationId);
   if (reservation.status === "SETTLED" && reservation.idempotency_key === options.idempotency_key) {
-    return settleResult(reservation, true);
+    const first = settleResult(reservation, true);
+    if (!first.actual_usd.eq(actual)) {
+      throw new BudgetGuardError(
+        "settlement_conflict",
+        `reservation ${JSON.stringify(reservationId)} was settled at ${moneyString(first.actual_usd)}; ` +
+          `settling it again at ${moneyString(actual)} is refused (the first settlement stands)`,
+      );
+    }
+    return first;
   }
-  if (reservation.status !== "PENDING") throw alreadyResolved(reservation, "settle");
+  // An expired hold was given back by `expire`; only the spending is left to record.
+  const expired = reservation.status === "EXPIRED";
+  if (reservation.status !== "PENDING" && !expired) throw alreadyResolved(reservation, "settle");
 
   const amount = readStoredMoney(
     reservation.amount_usd,
     `reservation ${JSON.stringify(reservationId)} amount_usd`,
   );
   const chain = await loadAccounts(budgets, reservation);
-  await adjustChain(budgets, chain, options.nowNs, { reserved: amount.neg(), spent: actual });
+  await adjustChain(
+    budgets,
+    chain,
+    options.nowNs,
+    expired ? { spent: actual } : { reserved: amount.neg(), spent: actual },
+  );
   const settled: Reservation = {
     ...reservation,
     status: "SETTLED",
@@ -230,6 +250,7 @@ function settleResult(reservation: Reservation, replayed: boolean): SettleResult
     overrun_usd: overrunOf(amount, actual),
     released_usd: clampAtZero(subtractMoney(amount, actual)),
     replayed,
+    late: reservation.resolved_ns !== null && reservation.resolved_ns >= reservation.expires_ns,
   };
 }
 
@@ -291,7 +312,8 @@ export async function release(
  * Returns the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
  * first) and marks them EXPIRED, so an agent that never reports back cannot pin budget forever.
  * Returns the expired reservations so the caller can record each one (in the audit chain); a later
- * settle or release of one of them fails with `already_resolved` and status EXPIRED.
+ * settle of one of them still spends its actual (see `settle`), a release fails with
+ * `already_resolved` and status EXPIRED.
  */
 export async function expire(
   tx: SubstrateTx | BudgetStore,

@@ -69,6 +69,13 @@ export interface Config {
   hitl_mode?: HitlMode;
   hitl_budget_threshold?: number;
   parent_guard_id?: string;
+  /**
+   * The estimate a budgeted call without `estimated_cost_usd` is held at (a number or exact
+   * decimal text); without it (or a per-tool one) such a call is denied. The engine's, not decide's.
+   */
+  default_estimate_usd?: number | string;
+  /** Per-tool estimates by tool name, ahead of `default_estimate_usd`. */
+  tool_estimates_usd?: Record<string, number | string>;
 }
 
 export type Nonce = string | number;

@@ -6,6 +6,7 @@ import { configSchema } from "@leash/core/schema";
 import { Ajv } from "ajv";
 import { parse as parseYaml } from "yaml";
 import { LeashError } from "./errors.js";
+import { MAX_RESERVATION_TTL_S } from "./limits.js";
 
 export interface LeashConfigFile {
   /** `sqlite:./leash.db` (default) or `postgres://user@host:5432/db`. */
@@ -28,7 +29,7 @@ const fileSchema = {
   properties: {
     store: { type: "string", pattern: "^(sqlite:|postgres://|postgresql://|memory:)" },
     guard: { ...configSchema, $id: undefined },
-    reservation_ttl_s: { type: "number", exclusiveMinimum: 0 },
+    reservation_ttl_s: { type: "number", exclusiveMinimum: 0, maximum: MAX_RESERVATION_TTL_S },
   },
 } as const;
 

@@ -4,13 +4,17 @@ import { randomUUID } from "node:crypto";
 import {
   accountChain,
   available,
+  BudgetGuardError,
   chainAvailable,
   ensureAccount,
   expire,
   type Money,
+  moneyString,
   reserve,
+  type SettleResult,
   settle,
   toMoney,
+  ZERO,
 } from "@leash/budget-guard";
 import { compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
@@ -24,6 +28,7 @@ import {
   denyProbability,
   feedback,
   type HitlRequest,
+  type Reservation,
   recordHumanDecision,
   resetCircuit,
   type SessionRecord,
@@ -37,6 +42,7 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
+import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
 import { LeashAlreadyDecided, LeashError } from "./errors.js";
 import {
   bindToPausedTool,
@@ -46,6 +52,7 @@ import {
   releasesApproval,
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
+import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { checkResumeRequest } from "./resume-input.js";
 import type {
   EngineOptions,
@@ -62,6 +69,12 @@ import type {
 export { systemClock };
 
 const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
+
+/** A verdict as the engine returns it: decide()'s, or one of the engine's own reasons. */
+type Verdicted = EngineDecision;
+
+const MALFORMED: Verdicted = { verdict: "DENY", reason: "policy_violation:malformed_input" };
+const OVERRUN: Verdicted = { verdict: "DENY", reason: "budget_overrun" };
 
 /** State as stored: seen nonces live in the NonceStore, not in the session row. */
 function storable(state: State): State {
@@ -83,10 +96,11 @@ function withoutRemaining(state: State): State {
 function evaluateHints(
   request: EvaluateRequest,
   accountsOf: ReadonlyMap<string, readonly string[]>,
+  malformed: boolean,
 ): TransactionHints | undefined {
   const sessionId = request.session_id;
   if (typeof sessionId !== "string" || sessionId === "") return undefined;
-  const nonce = request.nonce;
+  const nonce = malformed ? undefined : request.nonce;
   const accounts = accountsOf.get(sessionId);
   return {
     sessions: [sessionId],
@@ -94,6 +108,70 @@ function evaluateHints(
     ...(accounts === undefined ? {} : { accounts }),
     chainHead: true,
   };
+}
+
+/**
+ * The hold TTL in nanoseconds, checked here so a bad value is a clear error at creation, not an
+ * internal one at the first ALLOW (an expiry past 2^63 ns overflows the stores' integer columns).
+ */
+function reservationTtlNs(ms: number | undefined): number {
+  if (ms === undefined) return 300_000 * 1e6;
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0 || ms > MAX_RESERVATION_TTL_S * 1000) {
+    throw new LeashError(
+      "INVALID_ARGUMENT",
+      `reservationTtlMs must be a positive number of milliseconds up to ${MAX_RESERVATION_TTL_S * 1000} (365 days), got ${String(ms)}`,
+    );
+  }
+  return ms * 1e6;
+}
+
+/** The most any account of the chain is past its limit (spent + held − limit), or "0". */
+function overLimit(accounts: readonly BudgetAccount[]): string {
+  let most = ZERO;
+  for (const a of accounts) {
+    const over = toMoney(a.spent_usd).plus(toMoney(a.reserved_usd)).minus(toMoney(a.limit_usd));
+    if (over.gt(most)) most = over;
+  }
+  return most.toFixed();
+}
+
+function neverAllowed(sessionId: string, callNumber: number): LeashError {
+  return new LeashError(
+    "RESERVATION_NOT_FOUND",
+    `call ${callNumber} of session ${sessionId} was never allowed: there is nothing to settle`,
+  );
+}
+
+/**
+ * Settles a call's hold once. The same actual again is a replay, whatever idempotency key it
+ * comes with; another actual is a SETTLEMENT_CONFLICT, and the first settlement stands.
+ */
+async function settleOnce(
+  tx: SubstrateTx,
+  hold: Reservation,
+  actual: Money,
+  nowNs: number,
+  idempotencyKey: string,
+): Promise<SettleResult> {
+  const key =
+    hold.status === "SETTLED" && hold.actual_usd !== null && toMoney(hold.actual_usd).eq(actual)
+      ? (hold.idempotency_key ?? idempotencyKey)
+      : idempotencyKey;
+  try {
+    return await settle(tx, hold.reservation_id, { actual_usd: actual, nowNs, idempotency_key: key });
+  } catch (error) {
+    if (
+      BudgetGuardError.isInstance(error) &&
+      (error.code === "settlement_conflict" || error.code === "already_resolved")
+    ) {
+      throw new LeashError(
+        "SETTLEMENT_CONFLICT",
+        `call ${hold.call_number} of session ${hold.session_id}: ${error.message}`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
 }
 
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
@@ -141,7 +219,7 @@ export function createEngine(options: EngineOptions): Engine {
   const { substrate } = options;
   const clock = options.clock ?? systemClock;
   const rng = options.rng ?? Math.random;
-  const ttlNs = (options.reservationTtlMs ?? 300_000) * 1e6;
+  const ttlNs = reservationTtlNs(options.reservationTtlMs);
   const newId = options.newId ?? randomUUID;
   if (options.signer === undefined) {
     throw new LeashError(
@@ -262,9 +340,11 @@ export function createEngine(options: EngineOptions): Engine {
   async function evaluateIn(
     tx: SubstrateTx,
     request: EvaluateRequest,
+    malformed: string | null,
   ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord }> {
     checkSessionId(request.session_id); // before any statement names it
-    const nonce = request.nonce;
+    // A malformed call is denied without its tool name or nonce reaching a store or the chain.
+    const nonce = malformed === null ? request.nonce : undefined;
     const hasNonce = nonce !== undefined && nonce !== null;
     // Independent reads are issued together (a pipelining substrate answers them in one round
     // trip). The nonce lookup needs no lock of its own: the session row's lock orders its calls.
@@ -274,15 +354,27 @@ export function createEngine(options: EngineOptions): Engine {
     ]);
     const { config } = session;
     const nowNs = clock.nowNs();
-    const call: Call = {
-      tool_name: request.tool_name,
-      params: request.params,
-      nonce: request.nonce,
-      estimated_cost_usd: request.estimated_cost_usd,
-    };
-
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
+    // Under a budget every call needs a valid estimate (its own or the config's default for its tool);
+    // decide() is shown the exact hold as a number, the ledger judges the hold itself.
+    const estimate =
+      accountId === null || malformed !== null
+        ? null
+        : resolveEstimate(config, request.tool_name, request.estimated_cost_usd);
+    const call: Call = {
+      tool_name: malformed === null ? request.tool_name : "",
+      params: request.params,
+      nonce,
+      estimated_cost_usd:
+        estimate === null
+          ? (request.estimated_cost_usd as number | undefined)
+          : !estimate.ok
+            ? undefined
+            : estimate.hold === null
+              ? Number.POSITIVE_INFINITY
+              : estimate.hold.toNumber(),
+    };
     const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
     let remainingBefore: Money | null = null;
     // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
@@ -301,11 +393,13 @@ export function createEngine(options: EngineOptions): Engine {
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
     // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
-    let decision: EngineDecision = bindToPausedTool(
-      decide(config, state, call, { nowNs, rng: rngValue ?? undefined }),
-      state,
-      call,
-    );
+    let decision: Verdicted =
+      malformed === null
+        ? bindToPausedTool(decide(config, state, call, { nowNs, rng: rngValue ?? undefined }), state, call)
+        : MALFORMED;
+    if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
+      decision = { verdict: "DENY", reason: estimate.reason };
+    }
     const paramsValue = call.params ?? {};
     const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
     const callNumber = session.call_count + 1;
@@ -321,13 +415,15 @@ export function createEngine(options: EngineOptions): Engine {
         nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs, { unseen: true });
         nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
       }
-      if (accountId !== null) {
+      if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
+        decision = OVERRUN; // beyond the money range: more than any budget holds
+      } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
         const held = await reserve(tx, {
           reservation_id: reservationId(session.session_id, callNumber),
           account_id: accountId,
           session_id: session.session_id,
           call_number: callNumber,
-          amount_usd: Math.max(0, request.estimated_cost_usd ?? 0),
+          amount_usd: estimate.hold,
           nowNs,
           ttlNs,
           accounts,
@@ -378,6 +474,7 @@ export function createEngine(options: EngineOptions): Engine {
     if (releasesApproval(decision)) await consumeApproval(tx, session.session_id, state);
 
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
+    const estimateUsd = estimate?.ok === true && estimate.hold !== null ? moneyString(estimate.hold) : null;
     const updated = tx.sessions.update({
       ...session,
       status: next.status ?? session.status,
@@ -399,10 +496,17 @@ export function createEngine(options: EngineOptions): Engine {
           agent_id: session.agent_id,
           organization_id: session.organization_id,
           call_number: callNumber,
-          tool_name: call.tool_name,
+          tool_name: malformed === null ? call.tool_name : null,
           params_hash: paramsHash,
           nonce: hasNonce ? nonce : null,
-          estimated_cost_usd: request.estimated_cost_usd ?? null,
+          estimated_cost_usd: recordableEstimate(request.estimated_cost_usd),
+          // The hold the call asked for (its own estimate or its config's default), exact.
+          estimate_usd: estimateUsd,
+          ...(malformed !== null
+            ? { input_problem: malformed }
+            : estimate?.ok === false
+              ? { input_problem: estimate.problem }
+              : {}),
           verdict: decision.verdict,
           reason: decision.reason,
           budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
@@ -434,6 +538,7 @@ export function createEngine(options: EngineOptions): Engine {
         reason: decision.reason,
         budget_remaining_usd: remaining,
         reservation_id,
+        estimate_usd: estimateUsd,
         rng: rngValue,
         params_hash: paramsHash,
         entry_seq: entry.seq,
@@ -490,53 +595,81 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     evaluate(request) {
+      if (typeof request !== "object" || request === null) {
+        return Promise.reject(new LeashError("INVALID_ARGUMENT", "evaluate needs a request object"));
+      }
+      const malformed = malformedInput(request);
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      return transaction((tx) => evaluateIn(tx, request), evaluateHints(request, accountsOf)).then(
-        ({ result, entry }) => ({ ...result, receipt: compactJws(entry) }),
-      );
+      return transaction(
+        (tx) => evaluateIn(tx, request, malformed),
+        evaluateHints(request, accountsOf, malformed !== null),
+      ).then(({ result, entry }) => ({ ...result, receipt: compactJws(entry) }));
     },
 
     postExec(request) {
+      const { call_number: callNumber } = request;
+      if (!Number.isSafeInteger(callNumber) || callNumber < 1) {
+        return Promise.reject(
+          new LeashError("INVALID_ARGUMENT", "call_number must be a whole number of at least 1"),
+        );
+      }
+      let actual: Money;
+      try {
+        actual = toMoney(request.actual_cost_usd);
+      } catch (cause) {
+        return Promise.reject(
+          new LeashError("INVALID_ARGUMENT", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
+        );
+      }
       return transaction(async (tx) => {
         const session = await loadSession(tx, request.session_id);
         const nowNs = clock.nowNs();
-        const actual = toMoney(request.actual_cost_usd);
         if (!budgetEnabled(session.config)) {
+          // Without a budget no hold records which calls were allowed; a call never evaluated is
+          // still refused.
+          if (callNumber > session.call_count) throw neverAllowed(session.session_id, callNumber);
           return {
             session_id: session.session_id,
-            call_number: request.call_number,
+            call_number: callNumber,
             actual_usd: actual.toFixed(),
             overrun_usd: "0",
             budget_remaining_usd: null,
             replayed: false,
+            late: false,
           };
         }
-        const id = reservationId(session.session_id, request.call_number);
-        if ((await tx.budgets.getReservation(id)) === null) {
-          throw new LeashError(
-            "RESERVATION_NOT_FOUND",
-            `no budget hold for call ${request.call_number} of session ${session.session_id}`,
-          );
-        }
-        const settled = await settle(tx, id, {
-          actual_usd: actual,
+        const id = reservationId(session.session_id, callNumber);
+        const hold = await tx.budgets.getReservation(id);
+        if (hold === null) throw neverAllowed(session.session_id, callNumber);
+        const settled = await settleOnce(
+          tx,
+          hold,
+          actual,
           nowNs,
-          idempotency_key: request.idempotency_key ?? `postexec:${id}`,
-        });
-        const remaining = await remainingOf(tx, session);
+          request.idempotency_key ?? `postexec:${id}`,
+        );
+        const accounts = await accountChain(tx, sessionAccountId(session.config, session));
+        const remaining = chainAvailable(accounts).toFixed();
         if (!settled.replayed) {
           await auditor.record(
             tx,
             "post_exec",
             {
               session_id: session.session_id,
-              call_number: request.call_number,
+              call_number: callNumber,
               reservation_id: id,
               estimated_usd: settled.amount_usd.toFixed(),
               actual_usd: settled.actual_usd.toFixed(),
               overrun_usd: settled.overrun_usd.toFixed(),
               success: request.success ?? true,
               budget_after_usd: remaining,
+              // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
+              // back already, and the actual was spent all the same (real money was).
+              late: settled.late,
+              hold_status: hold.status,
+              // How far past its limit this left the budget (0 within it): what an overrun beyond
+              // what was left amounts to, while the remaining reads 0.
+              over_limit_usd: overLimit(accounts),
             },
             nowNs,
           );
@@ -553,11 +686,12 @@ export function createEngine(options: EngineOptions): Engine {
         }
         return {
           session_id: session.session_id,
-          call_number: request.call_number,
+          call_number: callNumber,
           actual_usd: settled.actual_usd.toFixed(),
           overrun_usd: settled.overrun_usd.toFixed(),
           budget_remaining_usd: remaining,
           replayed: settled.replayed,
+          late: settled.late,
         };
       });
     },

@@ -11,10 +11,14 @@ export interface GuardOptions<Args extends unknown[], Result> {
   tool_name: string;
   /** The call's params for the digest and the opaque-context rule. Default: the first argument, or {}. */
   params?: (...args: Args) => Record<string, unknown>;
-  /** The estimated cost checked against the budget before the call. Default 0. */
-  estimate?: number | ((...args: Args) => number);
-  /** The actual cost after the call. Default: the estimate. */
-  cost?: (result: Result, ...args: Args) => number;
+  /**
+   * The estimated cost checked against the budget before the call (a number or exact decimal text).
+   * Default: none, so the session's `default_estimate_usd` / `tool_estimates_usd` apply; under a
+   * budget without either the call is denied (`policy_violation:missing_estimate`).
+   */
+  estimate?: number | string | ((...args: Args) => number | string);
+  /** The actual cost after the call. Default: the estimate the call was held at. */
+  cost?: (result: Result, ...args: Args) => number | string;
   /** The actual cost when the tool throws. Default 0. */
   costOnError?: number;
   /** A fresh replay token per dispatch. Default crypto.randomUUID. */
@@ -30,19 +34,18 @@ export function guard<Args extends unknown[], Result>(
 ): (...args: Args) => Promise<Result> {
   return async (...args: Args) => {
     const params = options.params ? options.params(...args) : ((args[0] ?? {}) as Record<string, unknown>);
-    const estimate =
-      typeof options.estimate === "function" ? options.estimate(...args) : (options.estimate ?? 0);
+    const estimate = typeof options.estimate === "function" ? options.estimate(...args) : options.estimate;
     const verdict = await engine.evaluate({
       session_id: options.session_id,
       tool_name: options.tool_name,
       params,
       nonce: (options.nonce ?? randomUUID)(),
-      estimated_cost_usd: estimate,
+      ...(estimate === undefined ? {} : { estimated_cost_usd: estimate }),
     });
     options.onDecision?.(verdict);
     if (verdict.verdict === "DENY") throw new LeashDenied(verdict);
     if (verdict.verdict === "HITL") throw new LeashHitl(verdict);
-    const settle = (actual: number) =>
+    const settle = (actual: number | string) =>
       engine.postExec({
         session_id: options.session_id,
         call_number: verdict.call_number,
@@ -55,7 +58,7 @@ export function guard<Args extends unknown[], Result>(
       await settle(options.costOnError ?? 0);
       throw error;
     }
-    await settle(options.cost ? options.cost(result, ...args) : estimate);
+    await settle(options.cost ? options.cost(result, ...args) : (verdict.estimate_usd ?? 0));
     return result;
   };
 }

@@ -5,6 +5,7 @@ export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
+export { MAX_RESERVATION_TTL_S } from "./limits.js";
 export {
   type OpenStoreOptions,
   openStore,

@@ -39,14 +39,23 @@ export interface EvaluateRequest {
   params?: Record<string, unknown> | null;
   /** Per-dispatch replay token; never derived from the call's content (spec §3.2 rule 3). */
   nonce?: Nonce | null;
-  estimated_cost_usd?: number;
+  /**
+   * The call's estimated cost: a number, or decimal text read exactly (`"0.1"`). Under a budget a
+   * call needs one, or a `default_estimate_usd` / `tool_estimates_usd` in its guard config; a
+   * missing, negative, NaN or non-numeric estimate is denied (`policy_violation:missing_estimate`,
+   * `policy_violation:invalid_estimate`).
+   */
+  estimated_cost_usd?: number | string | null;
 }
 
 /**
  * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
  * the extension reasons); decide() itself never returns them.
  */
-export type EngineReason = "hitl_transition:tool_mismatch";
+export type EngineReason =
+  | "hitl_transition:tool_mismatch"
+  | "policy_violation:missing_estimate"
+  | "policy_violation:invalid_estimate";
 
 export interface EvaluateResult {
   session_id: string;
@@ -57,6 +66,8 @@ export interface EvaluateResult {
   budget_remaining_usd: string | null;
   /** The hold placed for an ALLOW under a budget; settle it with postExec. */
   reservation_id: string | null;
+  /** The estimate judged against the budget (the call's own or its config's default), exact; null without one. */
+  estimate_usd: string | null;
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
@@ -83,6 +94,8 @@ export interface PostExecResult {
   overrun_usd: string;
   budget_remaining_usd: string | null;
   replayed: boolean;
+  /** Reported at or after the hold's expiry: still spent (real money was), and recorded as late. */
+  late: boolean;
 }
 
 export interface SessionView {

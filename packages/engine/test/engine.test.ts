@@ -82,9 +82,10 @@ describe.each(KINDS)("engine on %s", (kind) => {
       "circuit_open",
     );
     await engine.reset(s.session_id, "ops@example.com");
-    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 9 })).verdict).toBe(
-      "ALLOW",
-    );
+    expect(
+      (await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 9, estimated_cost_usd: 0.1 }))
+        .verdict,
+    ).toBe("ALLOW");
   });
 
   it("computes repeat counts itself and stops a retry loop (error amplification)", async () => {
@@ -358,7 +359,12 @@ describe.each(KINDS)("engine on %s", (kind) => {
     });
     expect(denied.reason).toBe("hitl_transition:reject");
     await engine.reset(s.session_id, "bob");
-    const after = await engine.evaluate({ session_id: s.session_id, tool_name: "u", nonce: 3 });
+    const after = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "u",
+      nonce: 3,
+      estimated_cost_usd: 0.1,
+    });
     expect(after.reason).toBe("budget_threshold"); // the reset cleared the rejection, not the policy
     const s2 = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
     const held = await engine.evaluate({

@@ -1,5 +1,6 @@
 // Model-based test: random register/evaluate/postExec/expire sequences on each substrate agree
-// with a small in-memory model built from core's decide + feedback and exact decimals.
+// with a small in-memory model built from core's decide + feedback and exact decimals (late
+// settlements of expired holds still spend; a second settlement replays or is refused).
 
 import { generateKeyPair } from "@leash/chain";
 import { type Config, decide, feedback, type State } from "@leash/core";
@@ -88,15 +89,24 @@ class Model {
     this.state = feedback(this.config, state, call, d, { nowNs: now });
     return { verdict: d.verdict, reason: d.reason, call_number: this.calls };
   }
-  settle(callNumber: number, actual: number) {
-    const hold = this.holds.get(callNumber);
-    if (!hold) return false;
-    this.holds.delete(callNumber);
+  /** Expired holds: given back, but a late settlement still spends its actual. */
+  expired = new Set<number>();
+  settled = new Map<number, number>();
+  settle(callNumber: number, actual: number): "settled" | "replayed" | "refused" {
+    const first = this.settled.get(callNumber);
+    if (first !== undefined) return first === actual ? "replayed" : "refused";
+    if (!this.holds.delete(callNumber) && !this.expired.delete(callNumber)) return "refused";
+    this.settled.set(callNumber, actual);
     this.spent = this.spent.plus(actual);
-    return true;
+    return "settled";
   }
   expire(now: number) {
-    for (const [n, h] of this.holds) if (h.at + TTL_MS * 1e6 <= now) this.holds.delete(n);
+    for (const [n, h] of this.holds) {
+      if (h.at + TTL_MS * 1e6 <= now) {
+        this.holds.delete(n);
+        this.expired.add(n);
+      }
+    }
   }
 }
 
@@ -149,8 +159,8 @@ describe.each(KINDS)("engine agrees with the model on %s", (kind) => {
                 actual_cost_usd: op.actual,
               })
               .then(
-                (r) => !r.replayed,
-                () => false,
+                (r) => (r.replayed ? "replayed" : "settled"),
+                () => "refused",
               );
             expect(result).toBe(settledInModel);
           } else {

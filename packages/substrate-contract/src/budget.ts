@@ -259,7 +259,7 @@ export function defineBudgetContract(opts: SubstrateContractOptions): void {
       expect(await balances(handles[1], "acct")).toEqual([["acct", "0.35", "0"]]);
     });
 
-    it("expired holds are returned, marked EXPIRED, and cannot be settled or released afterwards", async () => {
+    it("expired holds are returned, marked EXPIRED, and cannot be released afterwards", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await sub.transaction(async (tx) => {
         await root(tx, "acct", "1");
@@ -276,15 +276,41 @@ export function defineBudgetContract(opts: SubstrateContractOptions): void {
       expect(await balances(sub, "acct")).toEqual([["acct", "0", "0.1"]]);
       const stored = await sub.transaction((tx) => tx.budgets.getReservation("old"));
       expect(stored?.status).toBe("EXPIRED");
-      const late = await rejection(
-        sub.transaction((tx) =>
-          settle(tx, "old", { actual_usd: "0.3", nowNs: T0 + 200, idempotency_key: "k" }),
-        ),
-      );
-      expect(late).toMatchObject({ code: "already_resolved", status: "EXPIRED", reservationId: "old" });
       const released = await rejection(sub.transaction((tx) => release(tx, "older", { nowNs: T0 + 200 })));
       expect(released).toMatchObject({ code: "already_resolved", status: "EXPIRED" });
       expect(await sub.transaction((tx) => expire(tx, T0 + 100, 10))).toEqual([]);
+    });
+
+    it("a settlement after the hold expired still spends the actual, once, from either handle", async () => {
+      const [a, b] = await twoHandles(await useHarness(opts));
+      await a.transaction(async (tx) => {
+        await root(tx, "acct", "1");
+        await reserve(tx, hold("late", "acct", "0.3", { ttlNs: 100 }));
+        await reserve(tx, hold("kept", "acct", "0.5", { ttlNs: TTL_NS }));
+      });
+      expect((await a.transaction((tx) => expire(tx, T0 + 100, 10))).map((r) => r.reservation_id)).toEqual([
+        "late",
+      ]);
+      // 0.8 spent against the 0.5 left: recorded as it is, available then reads 0.
+      const late = await b.transaction((tx) =>
+        settle(tx, "late", { actual_usd: "0.8", nowNs: T0 + 200, idempotency_key: "k" }),
+      );
+      expect([late.late, late.replayed, late.overrun_usd.toFixed()]).toEqual([true, false, "0.5"]);
+      expect(late.reservation).toMatchObject({ status: "SETTLED", actual_usd: "0.8", resolved_ns: T0 + 200 });
+      expect(await balances(a, "acct")).toEqual([["acct", "0.8", "0.5"]]);
+      expect((await b.transaction((tx) => available(tx, "acct"))).toFixed()).toBe("0");
+      const again = await a.transaction((tx) =>
+        settle(tx, "late", { actual_usd: "0.8", nowNs: T0 + 300, idempotency_key: "k" }),
+      );
+      expect({ ...again, replayed: false }).toEqual(late);
+      const conflict = await rejection(
+        b.transaction((tx) =>
+          settle(tx, "late", { actual_usd: "0.2", nowNs: T0 + 300, idempotency_key: "k" }),
+        ),
+      );
+      expect(BudgetGuardError.isInstance(conflict) && conflict.code).toBe("settlement_conflict");
+      expect(await balances(b, "acct")).toEqual([["acct", "0.8", "0.5"]]);
+      expect(await a.transaction((tx) => expire(tx, T0 + 300, 10))).toEqual([]);
     });
 
     it("a hold commits or rolls back with the transaction it was made in", async () => {

@@ -2,7 +2,7 @@
 // The verdict is the engine's; the exit status mirrors it (0 ALLOW, 3 DENY, 4 HITL) so scripts can branch.
 import type { Verdict } from "@leash/core";
 import type { Command } from "commander";
-import { moneyNumber, moneyText, nonce, nonEmpty, positiveInteger } from "../args.js";
+import { moneyText, nonce, nonEmpty, positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import { type Io, parseJsonKeepingText, readSource } from "../io.js";
 import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
@@ -18,7 +18,8 @@ export interface EvaluateOptions extends StoreOptions, KeyOptions {
   readonly tool: string;
   readonly params?: string;
   readonly nonce?: string | number;
-  readonly estimate?: number;
+  /** Kept as text: the engine reads it as an exact decimal (`1.0000000000000000000000001` is more than 1). */
+  readonly estimate?: string;
 }
 
 /**
@@ -88,7 +89,11 @@ export function registerEvaluate(program: Command, io: Io, setExit: (code: numbe
           "the call's params as JSON, or @FILE to read them from a file (@- for stdin)",
         )
         .option("--nonce <n>", "a fresh replay token per dispatch (digits are read as a number)", nonce)
-        .option("--estimate <usd>", "estimated cost in USD, held against the budget on ALLOW", moneyNumber),
+        .option(
+          "--estimate <usd>",
+          "estimated cost in USD (exact decimal), held against the budget on ALLOW; under a budget a call needs one unless the guard config has default_estimate_usd / tool_estimates_usd",
+          moneyText,
+        ),
     ),
   )
     .addHelpText(

@@ -6,6 +6,16 @@ const count = { type: "integer", minimum: 0 } as const;
 const nonce = { type: ["string", "integer", "null"] } as const;
 const digest = { type: ["string", "null"] } as const;
 const nanos = { type: ["integer", "null"] } as const;
+/**
+ * An estimate: a non-negative number or plain decimal text (read exactly, never through a float),
+ * as @leash/budget-guard's readEstimate accepts it.
+ */
+const estimate = {
+  type: ["number", "string"],
+  minimum: 0,
+  maxLength: 100,
+  pattern: "^\\+?(\\d+(\\.\\d*)?|\\.\\d+)([eE][+-]?\\d{1,4})?$",
+} as const;
 
 export const configSchema = {
   $id: "leash:config",
@@ -25,6 +35,8 @@ export const configSchema = {
     hitl_mode: { enum: ["never", "on_deny", "on_threshold", "always"] },
     hitl_budget_threshold: { type: "number", minimum: 0, maximum: 1 },
     parent_guard_id: { type: "string", minLength: 1 },
+    default_estimate_usd: estimate,
+    tool_estimates_usd: { type: "object", additionalProperties: estimate },
   },
 } as const;
 
