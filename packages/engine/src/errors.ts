@@ -1,7 +1,7 @@
 // The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
 // Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
 import type { Reason, Verdict } from "@leash/core";
-import type { EvaluateResult } from "./types.js";
+import type { EngineReason, EvaluateResult } from "./types.js";
 
 const MARKER = Symbol.for("leash.engine.LeashError");
 
@@ -13,6 +13,7 @@ export type LeashErrorCode =
   | "RESERVATION_NOT_FOUND"
   | "CONFIG_INVALID"
   | "KEY_NOT_IN_FORCE"
+  | "CHAIN_UNVERIFIED"
   | "DENIED"
   | "HITL_REQUIRED";
 
@@ -35,7 +36,7 @@ export class LeashError extends Error {
 export class LeashDenied extends LeashError {
   override name = "LeashDenied";
   readonly verdict: Verdict = "DENY";
-  readonly reason: Reason;
+  readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
@@ -50,7 +51,7 @@ export class LeashDenied extends LeashError {
 export class LeashHitl extends LeashError {
   override name = "LeashHitl";
   readonly verdict: Verdict = "HITL";
-  readonly reason: Reason;
+  readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
