@@ -83,8 +83,7 @@ async function expectRefused(
   where: { index: number; kind: ChainFailureKind },
 ): Promise<void> {
   const before = await readChain(substrate);
-  const report = await engine.open();
-  expect(report).toMatchObject({ verified: false, failure: where });
+  // evaluate first: it opens the store itself (open() only reports what it found).
   for (const nonce of [10, 11]) {
     const r = await engine.evaluate({ session_id: "s", tool_name: "read", nonce });
     expect(r).toMatchObject({
@@ -97,6 +96,7 @@ async function expectRefused(
     expect(r.error).toContain(`at entry ${where.index} `);
     expect(r.error).toContain(`: ${where.kind}: `);
   }
+  expect(await engine.open()).toMatchObject({ verified: false, failure: where });
   await expect(engine.register({ agent_id: "bot", config: {} })).rejects.toMatchObject({
     code: "CHAIN_UNVERIFIED",
   });
