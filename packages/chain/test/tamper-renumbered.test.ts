@@ -152,3 +152,38 @@ describe("fromCheckpoint", () => {
     });
   });
 });
+
+describe('signatures: "last"', () => {
+  const at = (count: number) => ({ count, head_hash: entries[count - 1]!.entry_hash });
+  const resumed = { publicKeys: [next.publicKeyHex], checkpoint: at(151), fromCheckpoint: true } as const;
+  const withSignature = (row: ChainEntryRecord, from: ChainEntryRecord) => ({
+    ...row,
+    signature: from.signature,
+  });
+
+  it("checks the last entry's signature, and everything else on every entry", async () => {
+    const rows = entries.slice(150);
+    expect(await verifyChain(rows, { ...resumed, signatures: "last" })).toMatchObject({ ok: true, count: N });
+    const badLast = [...rows.slice(0, -1), withSignature(rows.at(-1)!, rows[3]!)];
+    expect(await verifyChain(badLast, { ...resumed, signatures: "last" })).toMatchObject({
+      ok: false,
+      failure: { index: N - 1, kind: "bad_signature" },
+    });
+    const edited = rows.slice();
+    edited[10] = { ...edited[10]!, body: edited[10]!.body.replace('"v":1', '"v":2') };
+    expect(await verifyChain(edited, { ...resumed, signatures: "last" })).toMatchObject({
+      ok: false,
+      failure: { index: 160, kind: "edited" },
+    });
+  });
+
+  it("leaves a middle entry's signature to full verification (documented)", async () => {
+    const rows = entries.slice(150);
+    rows[10] = withSignature(rows[10]!, rows[11]!);
+    expect(await verifyChain(rows, { ...resumed, signatures: "last" })).toMatchObject({ ok: true });
+    expect(await verifyChain(rows, resumed)).toMatchObject({
+      ok: false,
+      failure: { index: 160, kind: "bad_signature" },
+    });
+  });
+});

@@ -249,7 +249,9 @@ export class ChainTrust {
         "append",
       );
     }
-    // Entries other writers appended since the tip: verified before anything links onto them.
+    // Entries other writers appended since the tip: verified before anything links onto them. Only
+    // the head's signature is checked: it covers, through hashes and links, every entry back to the
+    // tip, each of which its writer checked before linking onto it (verifyChain signatures: "last").
     const from = Math.max(0, tip.count - 1);
     const rows = await tx.chain.range(from, head.seq - from + 1);
     const keys = tip.key?.publicKeyHex ?? null;
@@ -257,11 +259,12 @@ export class ChainTrust {
       this.#backend,
       rows,
       tip.count === 0
-        ? { publicKeys: [...this.options.trustedKeys.values()] }
+        ? { publicKeys: [...this.options.trustedKeys.values()], signatures: "last" }
         : {
             publicKeys: keys === null ? [...this.options.trustedKeys.values()] : [keys],
             checkpoint: { count: tip.count, head_hash: tip.head_hash },
             fromCheckpoint: true,
+            signatures: "last",
           },
     );
     if (!result.ok) throw this.#refuse(result.failure, "append");
