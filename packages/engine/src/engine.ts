@@ -514,7 +514,9 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     getSession(sessionId) {
-      return transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
+      // A read: it decides and appends nothing, so it needs no verified chain (read-only tools use it
+      // without any trusted key); what it returns is the snapshot, which `leash verify --replay` checks.
+      return substrate.transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
     },
 
     resume(request) {
