@@ -115,8 +115,7 @@ export class Auditor {
   committed(tx: SubstrateTx): void {
     const chainId = this.#readIn.get(tx);
     if (chainId !== undefined) this.#chainId ??= chainId;
-    const appended = this.#appendedIn.get(tx);
-    if (appended !== undefined) this.trust.ownCommitted(appended);
+    this.trust.committed(tx, this.#appendedIn.get(tx));
   }
 }
 

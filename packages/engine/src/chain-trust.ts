@@ -125,6 +125,8 @@ export class ChainTrust {
 
   /** Refused for good: every later call fails closed with the same error. */
   #refuse(failure: ChainFailure, when: "open" | "append"): ChainUnverifiedError {
+    if (this.#refused === null && this.report !== null)
+      this.report = { ...this.report, verified: false, failure };
     this.#refused ??= new ChainUnverifiedError(failure, when);
     return this.#refused;
   }
@@ -212,14 +214,19 @@ export class ChainTrust {
     return key;
   }
 
+  /** Tips verified inside open transactions: trusted only once the transaction commits (see committed). */
+  readonly #verifiedIn = new WeakMap<SubstrateTx, Tip>();
+
   /**
    * Checks, inside the appending transaction, that the head it links onto is trusted: its own last
    * entry, the tip, or entries other writers appended after the tip, which it verifies first.
-   * Returns the id of the key in force at the head (null for an empty chain).
+   * Returns the id of the key in force at the head (null for an empty chain, or its own entry).
    * @throws ChainUnverifiedError when the head does not verify (the transaction then rolls back).
    */
   async checkAppend(tx: SubstrateTx, head: Head, ownLast: string | null): Promise<string | null> {
     if (this.#refused !== null) throw this.#refused;
+    const verified = this.#verifiedIn.get(tx);
+    if (verified !== undefined && head?.entry_hash === verified.head_hash) return verified.key?.id ?? null;
     const tip = this.#tip;
     if (tip === null)
       throw new LeashError("CHAIN_UNVERIFIED", "the engine appended before opening its store");
@@ -282,14 +289,21 @@ export class ChainTrust {
     // Verified, so every rotation among them is genuine, and the last row's signer is in force.
     for (const row of rows) if (row.kind === "key_rotation") this.#learn(keyAfter(row, this.#known));
     const key = this.#learn(keyAfter(rows[rows.length - 1]!, this.#known));
-    this.#tip = { count: result.count, head_hash: result.head_hash, key };
-    this.#advance();
-    return this.#tip.key?.id ?? null;
+    // Not the tip yet: in a group commit the head may be another engine's entry of the same batch,
+    // which a failed COMMIT takes away again.
+    this.#verifiedIn.set(tx, { count: result.count, head_hash: result.head_hash, key });
+    return key.id;
   }
 
-  /** Own entries of a committed transaction: the tip moves over them without verifying them again. */
-  ownCommitted(entries: readonly ChainEntryRecord[]): void {
-    for (const entry of entries) this.#waiting.set(entry.prev_hash, entry);
+  /**
+   * `tx` committed: what it verified becomes the tip, and the tip moves over the entries it appended
+   * (own entries are not verified again).
+   */
+  committed(tx: SubstrateTx, appended: readonly ChainEntryRecord[] | undefined): void {
+    const verified = this.#verifiedIn.get(tx);
+    if (verified !== undefined && this.#tip !== null && verified.count > this.#tip.count)
+      this.#tip = verified;
+    for (const entry of appended ?? []) this.#waiting.set(entry.prev_hash, entry);
     this.#advance();
   }
 

@@ -313,3 +313,49 @@ describe.each(SQL_KINDS)("%s: history before the checkpoint", (kind) => {
     );
   });
 });
+
+describe("a shared COMMIT that fails (group commit) with two engines on one handle", () => {
+  it("does not leave an engine trusting the other's rolled-back entry (no false refusal)", async () => {
+    store = await openStore("memory");
+    const inner = store.substrate;
+    // Runs the next two transactions in one inner transaction, as a group commit would, then fails
+    // that COMMIT: both roll back, the entry one engine verified of the other's included.
+    let batch: Array<{ fn: (tx: never) => Promise<unknown>; settle: (e: unknown) => void }> | null = null;
+    const batching = Object.create(inner) as Substrate;
+    batching.transaction = (<T>(fn: (tx: never) => Promise<T>): Promise<T> => {
+      if (batch === null) return inner.transaction(fn as never);
+      const queued = batch;
+      return new Promise<T>((_, reject) => {
+        queued.push({ fn, settle: reject });
+        if (queued.length < 2) return;
+        batch = null;
+        void inner
+          .transaction(async (tx) => {
+            for (const job of queued) await job.fn(tx as never);
+            throw new Error("COMMIT failed");
+          })
+          .catch((error: unknown) => {
+            for (const job of queued) job.settle(error);
+          });
+      });
+    }) as Substrate["transaction"];
+    const a = createEngine({ substrate: batching, signer: KEY.signer });
+    const b = createEngine({ substrate: batching, signer: KEY.signer });
+    await a.open();
+    await b.open();
+    batch = [];
+    const lost = await Promise.allSettled([
+      a.register({ agent_id: "bot", session_id: "a", config: {} }),
+      b.register({ agent_id: "bot", session_id: "b", config: {} }),
+    ]);
+    expect(lost.map((r) => r.status)).toEqual(["rejected", "rejected"]);
+    expect(await readChain(inner)).toEqual([]);
+    await b.register({ agent_id: "bot", session_id: "b", config: {} });
+    expect((await b.evaluate({ session_id: "b", tool_name: "t", nonce: 1 })).verdict).toBe("ALLOW");
+    expect((await a.evaluate({ session_id: "b", tool_name: "t", nonce: 2 })).verdict).toBe("ALLOW");
+    expect(await verifyChain(await readChain(inner), { publicKeys: [KEY.publicKeyHex] })).toMatchObject({
+      ok: true,
+      count: 3,
+    });
+  });
+});
