@@ -348,11 +348,11 @@ class ChainWalk {
         message: `key ${body.key_id} was retired by the key_rotation at seq ${key.retiredBy}`,
       };
     }
+    if (!this.checkSignature) return null;
     const signature = typeof record.signature === "string" ? base64UrlDecode(record.signature) : null;
     if (signature === null || signature.length !== 64) {
       return { kind: "bad_signature", message: "signature is not 64 bytes of canonical base64url" };
     }
-    if (!this.checkSignature) return null;
     const input = `${protectedHeaderB64(body.key_id)}.${this.backend.base64Url(record.body)}`;
     if (!this.backend.verify(input, signature, key.prepared)) {
       return { kind: "bad_signature", message: `signature does not verify with key ${body.key_id}` };
