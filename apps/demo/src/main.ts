@@ -76,8 +76,11 @@ async function main(): Promise<number> {
 
     let good = 0;
     for (const step of steps)
-      if ((await verifyReceipt(step.result.receipt, key.signer.publicKeyHex)).ok) good++;
-    const forged = steps[0]!.result.receipt.replace(/\.(.)/, (_, c: string) => `.${c === "e" ? "f" : "e"}`);
+      if ((await verifyReceipt(step.result.receipt ?? "", key.signer.publicKeyHex)).ok) good++;
+    const forged = (steps[0]!.result.receipt ?? "").replace(
+      /\.(.)/,
+      (_, c: string) => `.${c === "e" ? "f" : "e"}`,
+    );
     const rejected = !(await verifyReceipt(forged, key.signer.publicKeyHex)).ok;
     out();
     out(

@@ -1,8 +1,9 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
-import { buildEntry, chainIdOf, type Json, parseEntryBody, type Signer } from "@leash/chain";
+import { buildEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
+import type { ChainTrust } from "./chain-trust.js";
 import { LeashError } from "./errors.js";
 
 /**
@@ -38,24 +39,25 @@ export class Auditor {
    * failed COMMIT takes away, and every later entry would then name a chain that never existed.
    */
   readonly #readIn = new WeakMap<SubstrateTx, string>();
-  /** The head this engine last appended: while it is still the head, the key in force is known. */
+  /** The head this engine last appended: while it is still the head, it is trusted and its key known. */
   #lastAppended: string | null = null;
+  /** The entries each open transaction appended, handed to the trust once it commits. */
+  readonly #appendedIn = new WeakMap<SubstrateTx, ChainEntryRecord[]>();
 
-  constructor(public signer: Signer) {}
+  constructor(
+    public signer: Signer,
+    private readonly trust: ChainTrust,
+  ) {}
 
   /**
-   * Refuses to sign when another writer has moved the chain to a different key (a rotation by
-   * another process): such entries would only ever verify as `unknown_key`. Checked only when the
-   * head is not this engine's own last entry, so a lone writer pays one head read per entry.
+   * Refuses to link onto a head that does not verify (ChainTrust.checkAppend: entries other writers
+   * appended are verified first), and to sign when another writer has moved the chain to a
+   * different key (a rotation by another process): such entries would only ever verify as
+   * `unknown_key`. A lone writer whose own entry is the head pays nothing beyond the head read.
    */
   async #assertKeyInForce(tx: SubstrateTx, head: ChainHead | null): Promise<void> {
-    if (head === null || head.entry_hash === this.#lastAppended) return;
-    const [entry] = await tx.chain.range(head.seq, 1);
-    if (entry === undefined) return;
-    const body = parseEntryBody(entry.body);
-    if (typeof body === "string") return; // verification reports a damaged head; signing adds nothing to it
-    const inForce = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
-    if (inForce !== this.signer.keyId) {
+    const inForce = await this.trust.checkAppend(tx, head, this.#lastAppended);
+    if (inForce !== null && inForce !== this.signer.keyId) {
       throw new LeashError(
         "KEY_NOT_IN_FORCE",
         `the audit chain is signed with key ${inForce} now, not this engine's key ${this.signer.keyId}: load the current key`,
@@ -100,13 +102,20 @@ export class Auditor {
     // newSeq: the append above claims this seq under the head's lock, so no item can hold it.
     await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry, { newSeq: true })]);
     this.#lastAppended = entry.entry_hash;
+    const appended = this.#appendedIn.get(tx);
+    if (appended === undefined) this.#appendedIn.set(tx, [entry]);
+    else appended.push(entry);
     return entry;
   }
 
-  /** Call once `tx` has committed: the chain id it read is then known to be the chain's for good. */
+  /**
+   * Call once `tx` has committed: the chain id it read is then known to be the chain's for good,
+   * and the trusted tip moves over the entries it appended.
+   */
   committed(tx: SubstrateTx): void {
     const chainId = this.#readIn.get(tx);
     if (chainId !== undefined) this.#chainId ??= chainId;
+    this.trust.committed(tx, this.#appendedIn.get(tx));
   }
 }
 

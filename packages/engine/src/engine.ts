@@ -16,7 +16,7 @@ import {
   toMoney,
   ZERO,
 } from "@leash/budget-guard";
-import { compactJws, keyRotationData, type Signer } from "@leash/chain";
+import { type Checkpoint, compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
   type BudgetAccount,
   type Call,
@@ -43,6 +43,7 @@ import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
 import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
+import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
 import { LeashAlreadyDecided, LeashError } from "./errors.js";
 import {
   bindToPausedTool,
@@ -55,6 +56,7 @@ import {
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { checkResumeRequest } from "./resume-input.js";
 import type {
+  ChainOpenReport,
   EngineOptions,
   EvaluateRequest,
   EvaluateResult,
@@ -213,6 +215,14 @@ export interface Engine {
   rotateKey(next: Signer, operatorId: string): Promise<void>;
   /** The public key that signs new entries (hex). */
   readonly publicKeyHex: string;
+  /**
+   * Verifies the store's audit chain from the last trusted checkpoint (from the genesis without
+   * one); every other method does this first, once. While the chain does not verify, evaluate
+   * answers DENY `fail_closed:chain_unverified` and every other call rejects with CHAIN_UNVERIFIED.
+   */
+  open(): Promise<ChainOpenReport>;
+  /** At a clean shutdown: writes the checkpoint of the chain as this engine verified and wrote it. */
+  close(): Promise<Checkpoint | null>;
 }
 
 export function createEngine(options: EngineOptions): Engine {
@@ -227,7 +237,13 @@ export function createEngine(options: EngineOptions): Engine {
       "createEngine needs a signer: every decision is signed into the audit chain",
     );
   }
-  const auditor = new Auditor(options.signer);
+  // Opening the store (chain-trust.ts): verified once before the first call, and at every append.
+  const trust = new ChainTrust({
+    substrate,
+    trustedKeys: trustedKeyMap([...(options.trustedKeys ?? []), options.signer.publicKeyHex]),
+    readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
+  });
+  const auditor = new Auditor(options.signer, trust);
   /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
   const accountsOf = new Map<string, readonly string[]>();
   function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
@@ -240,6 +256,8 @@ export function createEngine(options: EngineOptions): Engine {
 
   /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
   function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
+    // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
+    if (!trust.trusted) return trust.ready().then(() => transaction(fn, hints));
     let last: SubstrateTx | undefined;
     return substrate
       .transaction((tx) => {
@@ -603,7 +621,13 @@ export function createEngine(options: EngineOptions): Engine {
       return transaction(
         (tx) => evaluateIn(tx, request, malformed),
         evaluateHints(request, accountsOf, malformed !== null),
-      ).then(({ result, entry }) => ({ ...result, receipt: compactJws(entry) }));
+      ).then(
+        ({ result, entry }) => ({ ...result, receipt: compactJws(entry) }),
+        (error: unknown) => {
+          if (error instanceof ChainUnverifiedError) return chainUnverified(request, error);
+          throw error;
+        },
+      );
     },
 
     postExec(request) {
@@ -697,7 +721,9 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     getSession(sessionId) {
-      return transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
+      // A read: it decides and appends nothing, so it needs no verified chain (read-only tools use it
+      // without any trusted key); what it returns is the snapshot, which `leash verify --replay` checks.
+      return substrate.transaction(async (tx) => view(tx, await loadSession(tx, sessionId)));
     },
 
     resume(input) {
@@ -888,10 +914,48 @@ export function createEngine(options: EngineOptions): Engine {
         );
       });
       auditor.signer = next; // only once the rotation entry is committed
+      // A checkpoint past the rotation lets an engine that holds only the next key open from it.
+      const checkpoint = trust.checkpoint;
+      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
     },
 
     get publicKeyHex() {
       return auditor.signer.publicKeyHex;
     },
+
+    async open() {
+      try {
+        await trust.ready();
+      } catch (error) {
+        if (!(error instanceof ChainUnverifiedError)) throw error;
+      }
+      return trust.report!;
+    },
+
+    async close() {
+      const checkpoint = trust.checkpoint;
+      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
+      return checkpoint;
+    },
+  };
+}
+
+/** DENY without a decision or an entry: the store's chain does not verify (fail closed). */
+function chainUnverified(request: EvaluateRequest, error: ChainUnverifiedError): EvaluateResult {
+  return {
+    session_id: request.session_id,
+    call_number: 0,
+    verdict: "DENY",
+    reason: "fail_closed:chain_unverified",
+    budget_remaining_usd: null,
+    estimate_usd: null,
+    reservation_id: null,
+    rng: null,
+    params_hash: null,
+    entry_seq: null,
+    entry_hash: null,
+    receipt: null,
+    chain_failure: error.failure,
+    error: error.message,
   };
 }

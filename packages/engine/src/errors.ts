@@ -16,6 +16,7 @@ export type LeashErrorCode =
   | "CONFIG_INVALID"
   | "KEY_NOT_IN_FORCE"
   | "MISSING_DEPENDENCY"
+  | "CHAIN_UNVERIFIED"
   | "DENIED"
   | "HITL_REQUIRED";
 

@@ -1,6 +1,6 @@
 // The engine's public request and result shapes (library mode, spec Model A).
 // Plain data; the wire package maps them onto SP/1.0 messages.
-import type { Signer } from "@leash/chain";
+import type { ChainFailure, Checkpoint, Signer } from "@leash/chain";
 import type {
   Clock,
   Config,
@@ -23,6 +23,44 @@ export interface EngineOptions {
   reservationTtlMs?: number;
   /** New ids (sessions, HITL requests). Default crypto.randomUUID. */
   newId?: () => string;
+  /**
+   * Keys trusted to sign the chain from its genesis on (hex or raw bytes). Default: the signer's own
+   * key. Without a checkpoint, a chain whose genesis key is not among them is trusted from the last
+   * key_rotation that hands over to one of them (history before it is left to `leash verify`).
+   */
+  trustedKeys?: readonly (string | Uint8Array)[];
+  /**
+   * Where the last trusted checkpoint lives (@leash/recovery's fileCheckpointStore, as `leash recover`
+   * keeps it). The engine verifies the chain from it when it opens the store, and `close()` (and a key
+   * rotation) writes a new one. Without one, the chain is verified from its genesis at every open.
+   */
+  checkpointStore?: CheckpointStore;
+  /** A checkpoint the caller has just verified itself (recover() does): read instead of checkpointStore. */
+  trustedCheckpoint?: Checkpoint;
+}
+
+/** Keeps one checkpoint, somewhere the store's writers cannot reach (same shape as @leash/recovery's). */
+export interface CheckpointStore {
+  readonly location: string;
+  /** The stored checkpoint, or null when none was ever written; rejects when it is unreadable. */
+  read(): Promise<Checkpoint | null>;
+  /** Replaces it; once resolved, a crash leaves the old or the new one, whole. */
+  write(checkpoint: Checkpoint): Promise<void>;
+}
+
+/** What the engine found when it opened its store's chain (see Engine.open). */
+export interface ChainOpenReport {
+  verified: boolean;
+  /** Where verification started: entry 0, the checkpoint's head, or the rotation to a trusted key. */
+  trusted_from: "genesis" | "checkpoint" | "key_rotation";
+  /** The seq of the first entry read; entries before it are trusted history, not read. */
+  from_seq: number;
+  /** Entries read (and, but for the trusted first one, verified) by this open. */
+  entries_read: number;
+  /** Entries in the trusted chain, or verified before the failure. */
+  count: number;
+  failure: ChainFailure | null;
+  duration_ms: number;
 }
 
 export interface RegisterRequest {
@@ -50,9 +88,11 @@ export interface EvaluateRequest {
 
 /**
  * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
- * the extension reasons); decide() itself never returns them.
+ * the extension reasons); decide() itself never returns them. `fail_closed:chain_unverified`: the
+ * store's audit chain does not verify, so nothing is decided and nothing is appended.
  */
 export type EngineReason =
+  | "fail_closed:chain_unverified"
   | "hitl_transition:tool_mismatch"
   | "policy_violation:missing_estimate"
   | "policy_violation:invalid_estimate";
@@ -71,11 +111,18 @@ export interface EvaluateResult {
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
-  /** The decision's audit chain entry: its position and hash. */
-  entry_seq: number;
-  entry_hash: string;
+  /**
+   * The decision's audit chain entry: its position and hash. Null only for a refusal without an
+   * entry (`fail_closed:chain_unverified`, whose `call_number` is then 0: no call was counted).
+   */
+  entry_seq: number | null;
+  entry_hash: string | null;
   /** A compact JWS (EdDSA) of the entry, verifiable offline with the public key (@leash/receipts). */
-  receipt: string;
+  receipt: string | null;
+  /** With `fail_closed:chain_unverified`: where the chain fails (index and kind, as `leash verify` says). */
+  chain_failure?: ChainFailure;
+  /** With `fail_closed:chain_unverified`: the one-line explanation. */
+  error?: string;
 }
 
 export interface PostExecRequest {

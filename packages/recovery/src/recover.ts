@@ -326,6 +326,13 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     }
 
     const writable = report.problems.length === 0;
+    // The engines below open the chain from what was just verified, not from the genesis again.
+    const verifiedHere = {
+      trustedKeys: options.publicKeys,
+      ...(result.ok && result.count > 0
+        ? { trustedCheckpoint: { count: result.count, head_hash: result.head_hash } }
+        : {}),
+    };
 
     // Re-enqueue what a lost enqueue left out; leave DEAD items unless asked.
     if (writable && repair && outbox.missing.length > 0) {
@@ -383,7 +390,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     if (report.reservations.overdue > 0) {
       if (writable && signer !== undefined) {
         // Through the engine, so each release gets the engine's own "reservation_expired" entry.
-        const engine = createEngine({ substrate, signer, clock });
+        const engine = createEngine({ substrate, signer, clock, ...verifiedHere });
         for (;;) {
           const n = await engine.expireReservations(EXPIRE_BATCH);
           report.reservations.expired += n;
@@ -409,7 +416,12 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     if (overdue.length > 0) {
       if (writable && signer !== undefined) {
         // Through the engine, which writes the session_stale entry with the state change.
-        const engine = createEngine({ substrate, signer, clock: { nowNs: () => sessionsNow } });
+        const engine = createEngine({
+          substrate,
+          signer,
+          clock: { nowNs: () => sessionsNow },
+          ...verifiedHere,
+        });
         for (const session of overdue) {
           const entry = await engine.markStale(session.session_id, {
             staleAfterNs: staleNs,

@@ -136,9 +136,14 @@ export function sessionIdOf(data: Record<string, unknown>): string | null {
 /**
  * Which stored column disagrees with the body, or null. Columns are copies kept for indexing;
  * a copy that differs means someone edited the row, so it is treated exactly like an edited body.
+ * `checkSeq: false` leaves the seq column out: a chain walk judges it by position instead.
  */
-export function columnProblem(record: ChainEntryRecord, body: EntryBody): string | null {
-  if (record.seq !== body.seq) return "column seq differs from the body";
+export function columnProblem(
+  record: ChainEntryRecord,
+  body: EntryBody,
+  options?: { checkSeq?: boolean },
+): string | null {
+  if (options?.checkSeq !== false && record.seq !== body.seq) return "column seq differs from the body";
   if (record.entry_id !== body.entry_id) return "column entry_id differs from the body";
   if (record.prev_hash !== body.prev_hash) return "column prev_hash differs from the body";
   if (record.key_id !== body.key_id) return "column key_id differs from the body";

@@ -26,8 +26,11 @@ export interface VerifyBackend {
  * the seq column is not a number).
  *
  * - `edited`: the entry contradicts itself — SHA-256(body) ≠ entry_hash, the body is not a v1
- *   body, or a column (seq, entry_id, prev_hash, key_id, kind, session_id, created_ns) differs
- *   from the body.
+ *   body, or a column (entry_id, prev_hash, key_id, kind, session_id, created_ns) differs from the
+ *   body; or only its seq column differs while the entry sits where its body says it belongs.
+ *   A seq column that differs is otherwise a matter of position: a store is read in column-seq
+ *   order, so moving or inserting rows means renumbering them, and the body's seq (signed) says
+ *   where the entry really belongs — such an entry is judged `reordered`, `inserted` or `removed`.
  * - `unknown_key`: signed by a key that is neither trusted nor introduced by a verified
  *   key_rotation, or by a key a rotation has since retired.
  * - `bad_signature`: the key is known but the signature does not verify.
@@ -40,7 +43,9 @@ export interface VerifyBackend {
  * - `truncated`: the checkpoint says the chain had more entries, or that entry checkpoint.count − 1
  *   had another hash. Without a checkpoint a deleted tail cannot be told from a shorter chain.
  *
- * Order of judgement for one entry: edited, then authenticity, then position. Classifying a gap
+ * Order of judgement for one entry: edited, then authenticity, then position (by the body's seq):
+ * an entry signed by a key a later rotation introduces, moved before that rotation, is `unknown_key`.
+ * Reported `seq` is the body's when the body parses, else the column's. Classifying a gap
  * reads ahead to the end of the stream; that cost is paid only by a chain that already failed.
  */
 export type ChainFailureKind =
@@ -78,6 +83,24 @@ export interface VerifyChainOptions {
   chainId?: string;
   /** Called with the number of verified entries every 1,024 entries and once at the end. */
   onProgress?: (verified: number) => void;
+  /**
+   * Start at the checkpoint instead of the genesis: the stream begins with the checkpoint's head
+   * (seq checkpoint.count − 1), which is trusted because its entry_hash is the checkpoint's, and the
+   * entries before it are trusted history, not read. Stream indexes then count from checkpoint.count
+   * − 1, so a failure still names the chain position. The key in force at the head is the one its
+   * key_rotation names, else its key_id, which `publicKeys` must hold; no other key signs after it.
+   * Needs a checkpoint with count > 0.
+   */
+  fromCheckpoint?: boolean;
+  /**
+   * "last": check the Ed25519 signature of the stream's last entry only (the stream must be an
+   * array). Every other check still runs on every entry, so each earlier entry is pinned, through
+   * the hashes and links the last signature covers, to an entry signed by the key in force: for a
+   * writer about to link onto entries other writers (each of whom checked its own predecessor)
+   * appended since its last verified head. Never for auditing a chain: a signature edited in the
+   * middle goes unseen. Default "every".
+   */
+  signatures?: "every" | "last";
 }
 
 export type ChainEntries = Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>;
@@ -106,6 +129,13 @@ class ChainWalk {
   private readonly backend: VerifyBackend;
   private readonly checkpoint: Checkpoint | undefined;
   private readonly onProgress: ((verified: number) => void) | undefined;
+  /** fromCheckpoint: the stream's first entry must be the checkpoint's head (see checkpointHead). */
+  private awaitingHead: boolean;
+  /** The stream index of the first entry: 0, or checkpoint.count − 1 when starting at a checkpoint. */
+  readonly firstIndex: number;
+  /** Signatures are checked from this stream index on (see VerifyChainOptions.signatures). */
+  signaturesFrom = 0;
+  private checkSignature = true;
 
   constructor(backend: VerifyBackend, options: VerifyChainOptions) {
     this.backend = backend;
@@ -124,6 +154,11 @@ class ChainWalk {
       }
     }
     this.checkpoint = cp;
+    this.awaitingHead = options.fromCheckpoint === true;
+    if (this.awaitingHead && (cp === undefined || cp.count === 0)) {
+      throw new ChainError("invalid_input", "fromCheckpoint needs a checkpoint of at least one entry");
+    }
+    this.firstIndex = this.awaitingHead ? cp!.count - 1 : 0;
     if (options.chainId !== undefined) {
       if (typeof options.chainId !== "string" || options.chainId === "") {
         throw new ChainError("invalid_input", "chainId must be a non-empty string");
@@ -134,12 +169,14 @@ class ChainWalk {
 
   /** Accepts the entry (undefined), fails outright, or asks to see what follows. */
   step(record: ChainEntryRecord, index: number): ChainFailure | Lookahead | undefined {
+    this.checkSignature = index >= this.signaturesFrom;
+    if (this.awaitingHead) return this.checkpointHead(record, index);
     const inspected = this.inspect(record);
     if (typeof inspected === "string") return failure(record, index, "edited", inspected);
     const body = inspected;
 
     const auth = this.authenticate(record, body);
-    if (auth !== null) return this.afterUnauthentic(record, index, auth);
+    if (auth !== null) return this.afterUnauthentic(record, index, auth, body.seq);
 
     const n = this.count;
     if (this.chainId !== null && body.chain_id !== this.chainId) {
@@ -148,26 +185,97 @@ class ChainWalk {
         index,
         "inserted",
         `entry belongs to chain ${body.chain_id}, not ${this.chainId}`,
+        body.seq,
       );
     }
+    // Position by the body's seq (signed): a renumbered seq column only says where rows were moved to.
     if (body.seq < n) {
-      return failure(record, index, "inserted", `a second entry for seq ${body.seq} (already verified)`);
+      return failure(
+        record,
+        index,
+        "inserted",
+        `a second entry for seq ${body.seq} (already verified)`,
+        body.seq,
+      );
     }
-    if (body.seq > n) return this.afterGap(record, index);
+    if (body.seq > n) return this.afterGap(record, index, body.seq);
     if (body.prev_hash !== this.head) {
       return failure(
         record,
         index,
         "inserted",
         `entry ${body.seq} links to ${body.prev_hash}, not to the entry before it (${this.head}): a fork or a foreign entry`,
+        body.seq,
       );
     }
+    // In its place by every signed field, yet its row is numbered otherwise: the column was edited.
+    if (record.seq !== body.seq) return failure(record, index, "edited", "column seq differs from the body");
     return this.accept(record, index, body);
+  }
+
+  /**
+   * The first entry of a walk that starts at the checkpoint: it must be the checkpoint's head, whole
+   * (its hash pins everything before it). Only the key in force there signs what follows.
+   */
+  private checkpointHead(record: ChainEntryRecord, index: number): ChainFailure | undefined {
+    const cp = this.checkpoint!;
+    const at = cp.count - 1;
+    const inspected = this.inspect(record);
+    if (typeof inspected === "string") return failure(record, index, "edited", inspected);
+    const body = inspected;
+    if (body.seq !== at || record.entry_hash !== cp.head_hash) {
+      // A signed-over edit of the head is still reported as what it is, when its key is known.
+      const auth = body.seq === at ? this.authenticate(record, body) : null;
+      if (auth !== null) return failure(record, index, auth.kind, auth.message, body.seq);
+      return failure(
+        record,
+        index,
+        "truncated",
+        body.seq === at
+          ? `entry ${at} is not the checkpoint's head ${cp.head_hash}: the chain was cut here and rewritten`
+          : `the checkpoint's head, entry ${at}, is not where the checkpoint says (entry ${body.seq} is): the chain was cut or rewritten`,
+        body.seq,
+      );
+    }
+    if (record.seq !== body.seq) return failure(record, index, "edited", "column seq differs from the body");
+    if (this.chainId !== null && body.chain_id !== this.chainId) {
+      return failure(
+        record,
+        index,
+        "inserted",
+        `entry belongs to chain ${body.chain_id}, not ${this.chainId}`,
+        body.seq,
+      );
+    }
+    const inForce =
+      body.kind === "key_rotation"
+        ? {
+            id: body.data.next_key_id as string,
+            prepared: this.backend.prepareKey(publicKeyBytes(body.data.next_public_key as string)),
+          }
+        : { id: body.key_id, prepared: this.keys.get(body.key_id)?.prepared };
+    // Keys retired before the checkpoint must not sign after it, so only the one in force stays.
+    this.keys.clear();
+    if (inForce.prepared !== undefined)
+      this.keys.set(inForce.id, { prepared: inForce.prepared, retiredBy: null });
+    this.chainId = body.chain_id;
+    this.head = record.entry_hash;
+    this.count = cp.count;
+    this.awaitingHead = false;
+    return undefined;
   }
 
   /** Runs after the stream ends without an entry-level failure. */
   end(streamLength: number): VerifyChainResult {
     const cp = this.checkpoint;
+    if (this.awaitingHead) {
+      return this.failed({
+        index: streamLength,
+        seq: cp!.count - 1,
+        kind: "truncated",
+        message: `the checkpoint counts ${cp!.count} entries; the chain has no entry ${cp!.count - 1}`,
+      });
+    }
     if (cp !== undefined && this.count < cp.count) {
       return this.failed({
         index: streamLength,
@@ -220,7 +328,7 @@ class ChainWalk {
     }
     const body = parseEntryBody(record.body);
     if (typeof body === "string") return body;
-    return columnProblem(record, body) ?? body;
+    return columnProblem(record, body, { checkSeq: false }) ?? body;
   }
 
   private authenticate(
@@ -240,6 +348,7 @@ class ChainWalk {
         message: `key ${body.key_id} was retired by the key_rotation at seq ${key.retiredBy}`,
       };
     }
+    if (!this.checkSignature) return null;
     const signature = typeof record.signature === "string" ? base64UrlDecode(record.signature) : null;
     if (signature === null || signature.length !== 64) {
       return { kind: "bad_signature", message: "signature is not 64 bytes of canonical base64url" };
@@ -251,13 +360,25 @@ class ChainWalk {
     return null;
   }
 
-  /** True when `record` is exactly the entry that may come next: authentic, right seq, right link. */
+  /** Cheap test that a body may hold `"seq":count`, made once per count (a lookahead never moves it). */
+  private seqProbe: { count: number; test: RegExp } | null = null;
+
+  /**
+   * True when `record` is exactly the entry that may come next: authentic, right seq, right link.
+   * The seq is the body's: a renumbered row is still the entry its signed body says it is.
+   */
   isNext(record: ChainEntryRecord): boolean {
-    if (typeof record !== "object" || record === null || record.seq !== this.count) return false;
+    this.checkSignature = true; // classifying a failure: no shortcut
+    if (typeof record !== "object" || record === null || typeof record.body !== "string") return false;
+    if (this.seqProbe?.count !== this.count) {
+      this.seqProbe = { count: this.count, test: new RegExp(`"seq"\\s*:\\s*${this.count}(?![0-9])`) };
+    }
+    if (!this.seqProbe.test.test(record.body)) return false;
     const body = this.inspect(record);
-    if (typeof body === "string" || this.authenticate(record, body) !== null) return false;
+    if (typeof body === "string" || body.seq !== this.count) return false;
+    if (this.authenticate(record, body) !== null) return false;
     if (this.chainId !== null && body.chain_id !== this.chainId) return false;
-    return body.seq === this.count && body.prev_hash === this.head;
+    return body.prev_hash === this.head;
   }
 
   /** An unauthentic entry is "inserted" if the genuine next entry follows it directly. */
@@ -265,8 +386,9 @@ class ChainWalk {
     record: ChainEntryRecord,
     index: number,
     auth: { kind: "unknown_key" | "bad_signature"; message: string },
+    seq: number,
   ): Lookahead {
-    const own = failure(record, index, auth.kind, auth.message);
+    const own = failure(record, index, auth.kind, auth.message, seq);
     return {
       feed: (next) =>
         this.isNext(next)
@@ -275,6 +397,7 @@ class ChainWalk {
               index,
               "inserted",
               `${auth.message}, and the genuine next entry follows it: an extra entry`,
+              seq,
             )
           : own,
       finish: () => own,
@@ -282,7 +405,7 @@ class ChainWalk {
   }
 
   /** A seq beyond the expected one: a deletion, unless the missing entry or a copy turns up later. */
-  private afterGap(record: ChainEntryRecord, index: number): Lookahead {
+  private afterGap(record: ChainEntryRecord, index: number, seq: number): Lookahead {
     const n = this.count;
     let successorAt = -1;
     let repeatedAt = -1;
@@ -291,7 +414,8 @@ class ChainWalk {
         record,
         index,
         "inserted",
-        `entry ${record.seq} appears early as a copy (again at index ${repeatedAt}); entry ${n} follows it`,
+        `entry ${seq} appears early as a copy (again at index ${repeatedAt}); entry ${n} follows it`,
+        seq,
       );
     return {
       feed: (next, i) => {
@@ -309,15 +433,16 @@ class ChainWalk {
       },
       finish: () => {
         if (successorAt < 0) {
-          const missing = record.seq - 1 === n ? `entry ${n} is` : `entries ${n}..${record.seq - 1} are`;
-          return failure(record, index, "removed", `${missing} missing before entry ${record.seq}`);
+          const missing = seq - 1 === n ? `entry ${n} is` : `entries ${n}..${seq - 1} are`;
+          return failure(record, index, "removed", `${missing} missing before entry ${seq}`, seq);
         }
         if (repeatedAt >= 0) return inserted();
         return failure(
           record,
           index,
           "reordered",
-          `entry ${record.seq} comes before entry ${n}, which appears later at index ${successorAt}`,
+          `entry ${seq} comes before entry ${n}, which appears later at index ${successorAt}`,
+          seq,
         );
       },
     };
@@ -329,9 +454,11 @@ function failure(
   index: number,
   kind: ChainFailureKind,
   message: string,
+  bodySeq?: number,
 ): ChainFailure {
   const seq =
-    typeof record === "object" && record !== null && Number.isSafeInteger(record.seq) ? record.seq : null;
+    bodySeq ??
+    (typeof record === "object" && record !== null && Number.isSafeInteger(record.seq) ? record.seq : null);
   return { index, seq, kind, message };
 }
 
@@ -353,9 +480,15 @@ export async function verifyChainWith(
   hooks?: { onLookahead?: () => void },
 ): Promise<VerifyChainResult> {
   const walk = new ChainWalk(backend, options);
+  if (options.signatures === "last") {
+    if (!Array.isArray(entries)) throw new ChainError("invalid_input", 'signatures: "last" needs an array');
+    walk.signaturesFrom = walk.firstIndex + entries.length - 1;
+  } else if (options.signatures !== undefined && options.signatures !== "every") {
+    throw new ChainError("invalid_input", 'signatures is "every" or "last"');
+  }
   let pending: Lookahead | undefined;
   let found: ChainFailure | undefined;
-  let index = 0;
+  let index = walk.firstIndex;
   // One step per entry; returns true to stop reading.
   const consume = (record: ChainEntryRecord): boolean => {
     if (pending !== undefined) {
