@@ -1,6 +1,6 @@
 // The errors budget-guard throws: one base class with a stable `code`, two subclasses that carry data.
 // Refusals that are ordinary outcomes (budget_exhausted, budget_overrun) are results, not errors.
-import type { ReservationStatus } from "@leash/core";
+import { LeashBaseError, type ReservationStatus } from "@leash/core";
 
 export type BudgetGuardErrorCode =
   /** A money amount is not a finite, non-negative decimal within range. */
@@ -24,31 +24,15 @@ export type BudgetGuardErrorCode =
   /** The store holds something budget-guard never writes (an unparsable amount, a negative hold). */
   | "corrupt";
 
-// Symbol.for, not a module-local Symbol: two copies of this package in one process (a bundling
-// accident, a dual install) must still recognise each other's errors.
-const BASE_MARKER = Symbol.for("leash.budget-guard.error");
-
 /** Every error budget-guard throws; `code` is stable and meant for programs, `message` for people. */
-export class BudgetGuardError extends Error {
-  readonly [BASE_MARKER] = true;
+export class BudgetGuardError extends LeashBaseError<BudgetGuardErrorCode> {
+  static override readonly marker: symbol = Symbol.for("leash.budget-guard.error");
   override readonly name: string = "BudgetGuardError";
-  readonly code: BudgetGuardErrorCode;
-
-  constructor(code: BudgetGuardErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = code;
-  }
-
-  static isInstance(error: unknown): error is BudgetGuardError {
-    return hasMarker(error, BASE_MARKER);
-  }
 }
-
-const INVALID_AMOUNT_MARKER = Symbol.for("leash.budget-guard.error.invalid_amount");
 
 /** An amount was rejected; `value` is what was passed, so a log shows the offending input. */
 export class InvalidAmountError extends BudgetGuardError {
-  readonly [INVALID_AMOUNT_MARKER] = true;
+  static override readonly marker = Symbol.for("leash.budget-guard.error.invalid_amount");
   override readonly name = "InvalidAmountError";
   override readonly code = "invalid_amount" as const;
   readonly value: unknown;
@@ -57,20 +41,14 @@ export class InvalidAmountError extends BudgetGuardError {
     super("invalid_amount", message, options);
     this.value = value;
   }
-
-  static override isInstance(error: unknown): error is InvalidAmountError {
-    return hasMarker(error, INVALID_AMOUNT_MARKER);
-  }
 }
-
-const ALREADY_RESOLVED_MARKER = Symbol.for("leash.budget-guard.error.already_resolved");
 
 /**
  * A settle or release reached a reservation that is no longer PENDING (and is not a replay of the
  * operation that resolved it); `status` tells the engine what happened instead, e.g. EXPIRED.
  */
 export class AlreadyResolvedError extends BudgetGuardError {
-  readonly [ALREADY_RESOLVED_MARKER] = true;
+  static override readonly marker = Symbol.for("leash.budget-guard.error.already_resolved");
   override readonly name = "AlreadyResolvedError";
   override readonly code = "already_resolved" as const;
   readonly reservationId: string;
@@ -81,12 +59,4 @@ export class AlreadyResolvedError extends BudgetGuardError {
     this.reservationId = reservationId;
     this.status = status;
   }
-
-  static override isInstance(error: unknown): error is AlreadyResolvedError {
-    return hasMarker(error, ALREADY_RESOLVED_MARKER);
-  }
-}
-
-function hasMarker(error: unknown, marker: symbol): boolean {
-  return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[marker] === true;
 }

@@ -153,7 +153,7 @@ describe("buildEntry", () => {
     ];
     for (const [name, fn] of cases) {
       const error = thrown(fn);
-      expect(ChainError.isInstance(error) && error.code, name).toBe("invalid_input");
+      expect(ChainError.isInstance(error) && error.code, name).toBe("invalid_argument");
     }
   });
 
@@ -162,7 +162,7 @@ describe("buildEntry", () => {
       const error = thrown(() =>
         buildEntry({ head: null, kind: "decision", data: { x: bad }, signer: key.signer, nowNs: T0 }),
       );
-      expect(ChainError.isInstance(error) && error.code).toBe("invalid_input");
+      expect(ChainError.isInstance(error) && error.code).toBe("invalid_argument");
       expect(CanonicalizationError.isInstance((error as Error).cause)).toBe(true);
     }
   });
@@ -215,7 +215,7 @@ describe("appendEntry", () => {
         { chain: store },
         { kind: "decision", data: decision, signer: key.signer, nowNs: T0, chainId: "c" },
       ),
-    ).rejects.toMatchObject({ code: "invalid_input" });
+    ).rejects.toMatchObject({ code: "invalid_argument" });
     expect(store.rows).toHaveLength(0);
   });
 });
@@ -224,7 +224,7 @@ describe("chainIdOf", () => {
   it("refuses an entry that is not a genesis", () => {
     const { entries } = makeChain(2, [key.signer]);
     expect(chainIdOf(entries[0]!)).toBe(entries[0]!.entry_id);
-    expect((thrown(() => chainIdOf(entries[1]!)) as ChainError).code).toBe("invalid_input");
+    expect((thrown(() => chainIdOf(entries[1]!)) as ChainError).code).toBe("invalid_argument");
   });
 });
 

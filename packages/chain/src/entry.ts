@@ -38,38 +38,38 @@ const HASH = /^[0-9a-f]{64}$/;
 /**
  * One signed entry following `head`. Pure apart from the signature (and the random bytes of its
  * id): the same input and random bytes give the same record.
- * @throws ChainError "invalid_input" when the input cannot make a valid v1 entry.
+ * @throws ChainError "invalid_argument" when the input cannot make a valid v1 entry.
  */
 export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
   const { head, kind, data, signer, nowNs } = input;
   const chainId = input.chainId ?? null;
   if (head === null && chainId !== null) {
     throw new ChainError(
-      "invalid_input",
+      "invalid_argument",
       "a genesis entry (head null) takes no chainId: its chain_id is its own entry_id",
     );
   }
   if (head !== null) {
     if (!Number.isSafeInteger(head.seq) || head.seq < 0 || !HASH.test(head.entry_hash)) {
       throw new ChainError(
-        "invalid_input",
+        "invalid_argument",
         "head must be { seq: natural number, entry_hash: 64 lowercase hex }",
       );
     }
     if (chainId === null)
-      throw new ChainError("invalid_input", "chainId is required after the genesis entry");
+      throw new ChainError("invalid_argument", "chainId is required after the genesis entry");
   }
   if (typeof kind !== "string" || kind === "")
-    throw new ChainError("invalid_input", "kind must be a non-empty string");
+    throw new ChainError("invalid_argument", "kind must be a non-empty string");
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
-    throw new ChainError("invalid_input", "data must be a JSON object");
+    throw new ChainError("invalid_argument", "data must be a JSON object");
   }
   if (kind === "key_rotation") {
     const problem = keyRotationProblem(data);
-    if (problem !== null) throw new ChainError("invalid_input", problem);
+    if (problem !== null) throw new ChainError("invalid_argument", problem);
   }
   if (typeof nowNs === "bigint" ? nowNs < 0n : !Number.isInteger(nowNs) || nowNs < 0) {
-    throw new ChainError("invalid_input", "nowNs must be a non-negative integer (nanoseconds)");
+    throw new ChainError("invalid_argument", "nowNs must be a non-negative integer (nanoseconds)");
   }
 
   const entryId = uuidv7(nowNs, input.random);
@@ -91,7 +91,7 @@ export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
     text = canonicalJson(body);
   } catch (error) {
     if (CanonicalizationError.isInstance(error)) {
-      throw new ChainError("invalid_input", `data has no canonical JSON form: ${error.message}`, {
+      throw new ChainError("invalid_argument", `data has no canonical JSON form: ${error.message}`, {
         cause: error,
       });
     }
@@ -138,12 +138,12 @@ export async function appendEntry(
   const head = await tx.chain.head();
   let chainId = input.chainId ?? null;
   if (head === null && chainId !== null) {
-    throw new ChainError("invalid_input", `chainId ${chainId} was given, but the chain store is empty`);
+    throw new ChainError("invalid_argument", `chainId ${chainId} was given, but the chain store is empty`);
   }
   if (head !== null && chainId === null) {
     const [genesis] = await tx.chain.range(0, 1);
     if (genesis === undefined)
-      throw new ChainError("invalid_input", "the chain store has a head but no entry 0");
+      throw new ChainError("invalid_argument", "the chain store has a head but no entry 0");
     chainId = chainIdOf(genesis);
   }
   const entry = buildEntry({ ...input, head, chainId });
@@ -151,11 +151,11 @@ export async function appendEntry(
   return entry;
 }
 
-/** The id of the chain `genesis` (its seq-0 entry) starts. @throws ChainError "invalid_input". */
+/** The id of the chain `genesis` (its seq-0 entry) starts. @throws ChainError "invalid_argument". */
 export function chainIdOf(genesis: ChainEntryRecord): string {
   const body = parseEntryBody(genesis.body);
-  if (typeof body === "string") throw new ChainError("invalid_input", `not a chain entry: ${body}`);
-  if (body.seq !== 0) throw new ChainError("invalid_input", `entry ${body.seq} is not a genesis entry`);
+  if (typeof body === "string") throw new ChainError("invalid_argument", `not a chain entry: ${body}`);
+  if (body.seq !== 0) throw new ChainError("invalid_argument", `entry ${body.seq} is not a genesis entry`);
   return body.chain_id;
 }
 

@@ -156,7 +156,9 @@ describe("toShackleLedger", () => {
 
   it("refuses to export an entry whose body is not a v1 body", async () => {
     const bad = [{ ...entries[0]!, body: "[]" }];
-    await expect(collect(toShackleLedger(bad, k1.signer))).rejects.toMatchObject({ code: "invalid_input" });
+    await expect(collect(toShackleLedger(bad, k1.signer))).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
   });
 });
 

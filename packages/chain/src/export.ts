@@ -60,9 +60,10 @@ export function fromJsonl(line: string): ChainEntryRecord {
   try {
     value = JSON.parse(line) as Record<string, unknown>;
   } catch (error) {
-    throw new ChainError("invalid_input", "a chain JSONL line is not JSON", { cause: error });
+    throw new ChainError("invalid_argument", "a chain JSONL line is not JSON", { cause: error });
   }
-  if (typeof value !== "object" || value === null) throw new ChainError("invalid_input", "not a JSONL entry");
+  if (typeof value !== "object" || value === null)
+    throw new ChainError("invalid_argument", "not a JSONL entry");
   const body = typeof value.body === "string" ? value.body : canonicalJson(value.body);
   return {
     seq: value.seq as number,
@@ -109,7 +110,7 @@ export function referenceCanonical(value: unknown): string {
  * Without a signer, signature and verify_key are "" (the reference's unsigned form). The chain
  * entry can be rebuilt from a record: body = canonicalJson({ v: 1, chain_id, seq, entry_id, kind:
  * event_type, timestamp_ns, prev_hash: entry_prev_hash, key_id, data }).
- * @throws ChainError "invalid_input" for an entry whose body is not a v1 body.
+ * @throws ChainError "invalid_argument" for an entry whose body is not a v1 body.
  */
 export async function* toShackleLedger(entries: ChainEntries, signer?: Signer): AsyncGenerator<string> {
   let prev = ZERO_HASH;
@@ -128,7 +129,7 @@ function ledgerRecord(
 ): { line: string; recordHash: string } {
   const body = parseEntryBody(e.body);
   if (typeof body === "string") {
-    throw new ChainError("invalid_input", `entry ${e.seq} cannot be exported: ${body}`);
+    throw new ChainError("invalid_argument", `entry ${e.seq} cannot be exported: ${body}`);
   }
   const core = {
     seq: body.seq,
@@ -160,11 +161,11 @@ function ledgerRecord(
 /**
  * The id of the key that signs whatever follows `head` (a verified entry): the next key a
  * key_rotation introduces, else the key that signed `head` itself.
- * @throws ChainError "invalid_input" for an entry whose body is not a v1 body.
+ * @throws ChainError "invalid_argument" for an entry whose body is not a v1 body.
  */
 export function keyInForceAfter(head: ChainEntryRecord): string {
   const body = parseEntryBody(head.body);
-  if (typeof body === "string") throw new ChainError("invalid_input", `entry ${head.seq}: ${body}`);
+  if (typeof body === "string") throw new ChainError("invalid_argument", `entry ${head.seq}: ${body}`);
   const next = body.data.next_key_id;
   return body.kind === "key_rotation" && typeof next === "string" ? next : body.key_id;
 }

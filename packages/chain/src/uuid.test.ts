@@ -45,7 +45,7 @@ describe("uuidv7", () => {
       } catch (e) {
         error = e;
       }
-      expect(ChainError.isInstance(error) && error.code).toBe("invalid_input");
+      expect(ChainError.isInstance(error) && error.code).toBe("invalid_argument");
     }
   });
 });

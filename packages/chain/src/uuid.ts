@@ -35,22 +35,22 @@ export function uuidv7(nowNs: number | bigint, random: RandomBytes = defaultRand
   let ms: number;
   let subMs: number;
   if (typeof nowNs === "bigint") {
-    if (nowNs < 0n) throw new ChainError("invalid_input", "nowNs must not be negative");
+    if (nowNs < 0n) throw new ChainError("invalid_argument", "nowNs must not be negative");
     ms = Number(nowNs / 1_000_000n);
     subMs = Number(nowNs % 1_000_000n);
   } else {
     if (!Number.isInteger(nowNs) || nowNs < 0) {
-      throw new ChainError("invalid_input", "nowNs must be a non-negative integer (nanoseconds)");
+      throw new ChainError("invalid_argument", "nowNs must be a non-negative integer (nanoseconds)");
     }
     // % on doubles is exact, so the fraction is right even where nowNs itself passes 2^53.
     subMs = nowNs % 1_000_000;
     ms = (nowNs - subMs) / 1_000_000;
   }
-  if (ms >= 2 ** 48) throw new ChainError("invalid_input", "nowNs is beyond the UUIDv7 time range");
+  if (ms >= 2 ** 48) throw new ChainError("invalid_argument", "nowNs is beyond the UUIDv7 time range");
   const randA = Math.floor((subMs * 4096) / 1_000_000);
   const r = random(8);
   if (!(r instanceof Uint8Array) || r.length < 8)
-    throw new ChainError("invalid_input", "random must return bytes");
+    throw new ChainError("invalid_argument", "random must return bytes");
   const b = new Uint8Array(16);
   let t = ms;
   for (let i = 5; i >= 0; i--) {

@@ -52,7 +52,7 @@ export interface NodeVerifyChainOptions extends VerifyChainOptions {
 /**
  * Verifies a chain from its genesis, following key rotations; reports the first bad entry by stream
  * index and seq. See ChainFailureKind for what each failure kind means.
- * @throws ChainError "invalid_input" / "key_invalid" for bad options, never for a bad chain.
+ * @throws ChainError "invalid_argument" / "key_invalid" for bad options, never for a bad chain.
  */
 export function verifyChain(
   entries: ChainEntries,
@@ -60,7 +60,7 @@ export function verifyChain(
 ): Promise<VerifyChainResult> {
   const parallel = options.parallel ?? 1;
   if (!Number.isSafeInteger(parallel) || parallel < 1) {
-    throw new ChainError("invalid_input", "parallel must be a positive integer");
+    throw new ChainError("invalid_argument", "parallel must be a positive integer");
   }
   if (options.verifier === "noble") return verifyChainWith(nobleBackend, entries, options);
   if (parallel === 1) return verifyChainWith(nodeBackend, entries, options);

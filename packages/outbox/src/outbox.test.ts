@@ -324,7 +324,7 @@ describe.each(KINDS)("outbox on %s", (kind) => {
 });
 
 describe("outbox arguments", () => {
-  it("rejects an empty relay id, a non-positive limit or lease with invalid_input", async () => {
+  it("rejects an empty relay id, a non-positive limit or lease with invalid_argument", async () => {
     const { substrate } = await store("memory");
     const clock = systemClock;
     const codes = await Promise.all(
@@ -339,7 +339,7 @@ describe("outbox arguments", () => {
         ),
       ),
     );
-    expect(codes).toEqual(["invalid_input", "invalid_input", "invalid_input"]);
+    expect(codes).toEqual(["invalid_argument", "invalid_argument", "invalid_argument"]);
   });
 
   it("requeueDead needs exactly one of all: true and seqs, and seqs that are seqs", async () => {
@@ -363,7 +363,7 @@ describe("outbox arguments", () => {
         ),
       ),
     );
-    expect(codes).toEqual(Array(6).fill("invalid_input"));
+    expect(codes).toEqual(Array(6).fill("invalid_argument"));
     expect(await countsOf(substrate)).toEqual({ PENDING: 0, DELIVERED: 0, DEAD: 1 });
     expect(await requeueDead(substrate, { seqs: [] })).toBe(0);
     // Without a clock the system clock stamps it.

@@ -89,7 +89,7 @@ const SCAN_FACTOR = 10;
 function checkRelayId(relayId: string): string {
   if (typeof relayId !== "string" || relayId.trim() === "") {
     throw new OutboxError(
-      "invalid_input",
+      "invalid_argument",
       `relayId must be a non-empty string, got ${JSON.stringify(relayId)}`,
     );
   }
@@ -98,14 +98,14 @@ function checkRelayId(relayId: string): string {
 
 function positiveInteger(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 1) {
-    throw new OutboxError("invalid_input", `${name} must be a positive integer, got ${String(value)}`);
+    throw new OutboxError("invalid_argument", `${name} must be a positive integer, got ${String(value)}`);
   }
   return value;
 }
 
 function leaseNsOf(leaseMs: number): number {
   if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs <= 0) {
-    throw new OutboxError("invalid_input", `leaseMs must be a positive number, got ${String(leaseMs)}`);
+    throw new OutboxError("invalid_argument", `leaseMs must be a positive number, got ${String(leaseMs)}`);
   }
   // At least 1 ns: a zero lease would be expired the moment it was taken.
   return Math.max(1, Math.round(leaseMs * NS_PER_MS));
@@ -344,21 +344,21 @@ export interface RequeueDeadOptions {
  * twice, or for a seq that is not DEAD, moves nothing more. Returns how many moved.
  * While an item is DEAD, its session's younger items wait behind it (claimBatch defers them), so a
  * requeued entry still reaches the sink before them: the session's order holds across a requeue.
- * @throws OutboxError "invalid_input" (and changes nothing) unless exactly one of `all: true` and
+ * @throws OutboxError "invalid_argument" (and changes nothing) unless exactly one of `all: true` and
  *   `seqs` is given, and every seq is a non-negative integer.
  */
 export async function requeueDead(substrate: Substrate, options: RequeueDeadOptions): Promise<number> {
   const all = options?.all === true;
   const given = options?.seqs;
   if (all === (given !== undefined)) {
-    throw new OutboxError("invalid_input", "requeueDead needs exactly one of all: true and seqs");
+    throw new OutboxError("invalid_argument", "requeueDead needs exactly one of all: true and seqs");
   }
   let seqs: number[] | undefined;
   if (given !== undefined) {
-    if (!Array.isArray(given)) throw new OutboxError("invalid_input", "seqs must be an array of seqs");
+    if (!Array.isArray(given)) throw new OutboxError("invalid_argument", "seqs must be an array of seqs");
     for (const seq of given) {
       if (!Number.isSafeInteger(seq) || seq < 0) {
-        throw new OutboxError("invalid_input", `seqs must be non-negative integers, got ${String(seq)}`);
+        throw new OutboxError("invalid_argument", `seqs must be non-negative integers, got ${String(seq)}`);
       }
     }
     // Nothing to move: no transaction (and, on SQLite, no write lock) for it.

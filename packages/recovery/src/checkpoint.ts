@@ -48,7 +48,7 @@ export function parseCheckpoint(text: string): Checkpoint | string {
  */
 export function fileCheckpointStore(path: string): CheckpointStore {
   if (typeof path !== "string" || path === "") {
-    throw new RecoveryError("invalid_input", "fileCheckpointStore needs a file path");
+    throw new RecoveryError("invalid_argument", "fileCheckpointStore needs a file path");
   }
   return {
     location: path,
@@ -81,7 +81,7 @@ export function fileCheckpointStore(path: string): CheckpointStore {
       const text = `${JSON.stringify({ count: checkpoint.count, head_hash: checkpoint.head_hash })}\n`;
       if (typeof parseCheckpoint(text) === "string") {
         throw new RecoveryError(
-          "invalid_input",
+          "invalid_argument",
           "a checkpoint is { count: natural number, head_hash: 64 hex }",
         );
       }

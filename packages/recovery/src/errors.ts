@@ -1,5 +1,6 @@
 // The one error family @leash/recovery throws: a store that must not be served, and bad options.
 // A problem found while recovering is first a line in the report; it becomes an error in assertRecovered.
+import { LeashBaseError } from "@leash/core";
 
 export type RecoveryErrorCode =
   /** The audit chain does not verify (edited, gap, reordered, inserted, bad signature, unknown key) or is shorter than its checkpoint. */
@@ -13,24 +14,11 @@ export type RecoveryErrorCode =
   /** The store (or the checkpoint file) failed while recovering: unreachable, corrupt, closed; `cause` holds the original error. */
   | "store_failed"
   /** An option is malformed: no trusted key, a non-positive interval. */
-  | "invalid_input";
+  | "invalid_argument";
 
-// Symbol.for, not a module-local Symbol: two copies of this package in one process must still
-// recognise each other's errors.
-const MARKER = Symbol.for("leash.recovery.error");
-
-/** Every error @leash/recovery throws; `code` is stable and meant for programs, `message` for people. */
-export class RecoveryError extends Error {
-  readonly [MARKER] = true;
-  override readonly name = "RecoveryError";
-  readonly code: RecoveryErrorCode;
-
-  constructor(code: RecoveryErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-  }
-
-  static isInstance(error: unknown): error is RecoveryError {
-    return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[MARKER] === true;
-  }
+/** Every error this package throws; `code` is stable and meant for programs, `message` for people. */
+export class RecoveryError extends LeashBaseError<RecoveryErrorCode> {
+  static override readonly marker: symbol = Symbol.for("leash.recovery.error");
+  static override readonly legacyCodes = { invalid_argument: "invalid_input" };
+  override readonly name: string = "RecoveryError";
 }

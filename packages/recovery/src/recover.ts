@@ -138,14 +138,14 @@ const EXPIRE_BATCH = 500;
 
 function positive(name: string, value: number): number {
   if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new RecoveryError("invalid_input", `${name} must be a positive number, got ${String(value)}`);
+    throw new RecoveryError("invalid_argument", `${name} must be a positive number, got ${String(value)}`);
   }
   return value;
 }
 
 function positiveInteger(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 1) {
-    throw new RecoveryError("invalid_input", `${name} must be a positive integer, got ${String(value)}`);
+    throw new RecoveryError("invalid_argument", `${name} must be a positive integer, got ${String(value)}`);
   }
   return value;
 }
@@ -188,7 +188,7 @@ function inspectHint(options: RecoverOptions): string {
  */
 export async function recover(substrate: Substrate, options: RecoverOptions): Promise<RecoveryReport> {
   if (!Array.isArray(options?.publicKeys) || options.publicKeys.length === 0) {
-    throw new RecoveryError("invalid_input", "recover needs at least one trusted public key (publicKeys)");
+    throw new RecoveryError("invalid_argument", "recover needs at least one trusted public key (publicKeys)");
   }
   const clock = options.clock ?? systemClock;
   const intervalMs = positive("heartbeatIntervalMs", options.heartbeatIntervalMs ?? 30_000);
@@ -201,7 +201,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     options.leaseOwner !== undefined &&
     (typeof options.leaseOwner !== "string" || options.leaseOwner === "")
   ) {
-    throw new RecoveryError("invalid_input", "leaseOwner must be a non-empty relay id");
+    throw new RecoveryError("invalid_argument", "leaseOwner must be a non-empty relay id");
   }
   const startedNs = clock.nowNs();
   const started = performance.now();
@@ -266,7 +266,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       scan = await scanChain(substrate, { publicKeys: options.publicKeys, checkpoint, pageSize, parallel });
     } catch (error) {
       if (ChainError.isInstance(error)) {
-        throw new RecoveryError("invalid_input", `cannot verify: ${error.message}`, { cause: error });
+        throw new RecoveryError("invalid_argument", `cannot verify: ${error.message}`, { cause: error });
       }
       throw error;
     }

@@ -1,9 +1,10 @@
 // The one error family @leash/relay throws: bad options, a corrupt sink file, a sink breaking its contract.
 // A delivery that fails is an outcome (retryable, permanent), never one of these errors.
+import { LeashBaseError } from "@leash/core";
 
 export type RelayErrorCode =
   /** An option is malformed: a batch size that is not a positive integer, a webhook URL that is not http(s). */
-  | "invalid_input"
+  | "invalid_argument"
   /** A sink's own store is damaged in a way it will not repair silently (a bad line inside an NDJSON file). */
   | "corrupt"
   /** A sink could not reach its destination while opening (a database down, a bad URL, no privilege). */
@@ -11,24 +12,11 @@ export type RelayErrorCode =
   /** A sink answered with the wrong number of outcomes, or an outcome that is none of the three. */
   | "sink_contract";
 
-// Symbol.for, not a module-local Symbol: two copies of this package in one process must still
-// recognise each other's errors.
-const MARKER = Symbol.for("leash.relay.error");
-
-/** Every error @leash/relay throws itself; `code` is stable and meant for programs, `message` for people. */
-export class RelayError extends Error {
-  readonly [MARKER] = true;
-  override readonly name = "RelayError";
-  readonly code: RelayErrorCode;
-
-  constructor(code: RelayErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.code = code;
-  }
-
-  static isInstance(error: unknown): error is RelayError {
-    return typeof error === "object" && error !== null && (error as Record<symbol, unknown>)[MARKER] === true;
-  }
+/** Every error this package throws; `code` is stable and meant for programs, `message` for people. */
+export class RelayError extends LeashBaseError<RelayErrorCode> {
+  static override readonly marker: symbol = Symbol.for("leash.relay.error");
+  static override readonly legacyCodes = { invalid_argument: "invalid_input" };
+  override readonly name: string = "RelayError";
 }
 
 /** The message of anything thrown, with the cause's code when there is one (ECONNREFUSED, 57P01, …). */

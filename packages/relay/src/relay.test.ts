@@ -371,7 +371,7 @@ describe.each(KINDS)("relay on %s", (kind) => {
 });
 
 describe("relay options and backoff", () => {
-  it("rejects malformed options with invalid_input", async () => {
+  it("rejects malformed options with invalid_argument", async () => {
     const { substrate } = await store("memory");
     const sink = await fileSink(join(tempDir(), "x.ndjson"));
     const bad = [
@@ -391,7 +391,7 @@ describe("relay options and backoff", () => {
           return e;
         }
       })();
-      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_input");
+      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_argument");
     }
     expect(createRelay({ substrate, sink, maxAttempts: Number.POSITIVE_INFINITY }).relayId).toMatch(
       /^relay:/,

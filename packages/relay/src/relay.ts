@@ -138,7 +138,7 @@ const EMPTY_ROUND: RoundResult = Object.freeze({
 
 function positiveInteger(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 1) {
-    throw new RelayError("invalid_input", `${name} must be a positive integer, got ${String(value)}`);
+    throw new RelayError("invalid_argument", `${name} must be a positive integer, got ${String(value)}`);
   }
   return value;
 }
@@ -146,7 +146,7 @@ function positiveInteger(name: string, value: number): number {
 function nonNegative(name: string, value: number, allowZero = true): number {
   if (typeof value !== "number" || Number.isNaN(value) || value < 0 || (!allowZero && value === 0)) {
     throw new RelayError(
-      "invalid_input",
+      "invalid_argument",
       `${name} must be a ${allowZero ? "non-negative" : "positive"} number`,
     );
   }
@@ -208,12 +208,12 @@ class RelayImpl implements Relay {
 
   constructor(options: RelayOptions) {
     if (options.substrate === undefined || options.sink === undefined) {
-      throw new RelayError("invalid_input", "createRelay needs a substrate and a sink");
+      throw new RelayError("invalid_argument", "createRelay needs a substrate and a sink");
     }
     this.#substrate = options.substrate;
     this.sink = options.sink;
     this.relayId = options.relayId ?? `relay:${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    if (this.relayId.trim() === "") throw new RelayError("invalid_input", "relayId must not be empty");
+    if (this.relayId.trim() === "") throw new RelayError("invalid_argument", "relayId must not be empty");
     this.#batchSize = positiveInteger("batchSize", options.batchSize ?? DEFAULTS.batchSize);
     this.#leaseMs = nonNegative("leaseMs", options.leaseMs ?? DEFAULTS.leaseMs, false);
     const maxAttempts = options.maxAttempts ?? DEFAULTS.maxAttempts;
@@ -224,7 +224,7 @@ class RelayImpl implements Relay {
       "backoff.maxMs",
       options.backoff?.maxMs ?? Math.max(baseMs, DEFAULTS.backoff.maxMs),
     );
-    if (maxMs < baseMs) throw new RelayError("invalid_input", "backoff.maxMs must be >= backoff.baseMs");
+    if (maxMs < baseMs) throw new RelayError("invalid_argument", "backoff.maxMs must be >= backoff.baseMs");
     this.#backoff = { baseMs, maxMs };
     this.#pollMs = nonNegative("pollMs", options.pollMs ?? DEFAULTS.pollMs);
     this.#clock = options.clock ?? systemClock;
@@ -394,7 +394,8 @@ class RelayImpl implements Relay {
 
   start(): void {
     if (this.#running) return;
-    if (this.#loop !== null) throw new RelayError("invalid_input", "start() called before stop() finished");
+    if (this.#loop !== null)
+      throw new RelayError("invalid_argument", "start() called before stop() finished");
     this.#running = true;
     this.#loop = this.#run().finally(() => {
       this.#loop = null;

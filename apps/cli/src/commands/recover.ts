@@ -53,7 +53,7 @@ function checkpointStore(path: string | undefined): CheckpointStore | undefined 
 /** A failure to run recovery at all: bad options are exit 2, a store that fails exit 1, never a stack. */
 function recoveryFailure(err: unknown, target: StoreTarget): unknown {
   if (!RecoveryError.isInstance(err)) return err;
-  const status = err.code === "invalid_input" ? EXIT_BAD_INPUT : EXIT_REFUSED;
+  const status = err.code === "invalid_argument" ? EXIT_BAD_INPUT : EXIT_REFUSED;
   const code = SubstrateError.isInstance(err.cause) ? `store error (${err.cause.code})` : err.code;
   return new CliError(`${scrubSecrets(firstLine(err), target.url)} (${code})`, status, { cause: err });
 }

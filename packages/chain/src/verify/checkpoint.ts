@@ -4,11 +4,11 @@
 import { ChainError } from "../errors.js";
 import type { Checkpoint, VerifyChainResult } from "./verify-chain.js";
 
-/** The checkpoint of a successful verification. @throws ChainError "invalid_input" for a failed one. */
+/** The checkpoint of a successful verification. @throws ChainError "invalid_argument" for a failed one. */
 export function checkpointOf(result: VerifyChainResult): Checkpoint {
   if (!result.ok) {
     throw new ChainError(
-      "invalid_input",
+      "invalid_argument",
       "a failed verification has no checkpoint: the chain is not trustworthy",
     );
   }

@@ -15,7 +15,7 @@ export const KEY_ID_LENGTH = 16;
  */
 export function keyId(publicKeyRaw: Uint8Array): string {
   if (!(publicKeyRaw instanceof Uint8Array) || publicKeyRaw.length !== 32) {
-    throw new ChainError("invalid_input", "an Ed25519 public key is 32 raw bytes");
+    throw new ChainError("invalid_argument", "an Ed25519 public key is 32 raw bytes");
   }
   return bytesToHex(sha256(publicKeyRaw)).slice(0, KEY_ID_LENGTH);
 }

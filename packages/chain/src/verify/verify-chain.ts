@@ -141,7 +141,7 @@ class ChainWalk {
     this.backend = backend;
     this.onProgress = options.onProgress;
     if (!Array.isArray(options.publicKeys) || options.publicKeys.length === 0) {
-      throw new ChainError("invalid_input", "verifyChain needs at least one trusted public key");
+      throw new ChainError("invalid_argument", "verifyChain needs at least one trusted public key");
     }
     for (const key of options.publicKeys) {
       const raw = publicKeyBytes(key);
@@ -150,18 +150,21 @@ class ChainWalk {
     const cp = options.checkpoint;
     if (cp !== undefined) {
       if (!Number.isSafeInteger(cp.count) || cp.count < 0 || !/^[0-9a-f]{64}$/.test(cp.head_hash)) {
-        throw new ChainError("invalid_input", "a checkpoint is { count: natural number, head_hash: 64 hex }");
+        throw new ChainError(
+          "invalid_argument",
+          "a checkpoint is { count: natural number, head_hash: 64 hex }",
+        );
       }
     }
     this.checkpoint = cp;
     this.awaitingHead = options.fromCheckpoint === true;
     if (this.awaitingHead && (cp === undefined || cp.count === 0)) {
-      throw new ChainError("invalid_input", "fromCheckpoint needs a checkpoint of at least one entry");
+      throw new ChainError("invalid_argument", "fromCheckpoint needs a checkpoint of at least one entry");
     }
     this.firstIndex = this.awaitingHead ? cp!.count - 1 : 0;
     if (options.chainId !== undefined) {
       if (typeof options.chainId !== "string" || options.chainId === "") {
-        throw new ChainError("invalid_input", "chainId must be a non-empty string");
+        throw new ChainError("invalid_argument", "chainId must be a non-empty string");
       }
       this.chainId = options.chainId;
     }
@@ -471,7 +474,7 @@ function isLookahead(value: ChainFailure | Lookahead): value is Lookahead {
  * order (usually ascending seq straight from ChainStore.range); the first bad one is reported.
  * `hooks.onLookahead` tells a backend that reads ahead that the walk has stopped accepting entries
  * and is only classifying a failure (so work done ahead for later entries is wasted).
- * @throws ChainError "invalid_input" / "key_invalid" for bad options, never for a bad chain.
+ * @throws ChainError "invalid_argument" / "key_invalid" for bad options, never for a bad chain.
  */
 export async function verifyChainWith(
   backend: VerifyBackend,
@@ -481,10 +484,11 @@ export async function verifyChainWith(
 ): Promise<VerifyChainResult> {
   const walk = new ChainWalk(backend, options);
   if (options.signatures === "last") {
-    if (!Array.isArray(entries)) throw new ChainError("invalid_input", 'signatures: "last" needs an array');
+    if (!Array.isArray(entries))
+      throw new ChainError("invalid_argument", 'signatures: "last" needs an array');
     walk.signaturesFrom = walk.firstIndex + entries.length - 1;
   } else if (options.signatures !== undefined && options.signatures !== "every") {
-    throw new ChainError("invalid_input", 'signatures is "every" or "last"');
+    throw new ChainError("invalid_argument", 'signatures is "every" or "last"');
   }
   let pending: Lookahead | undefined;
   let found: ChainFailure | undefined;

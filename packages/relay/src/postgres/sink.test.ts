@@ -222,7 +222,7 @@ describe("PostgreSQL audit-table sink", () => {
           return e;
         }
       })();
-      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_input");
+      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_argument");
     }
   });
 });

@@ -38,7 +38,7 @@ const DEFAULT_TABLE = "leash_audit_log";
 function identifier(kind: string, value: string): string {
   if (typeof value !== "string" || value === "" || Buffer.byteLength(value) > 63 || value.includes("\0")) {
     throw new RelayError(
-      "invalid_input",
+      "invalid_argument",
       `${kind} must be a PostgreSQL identifier, got ${JSON.stringify(value)}`,
     );
   }
@@ -73,7 +73,7 @@ export class PostgresSink implements Sink {
 
   constructor(options: PostgresSinkOptions) {
     if ((options.url === undefined) === (options.pool === undefined)) {
-      throw new RelayError("invalid_input", "the PostgreSQL sink needs exactly one of `url` or `pool`");
+      throw new RelayError("invalid_argument", "the PostgreSQL sink needs exactly one of `url` or `pool`");
     }
     this.#tableName = options.table ?? DEFAULT_TABLE;
     const table = identifier("table", this.#tableName);

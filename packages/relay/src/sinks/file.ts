@@ -116,7 +116,7 @@ export class FileSink implements Sink {
 
   constructor(options: FileSinkOptions) {
     if (typeof options.path !== "string" || options.path === "") {
-      throw new RelayError("invalid_input", "the file sink needs a path");
+      throw new RelayError("invalid_argument", "the file sink needs a path");
     }
     this.path = options.path;
     this.#fsync = options.fsync ?? true;

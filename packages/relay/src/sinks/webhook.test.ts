@@ -233,7 +233,7 @@ describe("webhook sink", () => {
           return e;
         }
       })();
-      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_input");
+      expect(RelayError.isInstance(error) && error.code, JSON.stringify(options)).toBe("invalid_argument");
     }
   });
 

@@ -74,25 +74,25 @@ export function createWebhookSink(options: WebhookSinkOptions): Sink {
   try {
     url = new URL(options.url);
   } catch (error) {
-    throw new RelayError("invalid_input", `webhook url is not a URL: ${JSON.stringify(options.url)}`, {
+    throw new RelayError("invalid_argument", `webhook url is not a URL: ${JSON.stringify(options.url)}`, {
       cause: error,
     });
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new RelayError("invalid_input", `webhook url must be http(s), got ${url.protocol}`);
+    throw new RelayError("invalid_argument", `webhook url must be http(s), got ${url.protocol}`);
   }
   const secret = options.secret;
   if (secret === undefined || secret.length === 0) {
-    throw new RelayError("invalid_input", "the webhook sink needs a non-empty secret");
+    throw new RelayError("invalid_argument", "the webhook sink needs a non-empty secret");
   }
   const timeoutMs = options.timeoutMs ?? 10_000;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-    throw new RelayError("invalid_input", `timeoutMs must be a positive number, got ${String(timeoutMs)}`);
+    throw new RelayError("invalid_argument", `timeoutMs must be a positive number, got ${String(timeoutMs)}`);
   }
   const batching = options.batching ?? "entry";
   if (batching !== "entry" && batching !== "batch") {
     throw new RelayError(
-      "invalid_input",
+      "invalid_argument",
       `batching must be "entry" or "batch", got ${JSON.stringify(batching)}`,
     );
   }
