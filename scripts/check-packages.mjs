@@ -234,7 +234,7 @@ console.log(JSON.stringify({ url: url.replace(/\\/\\/[^@]*@/, "//"), verdicts })
   run("npx", [...PNPM, "install", "--prefer-offline"], { cwd: bare });
   const said = run(process.execPath, ["main.js"], { cwd: bare }).trim();
   if (
-    !said.startsWith("MISSING_DEPENDENCY") ||
+    !said.startsWith("missing_dependency") ||
     !said.includes("npm install @leash/substrate-sqlite better-sqlite3")
   ) {
     failures.push(`a missing substrate should name what to install; it said: ${said}`);

@@ -43,7 +43,7 @@ export function addStoreOptions(command: Command): Command {
 }
 
 /** The engine's errors that mean "your input is wrong" rather than "the store said no". */
-const BAD_INPUT_CODES = new Set(["CONFIG_INVALID", "INVALID_ARGUMENT", "invalid_amount", "invalid_argument"]);
+const BAD_INPUT_CODES = new Set(["config_invalid", "invalid_argument", "invalid_amount"]);
 
 // budget-guard is not a dependency of the CLI; its errors are recognised by the marker it registers globally.
 const BUDGET_GUARD_MARKER = Symbol.for("leash.budget-guard.error");

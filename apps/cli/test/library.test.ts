@@ -268,7 +268,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     const none = await L(["session", "resume", s, "--decision", "approve", "--operator", "alice"]);
     expect(none.code).toBe(1);
     expectOneLineError(none.stderr);
-    expect(none.stderr).toContain("NO_PENDING_REQUEST");
+    expect(none.stderr).toContain("no_pending_request");
     const modify = await L(["session", "resume", s, "--decision", "modify", "--operator", "alice"]);
     expect(modify.code).toBe(2);
     expect(modify.stderr).toContain("--successor-nonce");
@@ -294,7 +294,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     expect(json(again)).toMatchObject({ replayed: true, budget_remaining_usd: "0.75" });
     const missing = await L(["post-exec", "--session", s, "--call", "9", "--actual", "1"]);
     expect(missing.code).toBe(1);
-    expect(missing.stderr).toContain("RESERVATION_NOT_FOUND");
+    expect(missing.stderr).toContain("reservation_not_found");
   });
 
   it("expire releases holds past the config file's reservation TTL", async () => {

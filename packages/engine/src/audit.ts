@@ -59,7 +59,7 @@ export class Auditor {
     const inForce = await this.trust.checkAppend(tx, head, this.#lastAppended);
     if (inForce !== null && inForce !== this.signer.keyId) {
       throw new LeashError(
-        "KEY_NOT_IN_FORCE",
+        "key_not_in_force",
         `the audit chain is signed with key ${inForce} now, not this engine's key ${this.signer.keyId}: load the current key`,
       );
     }

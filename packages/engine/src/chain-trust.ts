@@ -41,7 +41,7 @@ export class ChainUnverifiedError extends LeashError {
     readonly when: "open" | "append",
   ) {
     super(
-      "CHAIN_UNVERIFIED",
+      "chain_unverified",
       `the audit chain fails verification at entry ${failure.index} (seq ${failure.seq ?? "unknown"}): ${failure.kind}: ${failure.message}; this engine refuses every call until the store is repaired (see \`leash verify\`)`,
     );
   }
@@ -229,7 +229,7 @@ export class ChainTrust {
     if (verified !== undefined && head?.entry_hash === verified.head_hash) return verified.key?.id ?? null;
     const tip = this.#tip;
     if (tip === null)
-      throw new LeashError("CHAIN_UNVERIFIED", "the engine appended before opening its store");
+      throw new LeashError("chain_unverified", "the engine appended before opening its store");
     if (head === null) {
       if (tip.count === 0) return null;
       throw this.#refuse(

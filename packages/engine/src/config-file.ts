@@ -35,7 +35,7 @@ const fileSchema = {
 
 let validate: ReturnType<Ajv["compile"]> | undefined;
 
-/** Validates an already parsed config object; throws CONFIG_INVALID naming every bad field. */
+/** Validates an already parsed config object; throws config_invalid naming every bad field. */
 export function parseConfigObject(value: unknown, source = "config"): LeashConfigFile {
   validate ??= new Ajv({ allErrors: true, allowUnionTypes: true, strict: false }).compile(fileSchema);
   if (!validate(value)) {
@@ -45,7 +45,7 @@ export function parseConfigObject(value: unknown, source = "config"): LeashConfi
         return `${where} has unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`;
       return `${where} ${e.message}`;
     });
-    throw new LeashError("CONFIG_INVALID", `${source}: ${errors.join("; ")}`);
+    throw new LeashError("config_invalid", `${source}: ${errors.join("; ")}`);
   }
   const v = value as Partial<LeashConfigFile>;
   return { ...DEFAULT_CONFIG, ...v, guard: { ...DEFAULT_CONFIG.guard, ...v.guard } };
@@ -58,7 +58,7 @@ export function parseConfigObject(value: unknown, source = "config"): LeashConfi
 export const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 function unreadable(path: string, problem: string, cause?: unknown): LeashError {
-  return new LeashError("CONFIG_INVALID", `cannot read config file ${path}: ${problem}`, { cause });
+  return new LeashError("config_invalid", `cannot read config file ${path}: ${problem}`, { cause });
 }
 
 /**
@@ -110,7 +110,7 @@ export async function loadConfigFile(path: string): Promise<LeashConfigFile> {
     value = /\.ya?ml$/i.test(path) ? parseYaml(text) : JSON.parse(text);
   } catch (cause) {
     throw new LeashError(
-      "CONFIG_INVALID",
+      "config_invalid",
       `${path} is not valid ${/\.ya?ml$/i.test(path) ? "YAML" : "JSON"}: ${(cause as Error).message}`,
       { cause },
     );

@@ -120,7 +120,7 @@ function reservationTtlNs(ms: number | undefined): number {
   if (ms === undefined) return 300_000 * 1e6;
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0 || ms > MAX_RESERVATION_TTL_S * 1000) {
     throw new LeashError(
-      "INVALID_ARGUMENT",
+      "invalid_argument",
       `reservationTtlMs must be a positive number of milliseconds up to ${MAX_RESERVATION_TTL_S * 1000} (365 days), got ${String(ms)}`,
     );
   }
@@ -139,14 +139,14 @@ function overLimit(accounts: readonly BudgetAccount[]): string {
 
 function neverAllowed(sessionId: string, callNumber: number): LeashError {
   return new LeashError(
-    "RESERVATION_NOT_FOUND",
+    "reservation_not_found",
     `call ${callNumber} of session ${sessionId} was never allowed: there is nothing to settle`,
   );
 }
 
 /**
  * Settles a call's hold once. The same actual again is a replay, whatever idempotency key it
- * comes with; another actual is a SETTLEMENT_CONFLICT, and the first settlement stands.
+ * comes with; another actual is a settlement_conflict, and the first settlement stands.
  */
 async function settleOnce(
   tx: SubstrateTx,
@@ -167,7 +167,7 @@ async function settleOnce(
       (error.code === "settlement_conflict" || error.code === "already_resolved")
     ) {
       throw new LeashError(
-        "SETTLEMENT_CONFLICT",
+        "settlement_conflict",
         `call ${hold.call_number} of session ${hold.session_id}: ${error.message}`,
         { cause: error },
       );
@@ -188,7 +188,7 @@ export interface Engine {
   /**
    * Records a human's decision on the session's paused call (spec §3.6). Each request takes one
    * answer: a later (or concurrent) one is refused with LeashAlreadyDecided; bad input with
-   * INVALID_ARGUMENT, before anything is written.
+   * invalid_argument, before anything is written.
    */
   resume(request: ResumeRequest): Promise<SessionView>;
   /** Operator reset of a tripped circuit. */
@@ -218,7 +218,7 @@ export interface Engine {
   /**
    * Verifies the store's audit chain from the last trusted checkpoint (from the genesis without
    * one); every other method does this first, once. While the chain does not verify, evaluate
-   * answers DENY `fail_closed:chain_unverified` and every other call rejects with CHAIN_UNVERIFIED.
+   * answers DENY `fail_closed:chain_unverified` and every other call rejects with chain_unverified.
    */
   open(): Promise<ChainOpenReport>;
   /** At a clean shutdown: writes the checkpoint of the chain as this engine verified and wrote it. */
@@ -233,7 +233,7 @@ export function createEngine(options: EngineOptions): Engine {
   const newId = options.newId ?? randomUUID;
   if (options.signer === undefined) {
     throw new LeashError(
-      "INVALID_ARGUMENT",
+      "invalid_argument",
       "createEngine needs a signer: every decision is signed into the audit chain",
     );
   }
@@ -272,7 +272,7 @@ export function createEngine(options: EngineOptions): Engine {
 
   function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {
-      throw new LeashError("INVALID_ARGUMENT", "session_id must be a non-empty string");
+      throw new LeashError("invalid_argument", "session_id must be a non-empty string");
     }
   }
 
@@ -280,7 +280,7 @@ export function createEngine(options: EngineOptions): Engine {
     checkSessionId(sessionId);
     const session = await tx.sessions.get(sessionId);
     if (session === null)
-      throw new LeashError("SESSION_NOT_FOUND", `unknown session ${JSON.stringify(sessionId)}`);
+      throw new LeashError("session_not_found", `unknown session ${JSON.stringify(sessionId)}`);
     return session;
   }
 
@@ -315,14 +315,14 @@ export function createEngine(options: EngineOptions): Engine {
       const named = await tx.hitl.get(requestId);
       if (named === null || named.session_id !== sessionId) {
         throw new LeashError(
-          "NO_PENDING_REQUEST",
+          "no_pending_request",
           `session ${sessionId} has no request ${JSON.stringify(requestId)}`,
         );
       }
       if (named.status !== "PENDING") throw new LeashAlreadyDecided(named);
       if (named.request_id !== open?.request_id) {
         throw new LeashError(
-          "INVALID_ARGUMENT",
+          "invalid_argument",
           `request ${named.request_id} of session ${sessionId} was superseded by request ${open?.request_id} (call ${open?.call_number})`,
         );
       }
@@ -333,7 +333,7 @@ export function createEngine(options: EngineOptions): Engine {
     const lastId = boundRequestId(session.state);
     const last = lastId === null ? null : await tx.hitl.get(lastId);
     if (last !== null && last.session_id === sessionId) throw new LeashAlreadyDecided(last);
-    throw new LeashError("NO_PENDING_REQUEST", `session ${sessionId} has no call awaiting a human`);
+    throw new LeashError("no_pending_request", `session ${sessionId} has no call awaiting a human`);
   }
 
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
@@ -572,9 +572,9 @@ export function createEngine(options: EngineOptions): Engine {
     async register(request) {
       const config = validateConfig(request.config);
       if (!config.ok)
-        throw new LeashError("CONFIG_INVALID", `invalid guard config: ${config.errors.join("; ")}`);
+        throw new LeashError("config_invalid", `invalid guard config: ${config.errors.join("; ")}`);
       if (typeof request.agent_id !== "string" || request.agent_id === "") {
-        throw new LeashError("INVALID_ARGUMENT", "agent_id must be a non-empty string");
+        throw new LeashError("invalid_argument", "agent_id must be a non-empty string");
       }
       return transaction(async (tx) => {
         const nowNs = clock.nowNs();
@@ -586,7 +586,7 @@ export function createEngine(options: EngineOptions): Engine {
         const existing = await tx.sessions.get(ids.session_id);
         if (existing !== null) {
           if (existing.agent_id !== ids.agent_id) {
-            throw new LeashError("SESSION_EXISTS", `session ${ids.session_id} belongs to another agent`);
+            throw new LeashError("session_exists", `session ${ids.session_id} belongs to another agent`);
           }
           return view(tx, existing); // resuming a session keeps its config and state
         }
@@ -614,7 +614,7 @@ export function createEngine(options: EngineOptions): Engine {
 
     evaluate(request) {
       if (typeof request !== "object" || request === null) {
-        return Promise.reject(new LeashError("INVALID_ARGUMENT", "evaluate needs a request object"));
+        return Promise.reject(new LeashError("invalid_argument", "evaluate needs a request object"));
       }
       const malformed = malformedInput(request);
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
@@ -634,7 +634,7 @@ export function createEngine(options: EngineOptions): Engine {
       const { call_number: callNumber } = request;
       if (!Number.isSafeInteger(callNumber) || callNumber < 1) {
         return Promise.reject(
-          new LeashError("INVALID_ARGUMENT", "call_number must be a whole number of at least 1"),
+          new LeashError("invalid_argument", "call_number must be a whole number of at least 1"),
         );
       }
       let actual: Money;
@@ -642,7 +642,7 @@ export function createEngine(options: EngineOptions): Engine {
         actual = toMoney(request.actual_cost_usd);
       } catch (cause) {
         return Promise.reject(
-          new LeashError("INVALID_ARGUMENT", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
+          new LeashError("invalid_argument", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
         );
       }
       return transaction(async (tx) => {
@@ -783,7 +783,7 @@ export function createEngine(options: EngineOptions): Engine {
     reset(sessionId, operatorId) {
       if (typeof operatorId !== "string" || operatorId === "") {
         return Promise.reject(
-          new LeashError("INVALID_ARGUMENT", "an operator id is required to reset a circuit"),
+          new LeashError("invalid_argument", "an operator id is required to reset a circuit"),
         );
       }
       return transaction(async (tx) => {
@@ -903,7 +903,7 @@ export function createEngine(options: EngineOptions): Engine {
 
     async rotateKey(next, operatorId) {
       if (typeof operatorId !== "string" || operatorId === "") {
-        throw new LeashError("INVALID_ARGUMENT", "an operator id is required to rotate the signing key");
+        throw new LeashError("invalid_argument", "an operator id is required to rotate the signing key");
       }
       await transaction(async (tx) => {
         await auditor.record(

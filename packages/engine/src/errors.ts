@@ -1,49 +1,57 @@
-// The engine's errors: one small hierarchy with stable codes (spec Appendix B where one fits).
+// The engine's errors: one small hierarchy on the core error base, with stable snake_case codes.
 // Verdicts are not errors; LeashDenied/LeashHitl exist only for the guard() wrapper to throw.
-import type { HitlRequest, Reason, Verdict } from "@leash/core";
+import { type HitlRequest, LeashBaseError, type Reason, type Verdict } from "@leash/core";
 import type { EngineReason, EvaluateResult } from "./types.js";
 
-const MARKER = Symbol.for("leash.engine.LeashError");
-
 export type LeashErrorCode =
-  | "SESSION_NOT_FOUND"
-  | "SESSION_EXISTS"
-  | "INVALID_ARGUMENT"
-  | "NO_PENDING_REQUEST"
-  | "HITL_ALREADY_DECIDED"
-  | "RESERVATION_NOT_FOUND"
-  | "SETTLEMENT_CONFLICT"
-  | "CONFIG_INVALID"
-  | "KEY_NOT_IN_FORCE"
-  | "MISSING_DEPENDENCY"
-  | "CHAIN_UNVERIFIED"
-  | "DENIED"
-  | "HITL_REQUIRED";
+  | "session_not_found"
+  | "session_exists"
+  | "invalid_argument"
+  | "no_pending_request"
+  | "hitl_already_decided"
+  | "reservation_not_found"
+  | "settlement_conflict"
+  | "config_invalid"
+  | "key_not_in_force"
+  | "missing_dependency"
+  | "chain_unverified"
+  | "denied"
+  | "hitl_required";
 
-export class LeashError extends Error {
-  readonly [MARKER] = true;
+/**
+ * Every error the engine throws; `code` is stable, snake_case and meant for programs. The codes were
+ * spelled in capitals before (`INVALID_ARGUMENT`); `legacyCode` answers with that for one release.
+ */
+export class LeashError extends LeashBaseError<LeashErrorCode> {
+  static override readonly marker: symbol = Symbol.for("leash.engine.LeashError");
+  static override readonly legacyCodes: Readonly<Record<string, string>> = {
+    session_not_found: "SESSION_NOT_FOUND",
+    session_exists: "SESSION_EXISTS",
+    invalid_argument: "INVALID_ARGUMENT",
+    no_pending_request: "NO_PENDING_REQUEST",
+    hitl_already_decided: "HITL_ALREADY_DECIDED",
+    reservation_not_found: "RESERVATION_NOT_FOUND",
+    settlement_conflict: "SETTLEMENT_CONFLICT",
+    config_invalid: "CONFIG_INVALID",
+    key_not_in_force: "KEY_NOT_IN_FORCE",
+    missing_dependency: "MISSING_DEPENDENCY",
+    chain_unverified: "CHAIN_UNVERIFIED",
+    denied: "DENIED",
+    hitl_required: "HITL_REQUIRED",
+  };
   override name = "LeashError";
-  constructor(
-    readonly code: LeashErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-  static isInstance(error: unknown): error is LeashError {
-    return typeof error === "object" && error !== null && MARKER in error;
-  }
 }
 
 /** Thrown by guard() when the verdict is DENY: the tool did not run. `result` holds the receipt. */
 export class LeashDenied extends LeashError {
+  static override readonly marker = Symbol.for("leash.engine.LeashDenied");
   override name = "LeashDenied";
   readonly verdict: Verdict = "DENY";
   readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
-    super("DENIED", `Leash denied the call (${result.reason}); the tool did not run`);
+    super("denied", `Leash denied the call (${result.reason}); the tool did not run`);
     this.reason = result.reason;
     this.sessionId = result.session_id;
     this.callNumber = result.call_number;
@@ -52,13 +60,14 @@ export class LeashDenied extends LeashError {
 
 /** Thrown by guard() when the verdict is HITL: a human must decide; the tool did not run. */
 export class LeashHitl extends LeashError {
+  static override readonly marker = Symbol.for("leash.engine.LeashHitl");
   override name = "LeashHitl";
   readonly verdict: Verdict = "HITL";
   readonly reason: Reason | EngineReason;
   readonly sessionId: string;
   readonly callNumber: number;
   constructor(readonly result: EvaluateResult) {
-    super("HITL_REQUIRED", `Leash needs a human decision (${result.reason}); the tool did not run`);
+    super("hitl_required", `Leash needs a human decision (${result.reason}); the tool did not run`);
     this.reason = result.reason;
     this.sessionId = result.session_id;
     this.callNumber = result.call_number;
@@ -70,6 +79,7 @@ export class LeashHitl extends LeashError {
  * perhaps a moment earlier): each request takes exactly one. Nothing was recorded for this attempt.
  */
 export class LeashAlreadyDecided extends LeashError {
+  static override readonly marker = Symbol.for("leash.engine.LeashAlreadyDecided");
   override name = "LeashAlreadyDecided";
   readonly requestId: string;
   readonly sessionId: string;
@@ -82,7 +92,7 @@ export class LeashAlreadyDecided extends LeashError {
         ? `closed (${request.status.toLowerCase()})`
         : `decided: ${request.decision} by ${JSON.stringify(request.operator_id)}`;
     super(
-      "HITL_ALREADY_DECIDED",
+      "hitl_already_decided",
       `request ${request.request_id} (call ${request.call_number}) of session ${request.session_id} was already ${answer}`,
     );
     this.requestId = request.request_id;

@@ -17,13 +17,13 @@ const DRIVERS = {
 
 export type StoreKind = keyof typeof DRIVERS;
 
-/** The kind of store a URL names, or a LeashError (INVALID_ARGUMENT) for any other scheme. */
+/** The kind of store a URL names, or a LeashError (invalid_argument) for any other scheme. */
 export function storeKindOf(url: string): StoreKind {
   if (/^sqlite:/i.test(url)) return "sqlite";
   if (/^postgres(ql)?:\/\//i.test(url)) return "postgres";
   if (/^memory:/i.test(url)) return "memory";
   throw new LeashError(
-    "INVALID_ARGUMENT",
+    "invalid_argument",
     `unknown store URL scheme in ${redactStoreUrl(url)}: expected sqlite:PATH, postgres://… (or postgresql://…) or memory:`,
   );
 }
@@ -64,7 +64,7 @@ async function load<T>(kind: StoreKind, importer: () => Promise<T>): Promise<T> 
     if (missing === undefined) throw error;
     const install = [substrate, driver].filter((name) => name !== undefined).join(" ");
     throw new LeashError(
-      "MISSING_DEPENDENCY",
+      "missing_dependency",
       `${kind} stores need ${missing}, which is not installed: npm install ${install}`,
       { cause: error },
     );
@@ -75,7 +75,7 @@ function badUrl(url: string, error: unknown): LeashError {
   const why = error instanceof Error ? error.message : String(error);
   // The substrates' URL parsers already name the (redacted) URL; keep their words.
   return new LeashError(
-    "INVALID_ARGUMENT",
+    "invalid_argument",
     why.includes("URL") ? why : `bad store URL ${redactStoreUrl(url)}: ${why}`,
     {
       cause: error,

@@ -20,7 +20,7 @@ function shown(value: unknown): string {
 }
 
 function invalid(message: string): never {
-  throw new LeashError("INVALID_ARGUMENT", message);
+  throw new LeashError("invalid_argument", message);
 }
 
 /** A non-empty string the chain can record (canonical JSON refuses lone surrogates). */
@@ -28,7 +28,7 @@ function isText(value: unknown): value is string {
   return typeof value === "string" && value.trim() !== "" && !LONE_SURROGATE.test(value);
 }
 
-/** The request with its decision normalized (trimmed, lowercased), or a LeashError INVALID_ARGUMENT. */
+/** The request with its decision normalized (trimmed, lowercased), or a LeashError invalid_argument. */
 export function checkResumeRequest(request: ResumeRequest): ResumeRequest & { decision: HumanDecision } {
   if (request === null || typeof request !== "object") invalid("resume needs a request object");
   const raw: unknown = request.decision;

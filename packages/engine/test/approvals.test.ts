@@ -151,7 +151,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
           (e: unknown) => e,
         );
       expect(LeashError.isInstance(error), `decision ${String(decision)}`).toBe(true);
-      expect((error as LeashError).code).toBe("INVALID_ARGUMENT");
+      expect((error as LeashError).code).toBe("invalid_argument");
       expect((error as Error).message).toMatch(
         /^decision must be one of approve, reject, modify, defer, escalate/,
       );
@@ -167,7 +167,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
           () => null,
           (e: unknown) => e,
         );
-      expect((error as LeashError).code, `operator ${JSON.stringify(operator)}`).toBe("INVALID_ARGUMENT");
+      expect((error as LeashError).code, `operator ${JSON.stringify(operator)}`).toBe("invalid_argument");
     }
     // Nothing was written: no chain entry, the request still open, the session as it was.
     expect((await chainOf(store!.substrate)).data).toEqual(before.data);
@@ -191,7 +191,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
   /** Asserts the loser of a race heard the typed "already decided" error naming the winner's answer. */
   const expectAlreadyDecided = (error: unknown, winner: { decision: string; operator: string }) => {
     expect(LeashError.isInstance(error), String(error)).toBe(true);
-    expect((error as LeashError).code).toBe("HITL_ALREADY_DECIDED");
+    expect((error as LeashError).code).toBe("hitl_already_decided");
     expect((error as Error).name).toBe("LeashAlreadyDecided");
     expect(error).toMatchObject({ decision: winner.decision, operatorId: winner.operator });
     expect((error as Error).message).toContain(`${winner.decision} by "${winner.operator}"`);
@@ -272,7 +272,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
     const unknown = await engine
       .resume({ session_id: id, decision: "approve", operator_id: "bob", request_id: "no-such-request" })
       .catch((e: unknown) => e);
-    expect((unknown as LeashError).code).toBe("NO_PENDING_REQUEST");
+    expect((unknown as LeashError).code).toBe("no_pending_request");
 
     await engine.resume({
       session_id: id,

@@ -10,7 +10,7 @@ function configError(value: unknown): string {
   try {
     parseConfigObject(value, "leash.yaml");
   } catch (error) {
-    expect(LeashError.isInstance(error) && error.code).toBe("CONFIG_INVALID");
+    expect(LeashError.isInstance(error) && error.code).toBe("config_invalid");
     return (error as Error).message;
   }
   return expect.fail(`accepted ${JSON.stringify(value)}`);
@@ -37,7 +37,7 @@ describe("reservation_ttl_s", () => {
           return e;
         }
       })();
-      expect(LeashError.isInstance(error) && error.code).toBe("INVALID_ARGUMENT");
+      expect(LeashError.isInstance(error) && error.code).toBe("invalid_argument");
       expect((error as Error).message).toMatch(/^reservationTtlMs must be a positive number of milliseconds/);
     }
   });

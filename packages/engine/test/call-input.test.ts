@@ -183,7 +183,7 @@ describe.each(KINDS)("evaluate's input checks on %s", (kind) => {
         () => expect.fail(`accepted ${JSON.stringify(config)}`),
         (e: unknown) => e,
       );
-      expect(LeashError.isInstance(error) && error.code).toBe("CONFIG_INVALID");
+      expect(LeashError.isInstance(error) && error.code).toBe("config_invalid");
       expect((error as Error).message).toMatch(/\/config\/(default_estimate_usd|tool_estimates_usd)/);
     }
   });
@@ -239,7 +239,7 @@ describe.each(KINDS)("evaluate's input checks on %s", (kind) => {
       () => expect.fail("accepted a null request"),
       (e: unknown) => e,
     );
-    expect(LeashError.isInstance(error) && error.code).toBe("INVALID_ARGUMENT");
+    expect(LeashError.isInstance(error) && error.code).toBe("invalid_argument");
   });
 
   it("guard() without an estimate uses the session's default, and is denied without one", async () => {

@@ -37,7 +37,7 @@ describe("loadConfigFile", () => {
 
   it("refuses one byte more, naming the limit", async () => {
     const error = await refusal(loadConfigFile(yamlOfSize("over.yaml", LIMIT + 1)));
-    expect(error.code).toBe("CONFIG_INVALID");
+    expect(error.code).toBe("config_invalid");
     expect(error.message).toContain("over.yaml");
     expect(error.message).toContain("1048576 bytes (1 MiB)");
   });

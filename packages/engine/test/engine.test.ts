@@ -294,12 +294,12 @@ describe.each(KINDS)("engine on %s", (kind) => {
   it("rejects unknown sessions and invalid configs with clear errors", async () => {
     const { engine } = await setup();
     await expect(engine.evaluate({ session_id: "nope", tool_name: "t" })).rejects.toMatchObject({
-      code: "SESSION_NOT_FOUND",
+      code: "session_not_found",
     });
     const bad = await engine
       .register({ agent_id: "bot", config: { budget_usd: "ten" as unknown as number } })
       .catch((e: unknown) => e);
-    expect(LeashError.isInstance(bad) && bad.code).toBe("CONFIG_INVALID");
+    expect(LeashError.isInstance(bad) && bad.code).toBe("config_invalid");
     expect((bad as Error).message).toContain("/config/budget_usd");
   });
 
@@ -424,7 +424,7 @@ describe.each(KINDS)("engine on %s", (kind) => {
     const { engine } = await setup();
     const s = await engine.register({ agent_id: "bot", config: {} });
     await expect(engine.evaluate({ session_id: "missing", tool_name: "t" })).rejects.toMatchObject({
-      code: "SESSION_NOT_FOUND",
+      code: "session_not_found",
     });
     const next = generateKeyPair();
     await engine.rotateKey(next.signer, "ops");
@@ -454,7 +454,7 @@ describe.each(KINDS)("engine on %s", (kind) => {
     await engine.rotateKey(next.signer, "ops");
     await expect(
       stale.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 2 }),
-    ).rejects.toMatchObject({ code: "KEY_NOT_IN_FORCE" });
+    ).rejects.toMatchObject({ code: "key_not_in_force" });
     expect((await engine.evaluate({ session_id: s.session_id, tool_name: "t", nonce: 2 })).verdict).toBe(
       "ALLOW",
     );

@@ -115,7 +115,7 @@ describe("openStore", () => {
       (e: unknown) => e,
     );
     expect(LeashError.isInstance(error)).toBe(true);
-    expect((error as LeashError).code).toBe("INVALID_ARGUMENT");
+    expect((error as LeashError).code).toBe("invalid_argument");
     expect((error as Error).message).toMatch(message);
   });
 

@@ -103,7 +103,7 @@ describe.each(KINDS)("postExec on %s", (kind) => {
       { actual_cost_usd: 0.4, idempotency_key: "another" },
     ]) {
       const error = await refusal(engine.postExec({ session_id: s.session_id, call_number: 1, ...request }));
-      expect(error.code).toBe("SETTLEMENT_CONFLICT");
+      expect(error.code).toBe("settlement_conflict");
       expect(error.message).toMatch(/settled at 0\.25|already SETTLED/);
     }
     for (const actual of ["0.25", 0.25, "0.2500"]) {
@@ -129,7 +129,7 @@ describe.each(KINDS)("postExec on %s", (kind) => {
     ]);
     const won = outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
     const lost = outcomes.flatMap((o) => (o.status === "rejected" ? [o.reason as LeashError] : []));
-    expect([won.length, lost.map((e) => e.code)]).toEqual([1, ["SETTLEMENT_CONFLICT"]]);
+    expect([won.length, lost.map((e) => e.code)]).toEqual([1, ["settlement_conflict"]]);
     const winner = won[0]!;
     expect(winner.budget_remaining_usd).toBe(winner.actual_usd === "0.1" ? "0.9" : "0.7");
     expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe(winner.budget_remaining_usd);
@@ -166,7 +166,7 @@ describe.each(KINDS)("postExec on %s", (kind) => {
         engine.postExec({ session_id: session, call_number: call, actual_cost_usd: 0.1 }),
       );
       expect([error.code, error.message]).toEqual([
-        "RESERVATION_NOT_FOUND",
+        "reservation_not_found",
         `call ${call} of session ${session} was never allowed: there is nothing to settle`,
       ]);
     }
@@ -178,13 +178,13 @@ describe.each(KINDS)("postExec on %s", (kind) => {
           actual_cost_usd: 0.1,
         }),
       );
-      expect(error.code).toBe("INVALID_ARGUMENT");
+      expect(error.code).toBe("invalid_argument");
     }
     for (const actual of [-1, Number.NaN, "abc", "0.1234567890123456789"]) {
       const error = await refusal(
         engine.postExec({ session_id: budgeted.session_id, call_number: 1, actual_cost_usd: actual }),
       );
-      expect(error.code).toBe("INVALID_ARGUMENT");
+      expect(error.code).toBe("invalid_argument");
       expect(error.message).toMatch(/^actual_cost_usd: amount /);
     }
     expect(await readChain(substrate)).toEqual(chain);

@@ -98,11 +98,11 @@ async function expectRefused(
   }
   expect(await engine.open()).toMatchObject({ verified: false, failure: where });
   await expect(engine.register({ agent_id: "bot", config: {} })).rejects.toMatchObject({
-    code: "CHAIN_UNVERIFIED",
+    code: "chain_unverified",
   });
   await expect(
     engine.postExec({ session_id: "s", call_number: 1, actual_cost_usd: 0 }),
-  ).rejects.toMatchObject({ code: "CHAIN_UNVERIFIED" });
+  ).rejects.toMatchObject({ code: "chain_unverified" });
   expect(await readChain(substrate)).toEqual(before);
 }
 
