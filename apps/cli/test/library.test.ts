@@ -366,7 +366,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
       expect(r.code).toBe(1);
       expect(r.stdout).toBe("");
       expectOneLineError(r.stderr);
-      expect(r.stderr).toBe('leash: error: unknown session "nope" (SESSION_NOT_FOUND)\n');
+      expect(r.stderr).toBe('leash: error: unknown session "nope" (session_not_found)\n');
     }
   });
 
