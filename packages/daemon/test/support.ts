@@ -1,5 +1,6 @@
 // Test set-up for the daemon: a config with a fresh HMAC key file, a signing key, real stores (SQLite file,
 // PostgreSQL schema) from @leash/test-stores, and a daemon in process on a real socket. No mocks.
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -74,4 +75,13 @@ export async function runDaemon(
       await store.close();
     },
   };
+}
+
+let built = false;
+/** The kill test runs the built CLI (`leash serve`): bring dist up to date (incremental, about a second when current). */
+export function ensureBuilt(): void {
+  if (built) return;
+  const root = new URL("../../../", import.meta.url).pathname;
+  execFileSync(`${root}node_modules/.bin/tsc`, ["--build"], { cwd: root, stdio: "inherit" });
+  built = true;
 }
