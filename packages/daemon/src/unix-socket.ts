@@ -126,18 +126,22 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     metrics.connections.inc();
     const decoder = new FrameDecoder();
     let pending = 0;
+    /** Requests of this connection still being answered. */
+    const mine = new Set<Promise<void>>();
+    /** No further frame is read: the connection failed or closed. */
     let dead = false;
 
     const send = (payload: Payload, key: Uint8Array, keyId: string, correlationId: string) => {
-      if (dead || socket.destroyed) return;
+      if (socket.destroyed || !socket.writable) return;
       countError(payload);
       const body = sealEnvelope(payload, { key, keyId, sender: "daemon", clock, correlationId });
       socket.write(encodeFrame(body));
     };
 
     /**
-     * The stream cannot be trusted past this point: answer once (signed when the envelope named a
-     * key this daemon has, so the agent can check it), then close the connection.
+     * The stream cannot be trusted past this point: read nothing more, let the requests already
+     * accepted be answered, answer the failure once (signed when the envelope named a key this daemon
+     * has, so the agent can check it), then close the connection.
      */
     const fail = (error: unknown, key?: { key: Uint8Array; keyId: string }) => {
       if (dead) return;
@@ -164,8 +168,11 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         );
       }
       socket.pause();
-      socket.end(encodeFrame(body));
-      setTimeout(() => socket.destroy(), 1000).unref();
+      const frameOut = encodeFrame(body);
+      void Promise.allSettled([...mine]).then(() => {
+        if (!socket.destroyed) socket.end(frameOut);
+        setTimeout(() => socket.destroy(), 1000).unref();
+      });
     };
 
     const frame = (body: Uint8Array) => {
@@ -236,8 +243,10 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         .finally(() => {
           pending--;
           inFlight.delete(work);
+          mine.delete(work);
         });
       inFlight.add(work);
+      mine.add(work);
     };
 
     socket.on("data", (chunk: Buffer) => {
@@ -256,11 +265,17 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       }
     });
     socket.on("end", () => {
+      // The agent is done sending: what it already sent is answered, then our side closes too.
       try {
         decoder.end();
       } catch {
         logger.warn({ detail: "malformed_frame" }, "connection ended inside a frame");
       }
+      if (dead) return;
+      dead = true;
+      void Promise.allSettled([...mine]).then(() => {
+        if (!socket.destroyed) socket.end();
+      });
     });
     socket.on("error", (error) => logger.debug({ err: error.message }, "connection error"));
     socket.on("close", () => {
@@ -270,7 +285,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     });
   }
 
-  const server: Server = createServer({ allowHalfOpen: false }, (socket) => {
+  const server: Server = createServer({ allowHalfOpen: true }, (socket) => {
     if (closing) {
       socket.destroy();
       return;

@@ -1,9 +1,7 @@
 // SIGKILL a real `leash serve` process under load from raw socket clients, round after round, on SQLite and
 // PostgreSQL; after each: recover, then every verdict a client received is in the verified chain as received.
-import { type ChildProcess, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import type { Substrate } from "@leash/core";
@@ -18,9 +16,8 @@ import {
 } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RawClient } from "./raw-client.js";
-import { ACME, configObject, ensureBuilt, openStore, scratchDir } from "./support.js";
+import { ACME, configObject, ensureBuilt, openStore, scratchDir, serve } from "./support.js";
 
-const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.url));
 const KILLS = 10;
 const TTL_S = 0.1;
 const SEED = Number(process.env.LEASH_CRASH_SEED ?? Date.now() % 1_000_000);
@@ -36,30 +33,6 @@ function mulberry32(seed: number): () => number {
   };
 }
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Starts `leash serve` and resolves once it prints its listening line. */
-function serve(args: string[]): Promise<{ child: ChildProcess; stderr: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    let err = "";
-    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);
-    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
-      out += chunk;
-      if (out.includes('{"listening"')) {
-        clearTimeout(timer);
-        resolve({ child, stderr: () => err });
-      }
-    });
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
-      err += chunk;
-    });
-    child.on("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited with ${code} before listening:\n${err}`));
-    });
-  });
-}
 
 const readChain = (substrate: Substrate) => substrate.transaction((tx) => tx.chain.range(0, 10_000_000));
 

@@ -1,10 +1,11 @@
 // Test set-up for the daemon: a config with a fresh HMAC key file, a signing key, real stores (SQLite file,
 // PostgreSQL schema) from @leash/test-stores, and a daemon in process on a real socket. No mocks.
-import { execFileSync } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
 import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
 import { pino } from "pino";
@@ -84,4 +85,30 @@ export function ensureBuilt(): void {
   const root = new URL("../../../", import.meta.url).pathname;
   execFileSync(`${root}node_modules/.bin/tsc`, ["--build"], { cwd: root, stdio: "inherit" });
   built = true;
+}
+
+const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.url));
+
+/** Starts `leash serve` and resolves once it prints its listening line. */
+export function serve(args: string[]): Promise<{ child: ChildProcess; stderr: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      out += chunk;
+      if (out.includes('{"listening"')) {
+        clearTimeout(timer);
+        resolve({ child, stderr: () => err });
+      }
+    });
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+      err += chunk;
+    });
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited with ${code} before listening:\n${err}`));
+    });
+  });
 }
