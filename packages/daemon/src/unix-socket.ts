@@ -28,6 +28,9 @@ import type { DaemonMetrics } from "./metrics.js";
 /** Requests one connection may have in flight; beyond it each is answered RATE_LIMITED. */
 export const DEFAULT_MAX_IN_FLIGHT = 256;
 
+/** How long a closing daemon waits, quiet, for frames still on their way before it closes connections. */
+const DRAIN_GRACE_MS = 25;
+
 export interface UnixTransportOptions {
   readonly path: string;
   readonly handler: RequestHandler;
@@ -314,9 +317,19 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       if (closing) return;
       closing = true;
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+      // Drain: what is in flight is answered; frames that arrive meanwhile are told "shutting_down".
+      // Twice quiet in a row, a short grace apart, before the connections are closed.
+      for (let quiet = 0; quiet < 2; ) {
+        if (inFlight.size > 0) {
+          quiet = 0;
+          await Promise.allSettled([...inFlight]);
+        } else {
+          quiet++;
+        }
+        await new Promise((resolve) => setTimeout(resolve, DRAIN_GRACE_MS));
+      }
       for (const socket of sockets) socket.end();
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await new Promise((resolve) => setTimeout(resolve, DRAIN_GRACE_MS));
       for (const socket of sockets) socket.destroy();
       await stopped;
       try {

@@ -13,7 +13,6 @@ import {
   FrameDecoder,
   GetSessionStateRequestSchema,
   HeartbeatSchema,
-  newMessageId,
   type Payload,
   PostExecNotificationSchema,
   PreExecRequestSchema,
