@@ -196,6 +196,28 @@ describe("bad input on a live daemon (SQLite)", () => {
     await goodClientServed();
   });
 
+  it("requests sent before a bad frame are answered before the close; so are requests sent before the agent's end", async () => {
+    const payload = {
+      case: "getSessionState" as const,
+      value: create(GetSessionStateRequestSchema, { sessionId }),
+    };
+    const c = await RawClient.connect(running.socket, ACME);
+    const answered = c.request(payload);
+    c.write(
+      encodeFrame(
+        sealEnvelope(registerPayload(), { key: randomBytes(32), keyId: ACME.keyId, sender: "agent", clock }),
+      ),
+    );
+    expect((await answered).payload.case).toBe("sessionState");
+    expect(await closedWith(c)).toEqual({ code: ErrorCode.AUTHENTICATION_FAILED, detail: "bad_hmac" });
+
+    const d = await RawClient.connect(running.socket, ACME);
+    const beforeEnd = d.request(payload);
+    d.socket.end(); // half-close: the agent sends nothing more but still reads
+    expect((await beforeEnd).payload.case).toBe("sessionState");
+    await d.closedPromise;
+  });
+
   it("nothing refused above reached the chain", async () => {
     expect(await chainLength(running)).toBe(before);
   });
