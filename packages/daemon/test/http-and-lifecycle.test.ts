@@ -4,7 +4,7 @@ import { statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { generateKeyPair } from "@leash/chain";
-import { PreExecRequestSchema, paramsToJson, RegisterRequestSchema, Verdict } from "@leash/wire";
+import { ErrorCode, PreExecRequestSchema, paramsToJson, RegisterRequestSchema, Verdict } from "@leash/wire";
 import { describe, expect, it } from "vitest";
 import { parseDaemonConfig, SocketInUseError, startDaemon } from "../src/index.js";
 import { RawClient } from "./raw-client.js";
@@ -100,6 +100,25 @@ describe("socket lifecycle", () => {
       expect(verdicts.length + refused.length, "every request answered, none cut off").toBe(20);
       expect(verdicts.length).toBeGreaterThan(0);
       expect(() => statSync(running.socket)).toThrow();
+    } finally {
+      await running.daemon.close();
+      await running.store.close();
+    }
+  });
+
+  it("a request that reaches a closing daemon is told DAEMON_UNAVAILABLE shutting_down, not cut off", async () => {
+    const running = await runDaemon("sqlite");
+    try {
+      const client = await RawClient.connect(running.socket, ACME);
+      const sessionId = await register(client, "loader");
+      const closing = running.daemon.close();
+      const late = await preExec(client, sessionId, 1);
+      expect(late.payload.case).toBe("error");
+      expect(late.payload.value).toMatchObject({
+        code: ErrorCode.DAEMON_UNAVAILABLE,
+        detail: "shutting_down",
+      });
+      await closing;
     } finally {
       await running.daemon.close();
       await running.store.close();
