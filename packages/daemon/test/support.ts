@@ -50,7 +50,7 @@ export interface Running {
 /** A daemon in this process on a real socket over a fresh real store. */
 export async function runDaemon(
   kind: StoreKind,
-  options: { http?: string; extra?: Record<string, unknown> } = {},
+  options: { http?: string; extra?: Record<string, unknown>; maxInFlight?: number } = {},
 ): Promise<Running> {
   const store = await openStore(kind);
   const dir = scratchDir();
@@ -64,6 +64,7 @@ export async function runDaemon(
     socketPath: socket,
     logger: quietLogger(),
     ...(options.http === undefined ? {} : { http: options.http }),
+    ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
   });
   return {
     daemon,
