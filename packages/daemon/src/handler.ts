@@ -255,6 +255,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     const negotiated = negotiateProtocolVersion(context.protocolVersion);
     const orgId = request.organizationId === "" ? context.auth.organizationId : request.organizationId;
     if (orgId !== context.auth.organizationId) {
+      metrics.authFailures.inc({ detail: "wrong_organization" });
       throw new Refusal(
         ErrorCode.AUTHENTICATION_FAILED,
         "wrong_organization",

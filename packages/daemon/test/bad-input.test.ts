@@ -17,7 +17,7 @@ import {
 } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clock, RawClient } from "./raw-client.js";
-import { ACME, type Running, runDaemon } from "./support.js";
+import { ACME, GLOBEX, type Running, runDaemon } from "./support.js";
 
 const chainLength = (running: Running) =>
   running.store.substrate.transaction(async (tx) => ((await tx.chain.head())?.seq ?? -1) + 1);
@@ -108,6 +108,14 @@ describe("bad input on a live daemon (SQLite)", () => {
       detail: "replayed_message",
     });
     await goodClientServed();
+  });
+
+  it("a Register for another organization than the key's: AUTHENTICATION_FAILED wrong_organization, connection kept", async () => {
+    const c = await RawClient.connect(running.socket, GLOBEX);
+    const answer = await c.request(registerPayload());
+    expect(errorOf(answer)).toEqual({ code: ErrorCode.AUTHENTICATION_FAILED, detail: "wrong_organization" });
+    expect(c.closed).toBe(false);
+    c.close();
   });
 
   it("a stale client timestamp: AUTHENTICATION_FAILED timestamp_out_of_window", async () => {
