@@ -17,6 +17,7 @@ import { registerMigrate } from "./commands/migrate.js";
 import { registerReceipt } from "./commands/receipt.js";
 import { registerRecover } from "./commands/recover.js";
 import { registerRelay } from "./commands/relay.js";
+import { registerServe } from "./commands/serve.js";
 import { registerSession } from "./commands/session.js";
 import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
@@ -77,6 +78,8 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   // Startup checks, and shipping the chain elsewhere.
   registerRecover(program, io, setExit);
   registerRelay(program, io, setExit);
+  // The sidecar daemon (SP/1.0 Model B).
+  registerServe(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   checkRequiredOptionsLast(program);
   return program;

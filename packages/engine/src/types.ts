@@ -84,6 +84,12 @@ export interface EvaluateRequest {
    * `policy_violation:invalid_estimate`).
    */
   estimated_cost_usd?: number | string | null;
+  /**
+   * The digest (64 hex) the caller says `params` has (a daemon passes the agent's tool_params_hash).
+   * When given and it is not the engine's own canonical digest of `params`, the call is DENY
+   * "policy_violation:params_hash_mismatch": the agent and the daemon do not agree on what it runs.
+   */
+  expected_params_hash?: string;
 }
 
 /**
@@ -95,7 +101,8 @@ export type EngineReason =
   | "fail_closed:chain_unverified"
   | "hitl_transition:tool_mismatch"
   | "policy_violation:missing_estimate"
-  | "policy_violation:invalid_estimate";
+  | "policy_violation:invalid_estimate"
+  | "policy_violation:params_hash_mismatch";
 
 export interface EvaluateResult {
   session_id: string;

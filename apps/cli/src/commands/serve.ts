@@ -1,0 +1,123 @@
+// `leash serve`: runs the sidecar daemon (@leash/daemon) on a Unix socket until SIGTERM or SIGINT.
+// The daemon is @leash/daemon's; this reads flags, the config file and the signing key, and prints where it listens.
+import {
+  DaemonConfigError,
+  defaultSocketPath,
+  loadDaemonConfig,
+  parseHostPort,
+  SocketInUseError,
+  startDaemon,
+} from "@leash/daemon";
+import type { Command } from "commander";
+import { engineFailure } from "../context.js";
+import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
+import { parseStoreUrl, resolveStoreUrl } from "../store.js";
+
+export interface ServeOptions extends KeyOptions {
+  readonly store?: string;
+  readonly config?: string;
+  readonly socket?: string;
+  readonly http?: string;
+}
+
+export async function runServe(options: ServeOptions, io: Io): Promise<number> {
+  if (options.config === undefined) {
+    throw new CliError(
+      "leash serve needs --config FILE: the organizations, their HMAC keys and policies (see `leash serve --help`)",
+      EXIT_BAD_INPUT,
+    );
+  }
+  let config: ReturnType<typeof loadDaemonConfig>;
+  try {
+    config = loadDaemonConfig(options.config);
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
+  if (options.http !== undefined) {
+    try {
+      parseHostPort(options.http);
+    } catch (err) {
+      throw new CliError(firstLine(err), EXIT_BAD_INPUT);
+    }
+  }
+  const target = parseStoreUrl(resolveStoreUrl(options.store, io.env, config.store));
+  const { signer } = resolveSigner(options, io);
+  const socketPath = options.socket ?? defaultSocketPath(io.env);
+  let daemon: Awaited<ReturnType<typeof startDaemon>>;
+  try {
+    daemon = await startDaemon({
+      config,
+      signer,
+      store: target.url,
+      socketPath,
+      handleSignals: true,
+      ...(options.http === undefined ? {} : { http: options.http }),
+    });
+  } catch (err) {
+    if (err instanceof SocketInUseError || err instanceof DaemonConfigError) {
+      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+    }
+    const known = engineFailure(err, target.url);
+    if (known !== undefined) throw known;
+    throw new CliError(firstLine(err), EXIT_REFUSED, { cause: err });
+  }
+  // One line for whoever started us (a supervisor, a test): where to connect and which key signs.
+  io.stdout(
+    `${JSON.stringify({ listening: daemon.address, http: daemon.httpAddress, store: target.label, public_key: signer.publicKeyHex })}\n`,
+  );
+  await daemon.closed;
+  return 0;
+}
+
+export function registerServe(program: Command, io: Io, setExit: (code: number) => void): void {
+  addKeyOptions(
+    program
+      .command("serve")
+      .description(
+        "run the sidecar daemon: SP/1.0 on a Unix socket, every decision signed into the audit chain",
+      )
+      .option(
+        "--store <url>",
+        "where state lives: sqlite:PATH or postgres://USER@HOST/DB[?schema=NAME] (default: $LEASH_STORE, else the config file's store, else sqlite:./leash.db)",
+      )
+      .option(
+        "--config <file>",
+        "the daemon config (JSON or YAML): organizations, their HMAC keys and policies",
+      )
+      .option(
+        "--socket <path>",
+        "the Unix socket to listen on (default: $LEASH_SOCKET, else $XDG_RUNTIME_DIR/leash.sock, else /tmp/leash-$UID.sock)",
+      )
+      .option("--http <host:port>", "also serve /healthz, /readyz and /metrics (Prometheus) over HTTP"),
+  )
+    .addHelpText(
+      "after",
+      `
+Example:
+  leash keygen --out daemon.key
+  head -c 32 /dev/urandom | xxd -p -c 64 > acme-k1.hmac      # the organization's HMAC key
+  cat > daemon.yaml <<'YAML'
+  store: sqlite:./leash.db
+  organizations:
+    acme:
+      hmac_keys: { k1: { file: ./acme-k1.hmac } }
+      default_guard: { budget_usd: 1 }
+      agents:
+        research-bot: { guard: { budget_usd: 0.5, max_repeat_calls: 3 } }
+  YAML
+  leash serve --config daemon.yaml --key-file daemon.key --socket /run/leash/leash.sock --http 127.0.0.1:9464
+
+The socket is created with mode 0660 (the agents' group may connect). A socket file left by a killed
+daemon is removed at start; if another daemon listens on it, serve refuses to start. The chain is
+verified before the socket opens and the signing key must be its key in force. A daemon without a
+signing key refuses to start unless --ephemeral-key. SIGTERM or SIGINT: stop accepting, finish the
+requests in flight, close the store, remove the socket file.
+Output: one JSON line on stdout once listening ({"listening", "http", "store", "public_key"}); logs
+are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
+flags, config, key or socket path.`,
+    )
+    .action(async (options: ServeOptions) => {
+      setExit(await runServe(options, io));
+    });
+}

@@ -1,0 +1,97 @@
+// `leash serve`: refusals before anything starts (no key, no config, bad config, bad --http), the help text,
+// and a real serve process answering on its socket, shut down cleanly by SIGTERM (socket file removed).
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { CLI_BIN, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
+
+const scratch = scratchDir();
+afterAll(() => scratch.cleanup());
+const hmac = scratch.write("acme.hmac", randomBytes(32).toString("hex"));
+const config = scratch.write(
+  "daemon.yaml",
+  `organizations:\n  acme:\n    hmac_keys: { k1: { file: ${hmac} } }\n    default_guard: { budget_usd: 1 }\n`,
+);
+
+describe("leash serve", () => {
+  it("refuses to start without a signing key, naming --ephemeral-key", async () => {
+    const r = await leash([
+      "serve",
+      "--config",
+      config,
+      "--store",
+      "memory:",
+      "--socket",
+      join(scratch.dir, "a.sock"),
+    ]);
+    expect(r.code).toBe(2);
+    expectOneLineError(r.stderr);
+    expect(r.stderr).toContain("no signing key");
+    expect(r.stderr).toContain("--ephemeral-key");
+    expect(existsSync(join(scratch.dir, "a.sock"))).toBe(false);
+  });
+
+  it("refuses without --config, with a bad config, and with a bad --http", async () => {
+    const none = await leash(["serve", "--store", "memory:", "--ephemeral-key"]);
+    expect([none.code, none.stderr]).toEqual([
+      2,
+      "leash: error: leash serve needs --config FILE: the organizations, their HMAC keys and policies (see `leash serve --help`)\n",
+    ]);
+    const shortKey = scratch.write(
+      "short.json",
+      JSON.stringify({ organizations: { acme: { hmac_keys: { k: { hex: "abcd" } } } } }),
+    );
+    const bad = await leash(["serve", "--config", shortKey, "--store", "memory:", "--ephemeral-key"]);
+    expect(bad.code).toBe(2);
+    expectOneLineError(bad.stderr);
+    expect(bad.stderr).toContain("/organizations/acme/hmac_keys/k: the key has 2 bytes, at least 32 needed");
+    const http = await leash(["serve", "--config", config, "--http", "9464", "--ephemeral-key"]);
+    expect(http.code).toBe(2);
+    expect(http.stderr).toContain("--http wants HOST:PORT");
+  });
+
+  it("--help shows an example and the default socket path", async () => {
+    const r = await leash(["serve", "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("leash serve --config daemon.yaml --key-file daemon.key");
+    expect(r.stdout).toContain("$XDG_RUNTIME_DIR/leash.sock");
+  });
+
+  it("serves on its socket and shuts down on SIGTERM, removing the socket file", async () => {
+    const key = testKey(scratch.dir, "serve");
+    const socket = join(scratch.dir, "serve.sock");
+    const child = spawn(
+      process.execPath,
+      [
+        CLI_BIN,
+        "serve",
+        "--config",
+        config,
+        "--store",
+        `sqlite:${join(scratch.dir, "serve.db")}`,
+        "--key-file",
+        key.file,
+        "--socket",
+        socket,
+      ],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+        out += chunk;
+        if (out.includes("\n")) resolve();
+      });
+      child.once("exit", (code) => reject(new Error(`exited ${code}`)));
+    });
+    const line = JSON.parse(out.trim()) as { listening: string; public_key: string };
+    expect(line.listening).toBe(socket);
+    expect(existsSync(socket)).toBe(true);
+    child.kill("SIGTERM");
+    const code = await new Promise((resolve) => child.once("exit", resolve));
+    expect(code).toBe(0);
+    expect(existsSync(socket)).toBe(false);
+  });
+});

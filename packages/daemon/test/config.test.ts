@@ -1,0 +1,111 @@
+// The daemon config: policies by organization and agent, HMAC keys from files or hex, and one-line refusals
+// naming the field. Plus the per-connection in-flight limit, answered RATE_LIMITED on a live daemon.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { ErrorCode, GetSessionStateRequestSchema, RegisterRequestSchema } from "@leash/wire";
+import { describe, expect, it } from "vitest";
+import { DaemonConfigError, loadDaemonConfig, parseDaemonConfig, policyFor } from "../src/index.js";
+import { RawClient } from "./raw-client.js";
+import { ACME, configObject, runDaemon, scratchDir } from "./support.js";
+
+const HEX = "ab".repeat(32);
+
+describe("daemon config", () => {
+  it("reads keys from files and hex, merges an agent's guard over the default, loads YAML", () => {
+    const dir = scratchDir();
+    const config = parseDaemonConfig(configObject(dir));
+    const acme = config.organizations.get("acme")!;
+    expect(Buffer.from(acme.hmacKeys.get(ACME.keyId)!).equals(Buffer.from(ACME.key))).toBe(true);
+    expect(acme.currentKeyId).toBe(ACME.keyId);
+    expect(policyFor(acme, "research-bot")).toEqual({ budget_usd: 0.5, max_repeat_calls: 3 });
+    expect(policyFor(acme, "someone-else")).toEqual({ budget_usd: 1 });
+    expect(config.keyOwners.get("globex-k1")).toBe("globex");
+    const yaml = join(dir, "d.yaml");
+    writeFileSync(
+      yaml,
+      `store: sqlite:./x.db\nreservation_ttl_s: 5\norganizations:\n  o:\n    hmac_keys: { k: { file: ./acme-k1.hmac } }\n    agents:\n      a: { guard: { window_max_calls: 2, window_duration_s: 60 } }\n`,
+    );
+    const loaded = loadDaemonConfig(yaml);
+    expect([loaded.store, loaded.reservationTtlS]).toEqual(["sqlite:./x.db", 5]);
+    expect(policyFor(loaded.organizations.get("o")!, "a")).toEqual({
+      window_max_calls: 2,
+      window_duration_s: 60,
+    });
+  });
+
+  it.each([
+    [{}, "/organizations must name at least one organization"],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: "abcd" } } } } },
+      "the key has 2 bytes, at least 32 needed",
+    ],
+    [{ organizations: { o: { hmac_keys: { k: { hex: "zz".repeat(32) } } } } }, "the key must be hex"],
+    [{ organizations: { o: { hmac_keys: { k: { file: "/nonexistent/key" } } } } }, "cannot be read: ENOENT"],
+    [
+      { organizations: { a: { hmac_keys: { k: { hex: HEX } } }, b: { hmac_keys: { k: { hex: HEX } } } } },
+      "key id already used by organization a",
+    ],
+    [{ organizations: { o: { hmac_keys: { k: { hex: HEX } }, colour: 1 } } }, 'has unknown field "colour"'],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX } }, default_guard: { budget_usd: -1 } } } },
+      "budget_usd",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX } }, current_key: "nope" } } },
+      "current_key must name one of its hmac_keys",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX } } } }, reservation_ttl_s: 0 },
+      "reservation_ttl_s must be a positive number",
+    ],
+  ])("refuses %j: %s", (value, message) => {
+    expect(() => parseDaemonConfig(value, "test.json")).toThrow(DaemonConfigError);
+    expect(() => parseDaemonConfig(value, "test.json")).toThrow(message);
+  });
+
+  it("a file that is not YAML is one line naming it", () => {
+    const dir = scratchDir();
+    const path = join(dir, "bad.yaml");
+    writeFileSync(path, "organizations: [\n");
+    expect(() => loadDaemonConfig(path)).toThrow(
+      new RegExp(`^cannot read daemon config ${path}: not valid YAML`),
+    );
+  });
+});
+
+describe("in-flight limit", () => {
+  it("past maxInFlight on one connection, requests are answered RATE_LIMITED with retry_after_ms", async () => {
+    const running = await runDaemon("sqlite", { maxInFlight: 2 });
+    try {
+      const client = await RawClient.connect(running.socket, ACME);
+      const reg = await client.request({
+        case: "register",
+        value: create(RegisterRequestSchema, { agentId: "research-bot", organizationId: "acme" }),
+      });
+      const sessionId = (reg.payload.value as { sessionId: string }).sessionId;
+      const answers = await Promise.all(
+        Array.from({ length: 12 }, () =>
+          client.request({
+            case: "getSessionState",
+            value: create(GetSessionStateRequestSchema, { sessionId }),
+          }),
+        ),
+      );
+      const limited = answers.filter((a) => a.payload.case === "error");
+      expect(limited.length).toBeGreaterThan(0);
+      expect(answers.length - limited.length).toBeGreaterThanOrEqual(2);
+      for (const a of limited) {
+        expect(a.payload.value).toMatchObject({
+          code: ErrorCode.RATE_LIMITED,
+          detail: "too_many_in_flight",
+          retryAfterMs: 10n,
+        });
+      }
+      expect(client.closed).toBe(false);
+      client.close();
+    } finally {
+      await running.stop();
+    }
+  });
+});
