@@ -241,7 +241,15 @@ describe("bad input on a live daemon (SQLite)", () => {
       (
         await c.request({
           case: "preExec",
-          value: create(PreExecRequestSchema, { sessionId: sid, callNumber: 1n, toolName: "t", ...fields }),
+          value: create(PreExecRequestSchema, {
+            sessionId: sid,
+            callNumber: 1n,
+            toolName: "t",
+            // The policy has a budget, so every call carries an estimate (else missing_estimate).
+            estimatedCostUsd: 0.01,
+            estimatedCostUsdDecimal: "0.01",
+            ...fields,
+          }),
         })
       ).payload;
     const mismatch = await pre({
@@ -272,6 +280,7 @@ describe("bad input on a live daemon (SQLite)", () => {
           sessionId: sid2,
           callNumber: 1n,
           toolName: "t",
+          estimatedCostUsdDecimal: "0.01",
           toolParamsHash: paramsDigest({ a: 1 }),
         }),
       })
