@@ -44,6 +44,8 @@ function client(path: string, extra: Partial<Parameters<typeof createClient>[0]>
     hmacKey: KEY,
     keyId: "k1",
     heartbeatIntervalMs: 0,
+    // Generous, so only the timeout tests time out on this shared, loaded machine.
+    timeoutMs: 2000,
     ...extra,
   });
   cleanups.push(() => c.close());
@@ -91,7 +93,7 @@ describe("fail closed", () => {
   it("a daemon that accepts and never answers: DENY fail_closed:timeout", async () => {
     const path = socket();
     await daemon(path, () => {});
-    const c = client(path);
+    const c = client(path, { timeoutMs: undefined }); // the default, 50 ms
     const { tool, runs } = recordingTool(c);
     const started = Date.now();
     await expectDenied(tool({ q: "x" }), "fail_closed:timeout");
