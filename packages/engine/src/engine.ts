@@ -43,6 +43,7 @@ import {
   boundRequest,
   boundRequestId,
   type EngineDecision,
+  PARAMS_HASH_MISMATCH,
   releasesApproval,
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
@@ -308,6 +309,10 @@ export function createEngine(options: EngineOptions): Engine {
     );
     const paramsValue = call.params ?? {};
     const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
+    const expectedHash = request.expected_params_hash;
+    if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
+      decision = PARAMS_HASH_MISMATCH;
+    }
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -348,7 +353,7 @@ export function createEngine(options: EngineOptions): Engine {
     // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
     // unspent, so the paused call itself can still use it.
     let next =
-      decision === TOOL_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,

@@ -16,6 +16,15 @@ export const TOOL_MISMATCH: EngineDecision & { reason: EngineReason } = {
 };
 
 /**
+ * The caller's digest of the params is not the engine's: denied like a tool mismatch (the call is
+ * counted, the circuit and any approval are left as they were), since the call itself was never judged.
+ */
+export const PARAMS_HASH_MISMATCH: EngineDecision & { reason: EngineReason } = {
+  verdict: "DENY",
+  reason: "policy_violation:params_hash_mismatch",
+};
+
+/**
  * The paused call as the session's state keeps it (`pending_request`): decide()'s fields plus the
  * request that asked the human and its call number, so the answer and its use name one request.
  */

@@ -40,13 +40,19 @@ export interface EvaluateRequest {
   /** Per-dispatch replay token; never derived from the call's content (spec §3.2 rule 3). */
   nonce?: Nonce | null;
   estimated_cost_usd?: number;
+  /**
+   * The digest (64 hex) the caller says `params` has (a daemon passes the agent's tool_params_hash).
+   * When given and it is not the engine's own canonical digest of `params`, the call is DENY
+   * "policy_violation:params_hash_mismatch": the agent and the daemon do not agree on what it runs.
+   */
+  expected_params_hash?: string;
 }
 
 /**
  * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
  * the extension reasons); decide() itself never returns them.
  */
-export type EngineReason = "hitl_transition:tool_mismatch";
+export type EngineReason = "hitl_transition:tool_mismatch" | "policy_violation:params_hash_mismatch";
 
 export interface EvaluateResult {
   session_id: string;

@@ -1,0 +1,222 @@
+// startDaemon(): the Leash sidecar — the store opened and its chain verified, the engine, the Unix socket,
+// the optional HTTP probes, and a clean shutdown. Decisions are the engine's; framing is the transport's.
+import { readFileSync } from "node:fs";
+import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
+import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
+import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
+import { ReplayWindow } from "@leash/wire";
+import { type Logger, pino } from "pino";
+import type { DaemonConfig } from "./config.js";
+import { createRequestHandler, type RequestHandler } from "./handler.js";
+import { type HttpEndpoint, listenHttp } from "./http.js";
+import { createMetrics, type DaemonMetrics } from "./metrics.js";
+import { defaultSocketPath } from "./socket-path.js";
+import { listenUnix, type UnixTransport } from "./unix-socket.js";
+
+export interface DaemonOptions {
+  readonly config: DaemonConfig;
+  /** Signs every audit chain entry; it must be the chain's key in force. */
+  readonly signer: Signer;
+  /** Overrides config.store. */
+  readonly store?: string;
+  /** Default defaultSocketPath(). */
+  readonly socketPath?: string;
+  /** "HOST:PORT" for /healthz, /readyz and /metrics; none when absent. */
+  readonly http?: string;
+  /** Default: pino JSON lines on stderr at "info". */
+  readonly logger?: Logger;
+  readonly clock?: Clock;
+  /** Earlier keys trusted to have signed the chain before a key_rotation (hex); the signer's is always trusted. */
+  readonly trustedPublicKeys?: readonly string[];
+  /** Close on SIGTERM and SIGINT (the CLI sets it; a library caller usually handles its own signals). */
+  readonly handleSignals?: boolean;
+  /** Requests one connection may have in flight (default 256). */
+  readonly maxInFlight?: number;
+}
+
+export interface Daemon {
+  /** The Unix socket's path. */
+  readonly address: string;
+  /** The HTTP endpoint's "host:port", when --http was given. */
+  readonly httpAddress: string | null;
+  readonly engine: Engine;
+  readonly handler: RequestHandler;
+  readonly metrics: DaemonMetrics;
+  /** Resolves once the daemon has shut down (after close(), or a signal). */
+  readonly closed: Promise<void>;
+  /** Stops accepting, finishes the requests in flight, closes the store, removes the socket file. */
+  close(): Promise<void>;
+}
+
+/** This package's version, read from its package.json (works from src and dist). */
+function daemonVersion(): string {
+  try {
+    const text = readFileSync(new URL("../package.json", import.meta.url), "utf8");
+    return String((JSON.parse(text) as { version?: unknown }).version ?? "unknown");
+  } catch {
+    return "unknown";
+  }
+}
+
+async function* wholeChain(substrate: Substrate): AsyncGenerator<ChainEntryRecord> {
+  const batch = 5_000;
+  for (let from = 0; ; from += batch) {
+    const entries = await substrate.transaction((tx) => tx.chain.range(from, batch));
+    yield* entries;
+    if (entries.length < batch) return;
+  }
+}
+
+/**
+ * Verifies the store's chain and checks `signer` is the key that must sign its next entry; a daemon
+ * that appended to a broken chain, or with another key, would make every later receipt worthless.
+ */
+async function checkChain(substrate: Substrate, signer: Signer, trusted: readonly string[]): Promise<void> {
+  const result = await verifyChain(wholeChain(substrate), { publicKeys: [signer.publicKeyHex, ...trusted] });
+  if (!result.ok) {
+    throw new Error(
+      `the audit chain does not verify (${result.failure.kind} at seq ${result.failure.seq ?? "?"}): run \`leash verify\` and \`leash recover\``,
+    );
+  }
+  const head = await substrate.transaction(async (tx) => {
+    const h = await tx.chain.head();
+    return h === null ? null : (await tx.chain.range(h.seq, 1))[0];
+  });
+  if (head === undefined || head === null) return;
+  const body = parseEntryBody(head.body);
+  if (typeof body === "string")
+    throw new Error(`the audit chain's head (seq ${head.seq}) is unreadable: ${body}`);
+  const inForce = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
+  if (inForce !== signer.keyId) {
+    throw new Error(
+      `the signing key (key id ${signer.keyId}) is not the chain's key in force (key id ${inForce}): give that key, or hand over with \`leash key rotate\``,
+    );
+  }
+}
+
+export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
+  const { config, signer } = options;
+  const logger = options.logger ?? pino({ level: "info" }, pino.destination(2));
+  const clock = options.clock ?? systemClock;
+  const url = options.store ?? config.store;
+  if (url === undefined) throw new Error("no store: give --store URL or `store:` in the daemon config");
+  const socketPath = options.socketPath ?? defaultSocketPath();
+  const metrics = createMetrics();
+
+  const substrate = await openStore(url);
+  let transport: UnixTransport | undefined;
+  let http: HttpEndpoint | undefined;
+  let sweeper: NodeJS.Timeout | undefined;
+  const cleanup = async () => {
+    clearInterval(sweeper);
+    await transport?.close();
+    await http?.close();
+    await substrate.close().catch(() => undefined);
+  };
+  try {
+    await checkChain(substrate, signer, options.trustedPublicKeys ?? []);
+    const engine = createEngine({
+      substrate,
+      signer,
+      clock,
+      reservationTtlMs: config.reservationTtlS * 1000,
+    });
+    const handler = createRequestHandler({
+      engine,
+      config,
+      clock,
+      logger,
+      metrics,
+      daemonVersion: daemonVersion(),
+    });
+    transport = await listenUnix({
+      path: socketPath,
+      handler,
+      config,
+      replay: new ReplayWindow({ clock }),
+      clock,
+      logger,
+      metrics,
+      ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    });
+    let storeOpen = true;
+    if (options.http !== undefined) {
+      http = await listenHttp({
+        listen: options.http,
+        registry: metrics.registry,
+        notReady: async () => {
+          if (!storeOpen) return "the store is closed";
+          try {
+            await substrate.transaction((tx) => tx.chain.head());
+            return null;
+          } catch (error) {
+            return `the store does not answer: ${error instanceof Error ? error.message : String(error)}`;
+          }
+        },
+      });
+    }
+    // Holds whose agent never sent its postExec are released about every half TTL (at most each 30 s).
+    const sweepMs = Math.min(30_000, Math.max(100, (config.reservationTtlS * 1000) / 2));
+    let sweeping = false;
+    sweeper = setInterval(() => {
+      if (sweeping) return;
+      sweeping = true;
+      engine
+        .expireReservations()
+        .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds"))
+        .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
+        .finally(() => {
+          sweeping = false;
+        });
+    }, sweepMs);
+    sweeper.unref();
+
+    let resolveClosed: () => void = () => undefined;
+    const closed = new Promise<void>((resolve) => {
+      resolveClosed = resolve;
+    });
+    let closing: Promise<void> | undefined;
+    const onSignal = (signal: NodeJS.Signals) => {
+      logger.info({ signal }, "shutting down");
+      void daemon.close();
+    };
+    const daemon: Daemon = {
+      address: transport.path,
+      httpAddress: http?.address ?? null,
+      engine,
+      handler,
+      metrics,
+      closed,
+      close() {
+        closing ??= (async () => {
+          if (options.handleSignals) {
+            process.off("SIGTERM", onSignal);
+            process.off("SIGINT", onSignal);
+          }
+          await cleanup();
+          storeOpen = false;
+          logger.info("daemon stopped");
+          resolveClosed();
+        })();
+        return closing;
+      },
+    };
+    if (options.handleSignals) {
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    }
+    logger.info(
+      {
+        socket: transport.path,
+        http: http?.address ?? null,
+        store: redactStoreUrl(url),
+        key_id: signer.keyId,
+      },
+      "daemon listening",
+    );
+    return daemon;
+  } catch (error) {
+    await cleanup();
+    throw error;
+  }
+}

@@ -1,0 +1,453 @@
+// The daemon's request handler: one authenticated request payload in, its answer payload out, any transport.
+// Every decision is @leash/engine's; this maps SP/1.0 messages onto engine calls and engine errors onto Appendix B.
+import { create } from "@bufbuild/protobuf";
+import type { Clock, Config, Nonce } from "@leash/core";
+import { type Engine, type EvaluateRequest, LeashError, type SessionView } from "@leash/engine";
+import {
+  BudgetScope,
+  denyReasonFor,
+  ErrorCode,
+  type Error as ErrorMessage,
+  ErrorSchema,
+  errorPayload,
+  type GetSessionStateRequest,
+  type GuardConfig,
+  GuardConfigSchema,
+  type Heartbeat,
+  HeartbeatAckSchema,
+  HitlMode,
+  moneyFromWire,
+  moneyToWire,
+  negotiateProtocolVersion,
+  type Payload,
+  type PostExecNotification,
+  type PreExecRequest,
+  PreExecResponseSchema,
+  paramsFromJson,
+  type RegisterRequest,
+  RegisterResponseSchema,
+  SessionStateSchema,
+  SessionStatus,
+  verdictToWire,
+  WireError,
+} from "@leash/wire";
+import type { Logger } from "pino";
+import { type DaemonConfig, policyFor } from "./config.js";
+import type { DaemonMetrics } from "./metrics.js";
+
+/** Who sent a request, as its transport established it (the socket: the key that verified its HMAC). */
+export interface AuthContext {
+  readonly organizationId: string;
+  readonly keyId: string;
+}
+
+/** What a transport knows of the request besides its payload. */
+export interface RequestContext {
+  readonly auth: AuthContext;
+  /** The envelope's protocol_version (a Register negotiates from it). */
+  readonly protocolVersion: string;
+}
+
+/** One answer: a response payload, or null when the request takes none (a recorded PostExec). */
+export type Answer = Payload | null;
+
+export interface RequestHandler {
+  /** Never throws: a refusal is an Error payload. */
+  handle(payload: Payload, context: RequestContext): Promise<Answer>;
+}
+
+export interface HandlerOptions {
+  readonly engine: Engine;
+  readonly config: DaemonConfig;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly metrics: DaemonMetrics;
+  readonly daemonVersion: string;
+}
+
+/** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
+class Refusal extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    readonly detail: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const SESSIONS_REMEMBERED = 100_000;
+/** The key rule 1 reads as "not canonicalizable" (spec §3.2 rule 1, core canonicalizationError). */
+const NONCANONICAL = { __noncanonical__: true };
+
+const RPC_OF: Partial<Record<NonNullable<Payload["case"]>, string>> = {
+  register: "Register",
+  preExec: "PreExec",
+  postExec: "PostExec",
+  heartbeat: "Heartbeat",
+  getSessionState: "GetSessionState",
+};
+
+function errorOf(code: ErrorCode, detail: string, message: string): { case: "error"; value: ErrorMessage } {
+  return { case: "error", value: create(ErrorSchema, { code, detail, message }) };
+}
+
+/** The budget-guard package's errors carry this marker (bad amounts); they are the caller's input. */
+const BUDGET_GUARD_MARKER = Symbol.for("leash.budget-guard.error");
+
+/** The Error payload for a failure: Appendix B by engine code, DAEMON_UNAVAILABLE for anything unexpected. */
+function answerFor(error: unknown): { case: "error"; value: ErrorMessage } | undefined {
+  if (error instanceof Refusal) return errorOf(error.code, error.detail, error.message);
+  if (WireError.isInstance(error)) return errorPayload(error);
+  if (LeashError.isInstance(error)) {
+    const message = error.message.split("\n")[0]!;
+    switch (error.code) {
+      case "SESSION_NOT_FOUND":
+        return errorOf(ErrorCode.SESSION_NOT_FOUND, "session_not_found", message);
+      case "SESSION_EXISTS":
+        return errorOf(ErrorCode.INVALID_MESSAGE, "session_exists", message);
+      case "RESERVATION_NOT_FOUND":
+        return errorOf(ErrorCode.INVALID_MESSAGE, "reservation_not_found", message);
+      case "INVALID_ARGUMENT":
+      case "CONFIG_INVALID":
+        return errorOf(ErrorCode.INVALID_MESSAGE, error.code.toLowerCase(), message);
+      default:
+        return undefined;
+    }
+  }
+  if (typeof error === "object" && error !== null && BUDGET_GUARD_MARKER in error) {
+    const code = String((error as { code?: unknown }).code ?? "invalid_amount");
+    return errorOf(ErrorCode.INVALID_MESSAGE, code, String((error as { message?: unknown }).message));
+  }
+  return undefined;
+}
+
+const SCOPES: Record<string, BudgetScope> = {
+  session: BudgetScope.PER_SESSION,
+  agent: BudgetScope.PER_AGENT,
+  organization: BudgetScope.PER_ORGANIZATION,
+};
+const HITL_MODES: Record<string, HitlMode> = {
+  never: HitlMode.HITL_NEVER,
+  on_deny: HitlMode.HITL_ON_DENY,
+  on_threshold: HitlMode.HITL_ON_BUDGET_THRESHOLD,
+  always: HitlMode.HITL_ALWAYS,
+};
+
+/** The session's guard config as §5.2's GuardConfig (budget as decimal and nearest double). */
+export function guardConfigToWire(config: Config): GuardConfig {
+  const budget = config.budget_usd === undefined ? undefined : moneyToWire(config.budget_usd);
+  return create(GuardConfigSchema, {
+    budgetUsd: budget?.double ?? 0,
+    budgetUsdDecimal: budget?.decimal ?? "",
+    budgetScope: SCOPES[config.budget_scope ?? "session"] ?? BudgetScope.PER_SESSION,
+    maxRepeatCalls: config.max_repeat_calls ?? 0,
+    errorAmplification: config.error_amplification ?? false,
+    timeoutSeconds: config.timeout_seconds ?? 0,
+    windowDurationS: config.window_duration_s ?? 0,
+    windowMaxCalls: config.window_max_calls ?? 0,
+    maxTotalCalls: config.max_total_calls ?? 0,
+    probabilisticDeny: config.probabilistic_deny ?? false,
+    denyJitterRatio: config.deny_jitter_ratio ?? 0,
+    hitlMode: HITL_MODES[config.hitl_mode ?? "never"] ?? HitlMode.HITL_NEVER,
+    hitlBudgetThreshold: config.hitl_budget_threshold ?? 0,
+    parentGuardId: config.parent_guard_id ?? "",
+  });
+}
+
+const STATUS: Record<string, SessionStatus> = {
+  ACTIVE: SessionStatus.ACTIVE,
+  PAUSED: SessionStatus.PAUSED,
+  TERMINATED: SessionStatus.TERMINATED,
+  STALE: SessionStatus.STALE,
+};
+
+const money = (amount: string | number | null | undefined) =>
+  amount === null || amount === undefined ? { double: 0, decimal: "" } : moneyToWire(amount);
+
+const toNs = (value: number | null | undefined): bigint =>
+  value === null || value === undefined ? 0n : BigInt(Math.trunc(value));
+
+/** A uint64 call number the engine can take (it counts in safe integers). */
+function callNumberOf(value: bigint, field: string): number {
+  if (value < 1n || value > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new Refusal(ErrorCode.INVALID_MESSAGE, "invalid_call_number", `${field} must be in [1, 2^53 - 1]`);
+  }
+  return Number(value);
+}
+
+function requireSessionId(sessionId: string): void {
+  if (sessionId === "")
+    throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_session_id", "session_id is required");
+}
+
+function sessionStateOf(view: SessionView) {
+  const s = view.state;
+  const initial = view.config.budget_usd;
+  const remaining = view.budget_remaining_usd;
+  const spent = s.budget_spent_usd;
+  const b0 = money(initial);
+  const b1 = money(remaining);
+  const b2 = initial === undefined ? { double: 0, decimal: "" } : money(spent ?? 0);
+  const counts = (r: Record<string, number> | undefined) =>
+    Object.fromEntries(Object.entries(r ?? {}).map(([k, v]) => [k, Math.max(0, Math.trunc(v))]));
+  return create(SessionStateSchema, {
+    sessionId: view.session_id,
+    agentId: view.agent_id,
+    organizationId: view.organization_id,
+    status: STATUS[view.status] ?? SessionStatus.ACTIVE,
+    budgetInitialUsd: b0.double,
+    budgetInitialUsdDecimal: b0.decimal,
+    budgetRemainingUsd: b1.double,
+    budgetRemainingUsdDecimal: b1.decimal,
+    budgetSpentUsd: b2.double,
+    budgetSpentUsdDecimal: b2.decimal,
+    totalCalls: BigInt(view.call_count),
+    repeatCounts: counts(s.repeat_counts),
+    windowCounts: counts(s.window_counts),
+    circuitTripped: s.circuit_tripped ?? false,
+    circuitTripReason: s.circuit_trip_reason ?? "",
+    circuitTrippedAtNs: toNs(s.circuit_tripped_at_ns),
+    windowStartNs: toNs(s.window_start_ns),
+    windowDurationS: view.config.window_duration_s ?? 0,
+    windowMaxCalls: view.config.window_max_calls ?? 0,
+    lastToolName: s.last_tool_name ?? "",
+    lastToolParamsHash:
+      typeof s.last_tool_params_hash === "string" && /^[0-9a-f]{64}$/.test(s.last_tool_params_hash)
+        ? Uint8Array.from(Buffer.from(s.last_tool_params_hash, "hex"))
+        : new Uint8Array(0),
+    lastActivityNs: toNs(s.last_activity_ns),
+  });
+}
+
+/** The handler every transport shares. */
+export function createRequestHandler(options: HandlerOptions): RequestHandler {
+  const { engine, config, clock, logger, metrics } = options;
+  /** session id → its organization: a request may only name a session of its own organization. */
+  const sessionOrgs = new Map<string, string>();
+  const remember = (sessionId: string, org: string) => {
+    if (sessionOrgs.size >= SESSIONS_REMEMBERED) sessionOrgs.clear();
+    sessionOrgs.set(sessionId, org);
+  };
+  const nowNs = () => BigInt(Math.trunc(clock.nowNs()));
+
+  /**
+   * Refuses a session of another organization exactly as an unknown one (SESSION_NOT_FOUND), so
+   * one organization cannot learn or touch another's session ids.
+   */
+  async function checkSession(sessionId: string, auth: AuthContext): Promise<SessionView | null> {
+    requireSessionId(sessionId);
+    const known = sessionOrgs.get(sessionId);
+    if (known === auth.organizationId) return null;
+    const notFound = new Refusal(
+      ErrorCode.SESSION_NOT_FOUND,
+      "session_not_found",
+      `unknown session ${JSON.stringify(sessionId.slice(0, 100))}`,
+    );
+    if (known !== undefined) throw notFound;
+    const view = await engine.getSession(sessionId);
+    if (view.organization_id !== auth.organizationId) throw notFound;
+    remember(sessionId, view.organization_id);
+    return view;
+  }
+
+  async function register(request: RegisterRequest, context: RequestContext): Promise<Payload> {
+    const negotiated = negotiateProtocolVersion(context.protocolVersion);
+    const orgId = request.organizationId === "" ? context.auth.organizationId : request.organizationId;
+    if (orgId !== context.auth.organizationId) {
+      throw new Refusal(
+        ErrorCode.AUTHENTICATION_FAILED,
+        "wrong_organization",
+        "organization_id is not the organization of the key that signed the envelope",
+      );
+    }
+    const org = config.organizations.get(orgId);
+    if (org === undefined)
+      throw new Refusal(ErrorCode.AUTHENTICATION_FAILED, "unknown_key", "unknown organization");
+    if (request.agentId === "")
+      throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_agent_id", "agent_id is required");
+    if (request.sessionId !== "") {
+      // Resuming: the session must be this organization's (a new id is created under it).
+      const known = sessionOrgs.get(request.sessionId);
+      if (known !== undefined && known !== orgId) {
+        throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
+      }
+    }
+    const view = await engine.register({
+      agent_id: request.agentId,
+      organization_id: orgId,
+      ...(request.sessionId === "" ? {} : { session_id: request.sessionId }),
+      config: policyFor(org, request.agentId),
+    });
+    if (view.organization_id !== orgId) {
+      throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
+    }
+    remember(view.session_id, orgId);
+    return {
+      case: "registerResponse",
+      value: create(RegisterResponseSchema, {
+        sessionId: view.session_id,
+        daemonVersion: options.daemonVersion,
+        negotiatedProtocol: negotiated,
+        activeConfig: guardConfigToWire(view.config),
+        daemonTimeNs: nowNs(),
+      }),
+    };
+  }
+
+  async function preExec(request: PreExecRequest, context: RequestContext): Promise<Payload> {
+    await checkSession(request.sessionId, context.auth);
+    const estimate = moneyFromWire(
+      request.estimatedCostUsd,
+      request.estimatedCostUsdDecimal,
+      "estimated_cost_usd",
+    );
+    const sentHash = request.toolParamsHash;
+    let params: Record<string, unknown>;
+    let expected: string | undefined;
+    if (request.toolParamsJson === "") {
+      // The daemon never saw the arguments (a spec-only client sends the hash alone): rule 9 cannot
+      // evaluate them, so they stand in as opaque context — HITL unless a higher rule decides first.
+      // The sent digest is kept, so rule 6 still tells different calls apart.
+      params = { context: "opaque", tool_params_hash: Buffer.from(sentHash).toString("hex") };
+    } else {
+      try {
+        params = paramsFromJson(request.toolParamsJson);
+        if (sentHash.length > 0) {
+          // Any digest that is not 32 bytes can match nothing: the engine then denies the mismatch.
+          expected = sentHash.length === 32 ? Buffer.from(sentHash).toString("hex") : "not-a-sha256-digest";
+        }
+      } catch (error) {
+        if (!WireError.isInstance(error) || error.code !== "invalid_params_json") throw error;
+        params = NONCANONICAL; // rule 1: DENY policy_violation:malformed_input, recorded like any decision
+      }
+    }
+    const nonce: Nonce | null = request.nonce === 0n ? null : request.nonce.toString();
+    const evaluate: EvaluateRequest = {
+      session_id: request.sessionId,
+      tool_name: request.toolName,
+      params,
+      nonce,
+      ...(estimate === undefined ? {} : { estimated_cost_usd: Number(estimate) }),
+      ...(expected === undefined ? {} : { expected_params_hash: expected }),
+    };
+    const result = await engine.evaluate(evaluate);
+    // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
+    const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
+    metrics.verdicts.inc({ verdict: result.verdict, reason });
+    if (result.reservation_id !== null) metrics.holdsPlaced.inc();
+    const remaining = money(result.budget_remaining_usd);
+    return {
+      case: "preExecResponse",
+      value: create(PreExecResponseSchema, {
+        sessionId: result.session_id,
+        callNumber: BigInt(result.call_number),
+        verdict: verdictToWire(result.verdict),
+        denyReason: denyReasonFor(reason),
+        humanReadableReason: `${result.verdict}: ${reason}`,
+        budgetRemainingUsd: remaining.double,
+        budgetRemainingUsdDecimal: remaining.decimal,
+        daemonTimeNs: nowNs(),
+        probabilisticDeny: false,
+        reason,
+        receipt: result.receipt,
+        chainSeq: BigInt(result.entry_seq),
+        entryHash: result.entry_hash,
+      }),
+    };
+  }
+
+  async function postExec(request: PostExecNotification, context: RequestContext): Promise<Answer> {
+    await checkSession(request.sessionId, context.auth);
+    const actual =
+      moneyFromWire(request.actualCostUsd, request.actualCostUsdDecimal, "actual_cost_usd") ?? "0";
+    const settled = await engine.postExec({
+      session_id: request.sessionId,
+      call_number: callNumberOf(request.callNumber, "call_number"),
+      actual_cost_usd: actual,
+      success: request.success,
+      ...(request.idempotencyKey === "" ? {} : { idempotency_key: request.idempotencyKey }),
+    });
+    if (!settled.replayed && settled.budget_remaining_usd !== null) metrics.holdsSettled.inc();
+    return null;
+  }
+
+  async function heartbeat(request: Heartbeat, context: RequestContext): Promise<Payload> {
+    await checkSession(request.sessionId, context.auth);
+    const local = moneyFromWire(
+      request.localBudgetRemaining,
+      request.localBudgetRemainingDecimal,
+      "local_budget_remaining",
+    );
+    await engine.heartbeat(request.sessionId);
+    const view = await engine.getSession(request.sessionId);
+    const remaining = money(view.budget_remaining_usd);
+    const drift =
+      local !== undefined &&
+      view.budget_remaining_usd !== null &&
+      Number(local) !== Number(view.budget_remaining_usd);
+    return {
+      case: "heartbeatAck",
+      value: create(HeartbeatAckSchema, {
+        sessionId: view.session_id,
+        daemonBudgetRemaining: remaining.double,
+        daemonBudgetRemainingDecimal: remaining.decimal,
+        driftDetected: drift,
+        daemonTimeNs: nowNs(),
+      }),
+    };
+  }
+
+  async function sessionState(request: GetSessionStateRequest, context: RequestContext): Promise<Payload> {
+    const seen = await checkSession(request.sessionId, context.auth);
+    const view = seen ?? (await engine.getSession(request.sessionId));
+    return { case: "sessionState", value: sessionStateOf(view) };
+  }
+
+  async function dispatch(payload: Payload, context: RequestContext): Promise<Answer> {
+    switch (payload.case) {
+      case "register":
+        return register(payload.value, context);
+      case "preExec":
+        return preExec(payload.value, context);
+      case "postExec":
+        return postExec(payload.value, context);
+      case "heartbeat":
+        return heartbeat(payload.value, context);
+      case "getSessionState":
+        return sessionState(payload.value, context);
+      default:
+        throw new Refusal(
+          ErrorCode.INVALID_MESSAGE,
+          "not_a_request",
+          `a ${payload.case ?? "empty"} payload is not a request the daemon answers`,
+        );
+    }
+  }
+
+  return {
+    async handle(payload, context) {
+      const rpc = RPC_OF[payload.case as keyof typeof RPC_OF] ?? "other";
+      const stop = metrics.latency.startTimer({ rpc });
+      try {
+        const answer = await dispatch(payload, context);
+        logger.debug({ rpc, org: context.auth.organizationId, answer: answer?.case ?? "none" }, "request");
+        return answer;
+      } catch (error) {
+        const known = answerFor(error);
+        const answer = known ?? errorPayload(new Error("internal"));
+        if (known === undefined) {
+          logger.warn({ rpc, err: error }, "request failed inside the daemon");
+        } else {
+          logger.debug(
+            { rpc, code: ErrorCode[answer.value.code], detail: answer.value.detail },
+            "request refused",
+          );
+        }
+        return answer;
+      } finally {
+        stop();
+      }
+    },
+  };
+}

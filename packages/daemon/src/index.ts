@@ -1,0 +1,25 @@
+// @leash/daemon: the Leash sidecar (SHACKLE SP/1.0 Model B) — SP/1.0 envelopes on a Unix socket, decided by @leash/engine.
+// Start it with startDaemon() or `leash serve`; agents connect with @leash/client (or any SP/1.0 client).
+
+export {
+  type DaemonConfig,
+  DaemonConfigError,
+  loadDaemonConfig,
+  type OrganizationConfig,
+  parseDaemonConfig,
+  policyFor,
+} from "./config.js";
+export { type Daemon, type DaemonOptions, startDaemon } from "./daemon.js";
+export {
+  type Answer,
+  type AuthContext,
+  createRequestHandler,
+  guardConfigToWire,
+  type HandlerOptions,
+  type RequestContext,
+  type RequestHandler,
+} from "./handler.js";
+export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
+export { createMetrics, type DaemonMetrics } from "./metrics.js";
+export { defaultSocketPath } from "./socket-path.js";
+export { DEFAULT_MAX_IN_FLIGHT, listenUnix, SocketInUseError, type UnixTransport } from "./unix-socket.js";

@@ -1,0 +1,74 @@
+// The daemon's Prometheus metrics (prom-client), on a registry of its own so two daemons in one process
+// never share counters. It records what happened; it decides nothing.
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+
+export interface DaemonMetrics {
+  readonly registry: Registry;
+  /** verdicts by verdict and exact reason. */
+  readonly verdicts: Counter<"verdict" | "reason">;
+  /** request handling time, seconds, per RPC. */
+  readonly latency: Histogram<"rpc">;
+  /** Error answers by Appendix B code and detail. */
+  readonly errors: Counter<"code" | "detail">;
+  /** Envelopes refused for authentication (bad HMAC, unknown key, replay, stale timestamp). */
+  readonly authFailures: Counter<"detail">;
+  /** Requests refused with RATE_LIMITED. */
+  readonly rateLimited: Counter;
+  /** Budget holds placed (ALLOW under a budget) and settled (postExec). */
+  readonly holdsPlaced: Counter;
+  readonly holdsSettled: Counter;
+  readonly connections: Gauge;
+}
+
+export function createMetrics(): DaemonMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+  return {
+    registry,
+    verdicts: new Counter({
+      name: "leash_daemon_verdicts_total",
+      help: "Verdicts answered, by verdict and exact reason",
+      labelNames: ["verdict", "reason"],
+      registers,
+    }),
+    latency: new Histogram({
+      name: "leash_daemon_request_duration_seconds",
+      help: "Time from a request's frame to its answer, per RPC",
+      labelNames: ["rpc"],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
+    errors: new Counter({
+      name: "leash_daemon_errors_total",
+      help: "Error envelopes sent, by Appendix B code and detail",
+      labelNames: ["code", "detail"],
+      registers,
+    }),
+    authFailures: new Counter({
+      name: "leash_daemon_auth_failures_total",
+      help: "Envelopes refused for authentication, by detail",
+      labelNames: ["detail"],
+      registers,
+    }),
+    rateLimited: new Counter({
+      name: "leash_daemon_rate_limited_total",
+      help: "Requests refused with RATE_LIMITED",
+      registers,
+    }),
+    holdsPlaced: new Counter({
+      name: "leash_daemon_budget_holds_placed_total",
+      help: "Budget holds placed by an ALLOW",
+      registers,
+    }),
+    holdsSettled: new Counter({
+      name: "leash_daemon_budget_holds_settled_total",
+      help: "Budget holds settled by a postExec (retries counted once)",
+      registers,
+    }),
+    connections: new Gauge({
+      name: "leash_daemon_connections",
+      help: "Open socket connections",
+      registers,
+    }),
+  };
+}

@@ -1,0 +1,314 @@
+// The Unix-socket transport (spec §6.1): frames in, envelopes opened and answered, several requests in flight.
+// It authenticates and frames; what a request means is the RequestHandler's, so gRPC can sit beside it.
+import { chmodSync, lstatSync, unlinkSync } from "node:fs";
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { create } from "@bufbuild/protobuf";
+import type { Clock } from "@leash/core";
+import {
+  type Envelope,
+  EnvelopeSchema,
+  ErrorCode,
+  ErrorSchema,
+  encodeEnvelope,
+  encodeFrame,
+  errorPayload,
+  FrameDecoder,
+  openEnvelope,
+  type Payload,
+  PROTOCOL_VERSION,
+  type ReplayWindow,
+  sealEnvelope,
+  WireError,
+} from "@leash/wire";
+import type { Logger } from "pino";
+import type { DaemonConfig } from "./config.js";
+import type { AuthContext, RequestHandler } from "./handler.js";
+import type { DaemonMetrics } from "./metrics.js";
+
+/** Requests one connection may have in flight; beyond it each is answered RATE_LIMITED. */
+export const DEFAULT_MAX_IN_FLIGHT = 256;
+
+export interface UnixTransportOptions {
+  readonly path: string;
+  readonly handler: RequestHandler;
+  readonly config: DaemonConfig;
+  readonly replay: ReplayWindow;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly metrics: DaemonMetrics;
+  readonly maxInFlight?: number;
+}
+
+export interface UnixTransport {
+  readonly path: string;
+  /** Stops accepting, lets every request in flight finish and be answered, closes, removes the socket file. */
+  close(): Promise<void>;
+}
+
+/** A refusal of the start itself (another daemon on the socket, a path that is not a socket). */
+export class SocketInUseError extends Error {
+  override name = "SocketInUseError";
+}
+
+/** Whether something accepts connections on `path` (a daemon already serving it). */
+function listening(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = connect(path);
+    probe.once("connect", () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once("error", () => resolve(false));
+  });
+}
+
+/**
+ * Makes `path` free to bind: a socket file nobody listens on (a daemon that was killed left it) is
+ * removed; a live socket or any other kind of file is refused, never deleted.
+ */
+async function claimPath(path: string): Promise<void> {
+  let info: ReturnType<typeof lstatSync> | undefined;
+  try {
+    info = lstatSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  if (!info.isSocket()) throw new SocketInUseError(`${path} exists and is not a socket; not removing it`);
+  if (await listening(path)) throw new SocketInUseError(`another daemon is listening on ${path}`);
+  unlinkSync(path);
+}
+
+/** The key that checks an envelope and who it speaks for: its key_id, else its organization's current key. */
+function keyOf(config: DaemonConfig, envelope: Envelope): { key: Uint8Array; auth: AuthContext } | undefined {
+  let keyId = envelope.keyId;
+  let orgId: string | undefined;
+  if (keyId !== "") {
+    orgId = config.keyOwners.get(keyId);
+  } else {
+    // An empty key_id names the organization's current key; the organization is the register's, or
+    // the only one configured (a session-bound message does not name its organization).
+    orgId =
+      envelope.payload.case === "register"
+        ? envelope.payload.value.organizationId
+        : config.organizations.size === 1
+          ? [...config.organizations.keys()][0]
+          : undefined;
+    keyId = (orgId === undefined ? undefined : config.organizations.get(orgId)?.currentKeyId) ?? "";
+  }
+  const key = orgId === undefined ? undefined : config.organizations.get(orgId)?.hmacKeys.get(keyId);
+  return key === undefined || orgId === undefined
+    ? undefined
+    : { key, auth: { organizationId: orgId, keyId } };
+}
+
+const AUTH_FAILURES = new Set(["bad_hmac", "unknown_key", "replayed_message", "timestamp_out_of_window"]);
+
+export async function listenUnix(options: UnixTransportOptions): Promise<UnixTransport> {
+  const { path, handler, config, replay, clock, logger, metrics } = options;
+  const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
+  await claimPath(path);
+  const sockets = new Set<Socket>();
+  const inFlight = new Set<Promise<void>>();
+  let closing = false;
+
+  const countError = (payload: Payload) => {
+    if (payload.case === "error") {
+      metrics.errors.inc({
+        code: ErrorCode[payload.value.code] ?? String(payload.value.code),
+        detail: payload.value.detail,
+      });
+    }
+  };
+
+  function serve(socket: Socket): void {
+    sockets.add(socket);
+    metrics.connections.inc();
+    const decoder = new FrameDecoder();
+    let pending = 0;
+    let dead = false;
+
+    const send = (payload: Payload, key: Uint8Array, keyId: string, correlationId: string) => {
+      if (dead || socket.destroyed) return;
+      countError(payload);
+      const body = sealEnvelope(payload, { key, keyId, sender: "daemon", clock, correlationId });
+      socket.write(encodeFrame(body));
+    };
+
+    /**
+     * The stream cannot be trusted past this point: answer once (signed when the envelope named a
+     * key this daemon has, so the agent can check it), then close the connection.
+     */
+    const fail = (error: unknown, key?: { key: Uint8Array; keyId: string }) => {
+      if (dead) return;
+      dead = true;
+      const payload = errorPayload(error);
+      countError(payload);
+      let body: Uint8Array;
+      if (key !== undefined) {
+        body = sealEnvelope(payload, {
+          key: key.key,
+          keyId: key.keyId,
+          sender: "daemon",
+          clock,
+          correlationId: "",
+        });
+      } else {
+        // No key to sign with: an unsigned Error the agent cannot authenticate, then the close it can.
+        body = encodeEnvelope(
+          create(EnvelopeSchema, {
+            protocolVersion: PROTOCOL_VERSION,
+            serverTimestampNs: BigInt(Math.trunc(clock.nowNs())),
+            payload,
+          }),
+        );
+      }
+      socket.pause();
+      socket.end(encodeFrame(body));
+      setTimeout(() => socket.destroy(), 1000).unref();
+    };
+
+    const frame = (body: Uint8Array) => {
+      const found: { resolved?: ReturnType<typeof keyOf> } = {};
+      let envelope: Envelope;
+      try {
+        envelope = openEnvelope(body, {
+          keyFor: (e) => {
+            found.resolved = keyOf(config, e);
+            return found.resolved?.key;
+          },
+          sender: "agent",
+          replay,
+        });
+      } catch (error) {
+        const code = WireError.isInstance(error) ? error.code : "internal";
+        if (AUTH_FAILURES.has(code)) metrics.authFailures.inc({ detail: code });
+        if (code === "replay_cache_full") metrics.rateLimited.inc();
+        logger.warn(
+          { detail: code, err: WireError.isInstance(error) ? error.message : String(error) },
+          "envelope refused",
+        );
+        // A key that failed its own HMAC check must not sign the answer: the sender may not hold it.
+        const resolved = found.resolved;
+        const signWith =
+          resolved !== undefined && code !== "bad_hmac"
+            ? { key: resolved.key, keyId: resolved.auth.keyId }
+            : undefined;
+        fail(error, signWith);
+        return;
+      }
+      const { key, auth } = found.resolved!;
+      const correlationId = envelope.correlationId === "" ? envelope.messageId : envelope.correlationId;
+      if (closing) {
+        // Shutting down: requests already in flight finish; a new one is told to come back.
+        const refusal: Payload = {
+          case: "error",
+          value: create(ErrorSchema, {
+            code: ErrorCode.DAEMON_UNAVAILABLE,
+            detail: "shutting_down",
+            message: "the daemon is shutting down",
+          }),
+        };
+        send(refusal, key, auth.keyId, correlationId);
+        return;
+      }
+      if (pending >= maxInFlight) {
+        metrics.rateLimited.inc();
+        const refusal: Payload = {
+          case: "error",
+          value: create(ErrorSchema, {
+            code: ErrorCode.RATE_LIMITED,
+            detail: "too_many_in_flight",
+            message: `more than ${maxInFlight} requests in flight on this connection`,
+            retryAfterMs: 10n,
+          }),
+        };
+        send(refusal, key, auth.keyId, correlationId);
+        return;
+      }
+      pending++;
+      const work = handler
+        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion })
+        .then((answer) => {
+          if (answer !== null) send(answer, key, auth.keyId, correlationId);
+        })
+        .catch((error: unknown) => logger.error({ err: error }, "answering a request failed"))
+        .finally(() => {
+          pending--;
+          inFlight.delete(work);
+        });
+      inFlight.add(work);
+    };
+
+    socket.on("data", (chunk: Buffer) => {
+      if (dead) return;
+      let bodies: Uint8Array[];
+      try {
+        bodies = decoder.push(chunk);
+      } catch (error) {
+        logger.warn({ detail: WireError.isInstance(error) ? error.code : "internal" }, "frame refused");
+        fail(error);
+        return;
+      }
+      for (const body of bodies) {
+        if (dead) break;
+        frame(body);
+      }
+    });
+    socket.on("end", () => {
+      try {
+        decoder.end();
+      } catch {
+        logger.warn({ detail: "malformed_frame" }, "connection ended inside a frame");
+      }
+    });
+    socket.on("error", (error) => logger.debug({ err: error.message }, "connection error"));
+    socket.on("close", () => {
+      dead = true;
+      sockets.delete(socket);
+      metrics.connections.dec();
+    });
+  }
+
+  const server: Server = createServer({ allowHalfOpen: false }, (socket) => {
+    if (closing) {
+      socket.destroy();
+      return;
+    }
+    serve(socket);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    // Group-writable only: the agents' group may connect, nobody else (chmod below closes the race).
+    const mask = process.umask(0o117);
+    try {
+      server.listen(path, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    } finally {
+      process.umask(mask);
+    }
+  });
+  chmodSync(path, 0o660);
+  server.on("error", (error) => logger.error({ err: error }, "socket server error"));
+
+  return {
+    path,
+    async close() {
+      if (closing) return;
+      closing = true;
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+      for (const socket of sockets) socket.end();
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      for (const socket of sockets) socket.destroy();
+      await stopped;
+      try {
+        unlinkSync(path);
+      } catch {
+        // already gone (server.close removes it on some platforms)
+      }
+    },
+  };
+}

@@ -1,0 +1,77 @@
+// Test set-up for the daemon: a config with a fresh HMAC key file, a signing key, real stores (SQLite file,
+// PostgreSQL schema) from @leash/test-stores, and a daemon in process on a real socket. No mocks.
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { generateKeyPair } from "@leash/chain";
+import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
+import { pino } from "pino";
+import { type Daemon, parseDaemonConfig, startDaemon } from "../src/index.js";
+import type { ClientKey } from "./raw-client.js";
+
+export const ACME: ClientKey = { key: randomBytes(32), keyId: "acme-k1" };
+export const GLOBEX: ClientKey = { key: randomBytes(32), keyId: "globex-k1" };
+
+/** The daemon config of the tests: research-bot gets Appendix A's policy (budget 0.50, max_repeat 3). */
+export function configObject(dir: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const keyFile = join(dir, "acme-k1.hmac");
+  writeFileSync(keyFile, Buffer.from(ACME.key).toString("hex"), { mode: 0o600 });
+  return {
+    organizations: {
+      acme: {
+        hmac_keys: { [ACME.keyId]: { file: keyFile } },
+        default_guard: { budget_usd: 1 },
+        agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+      },
+      globex: { hmac_keys: { [GLOBEX.keyId]: { hex: Buffer.from(GLOBEX.key).toString("hex") } } },
+    },
+    ...extra,
+  };
+}
+
+export const scratchDir = (): string => mkdtempSync(join(tmpdir(), "leash-daemon-"));
+
+export const openStore = (kind: StoreKind): Promise<TestStore> => openTestStore(kind, { label: "daemon" });
+
+export const quietLogger = () => pino({ level: "silent" });
+
+export interface Running {
+  readonly daemon: Daemon;
+  readonly store: TestStore;
+  readonly key: ReturnType<typeof generateKeyPair>;
+  readonly dir: string;
+  readonly socket: string;
+  stop(): Promise<void>;
+}
+
+/** A daemon in this process on a real socket over a fresh real store. */
+export async function runDaemon(
+  kind: StoreKind,
+  options: { http?: string; extra?: Record<string, unknown> } = {},
+): Promise<Running> {
+  const store = await openStore(kind);
+  const dir = scratchDir();
+  const key = generateKeyPair();
+  const socket = join(dir, "leash.sock");
+  const config = parseDaemonConfig(configObject(dir, options.extra ?? {}));
+  const daemon = await startDaemon({
+    config,
+    signer: key.signer,
+    store: store.url ?? "memory:",
+    socketPath: socket,
+    logger: quietLogger(),
+    ...(options.http === undefined ? {} : { http: options.http }),
+  });
+  return {
+    daemon,
+    store,
+    key,
+    dir,
+    socket,
+    async stop() {
+      await daemon.close();
+      await store.close();
+    },
+  };
+}
