@@ -49,6 +49,8 @@ export type Responder = (request: Envelope, socket: Socket) => void | Promise<vo
 export interface FakeDaemon {
   received: Envelope[];
   sockets: Set<Socket>;
+  /** Connections accepted so far. */
+  readonly accepted: number;
   close(): Promise<void>;
 }
 
@@ -56,9 +58,11 @@ export interface FakeDaemon {
 export async function startFakeDaemon(path: string, respond: Responder): Promise<FakeDaemon> {
   const received: Envelope[] = [];
   const sockets = new Set<Socket>();
+  let accepted = 0;
   const replay = new ReplayWindow({ clock });
   const server: Server = createServer((socket) => {
     sockets.add(socket);
+    accepted++;
     socket.on("close", () => sockets.delete(socket));
     socket.on("error", () => {});
     const decoder = new FrameDecoder();
@@ -74,6 +78,9 @@ export async function startFakeDaemon(path: string, respond: Responder): Promise
   return {
     received,
     sockets,
+    get accepted() {
+      return accepted;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();
