@@ -3,8 +3,10 @@
 import { createConnection, type Socket } from "node:net";
 import type { Clock } from "@leash/core";
 import {
+  decodeEnvelope,
   type Envelope,
   encodeFrame,
+  errorCodeName,
   FrameDecoder,
   newMessageId,
   openEnvelope,
@@ -233,7 +235,10 @@ export class Connection {
       });
     } catch (error) {
       // Its correlation id cannot be trusted either, so no request can take it: all fail closed.
-      this.#distrust(socket, `the daemon's answer does not authenticate: ${messageOf(error)}`);
+      this.#distrust(
+        socket,
+        `the daemon's answer does not authenticate: ${messageOf(error)}${refusalOf(body)}`,
+      );
       return false;
     }
     if (this.#pending.settle(envelope)) return true;
@@ -275,6 +280,21 @@ export class Connection {
   #rememberLate(messageId: string): void {
     this.#late.add(messageId);
     if (this.#late.size > LATE_IDS) this.#late.delete(this.#late.values().next().value as string);
+  }
+}
+
+/**
+ * What an unauthenticated Error says (a daemon that cannot sign for our key, e.g. a wrong key or key
+ * id, answers so before closing): for the operator's eyes only, it changes nothing about the DENY.
+ */
+function refusalOf(body: Uint8Array): string {
+  try {
+    const envelope = decodeEnvelope(body);
+    if (envelope.payload.case !== "error") return "";
+    const e = envelope.payload.value;
+    return ` (unauthenticated Error: ${errorCodeName(e.code)} ${e.detail})`;
+  } catch {
+    return "";
   }
 }
 

@@ -136,19 +136,26 @@ describe("against the real daemon", () => {
     expect(hb.daemon_budget_remaining_usd).toBe("0.4955");
   });
 
-  it("a client with the wrong HMAC key fails closed and its tool never runs", async () => {
-    const good = client();
-    const { session_id } = await good.register();
-    const bad = client({ hmacKey: randomBytes(32) });
-    const runs: unknown[] = [];
-    const tool = guard(bad, { session_id, tool_name: "web_search" }, async () => {
-      runs.push(1);
+  for (const [what, bad, detail] of [
+    ["HMAC key", { hmacKey: randomBytes(32) }, "bad_hmac"],
+    ["key id", { keyId: "k9" }, "unknown_key"],
+  ] as const) {
+    it(`a client with the wrong ${what} fails closed and its tool never runs`, async () => {
+      const { session_id } = await client().register();
+      const runs: unknown[] = [];
+      const tool = guard(client(bad), { session_id, tool_name: "web_search" }, async () => {
+        runs.push(1);
+      });
+      const error = await tool().catch((e: unknown) => e);
+      expect(LeashDenied.isInstance(error)).toBe(true);
+      // The daemon cannot sign for a key it does not trust: an unsigned Error, which the client cannot trust either.
+      expect((error as LeashDenied).reason).toBe("fail_closed:bad_response");
+      expect((error as LeashDenied).result.detail).toContain(
+        `unauthenticated Error: AUTHENTICATION_FAILED ${detail}`,
+      );
+      expect(runs).toEqual([]);
     });
-    const error = await tool().catch((e: unknown) => e);
-    expect(LeashDenied.isInstance(error)).toBe(true);
-    expect((error as LeashDenied).reason).toMatch(/^fail_closed:/);
-    expect(runs).toEqual([]);
-  });
+  }
 
   it("a verdict signed by another daemon key is refused (bad_receipt) when the client pins the real one", async () => {
     const c = client({ daemonPublicKey: generateKeyPair().publicKeyHex });
