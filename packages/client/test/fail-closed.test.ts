@@ -3,7 +3,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { create } from "@bufbuild/protobuf";
-import { ErrorCode, ErrorSchema, paramsDigest, paramsFromJson } from "@leash/wire";
+import { ErrorCode, ErrorSchema, HeartbeatAckSchema, paramsDigest, paramsFromJson } from "@leash/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { type Client, createClient, guard, LeashDenied } from "../src/index.js";
 import {
@@ -174,6 +174,32 @@ describe("fail closed", () => {
     const { tool, runs } = recordingTool(c);
     const denied = await expectDenied(tool({ q: "x" }), "fail_closed:bad_response");
     expect(denied.result.detail).toMatch(/HMAC|hmac/);
+    expect(runs).toEqual([]);
+  });
+
+  it("an authenticated answer that is not this call's verdict: DENY fail_closed:bad_response", async () => {
+    const path = socket();
+    let n = 0;
+    await daemon(path, (request, s) => {
+      if (request.payload.case !== "preExec") return;
+      if (++n === 1) {
+        // Another kind of answer under the right correlation id.
+        const value = create(HeartbeatAckSchema, { sessionId: request.payload.value.sessionId });
+        s.write(answer(request, { case: "heartbeatAck", value }));
+      } else {
+        // A verdict for another session.
+        const verdict = verdictFor(request, "ALLOW", "within_thresholds");
+        if (verdict.case === "preExecResponse") verdict.value.sessionId = "someone-else";
+        s.write(answer(request, verdict));
+      }
+    });
+    const { tool, runs } = recordingTool(client(path));
+    expect((await expectDenied(tool({ q: "x" }), "fail_closed:bad_response")).result.detail).toMatch(
+      /heartbeatAck/,
+    );
+    expect((await expectDenied(tool({ q: "y" }), "fail_closed:bad_response")).result.detail).toMatch(
+      /someone-else/,
+    );
     expect(runs).toEqual([]);
   });
 
