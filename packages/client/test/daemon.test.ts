@@ -15,6 +15,7 @@ const HMAC = randomBytes(32);
 let dir: string;
 let daemon: Daemon;
 let signer: ReturnType<typeof generateKeyPair>;
+let start: () => Promise<Daemon>;
 const clients: Client[] = [];
 
 beforeEach(async () => {
@@ -30,13 +31,15 @@ beforeEach(async () => {
       },
     },
   });
-  daemon = await startDaemon({
-    config,
-    signer: signer.signer,
-    store: `sqlite:${join(dir, "leash.db")}`,
-    socketPath: join(dir, "leash.sock"),
-    logger: pino({ level: "silent" }),
-  });
+  start = () =>
+    startDaemon({
+      config,
+      signer: signer.signer,
+      store: `sqlite:${join(dir, "leash.db")}`,
+      socketPath: join(dir, "leash.sock"),
+      logger: pino({ level: "silent" }),
+    });
+  daemon = await start();
 });
 
 afterEach(async () => {
@@ -167,5 +170,48 @@ describe("against the real daemon", () => {
     const error = await tool().catch((e: unknown) => e);
     expect((error as LeashDenied).reason).toBe("fail_closed:bad_receipt");
     expect(runs).toEqual([]);
+  });
+
+  it("many calls in flight on one connection each get their own verdict and receipt", async () => {
+    const c = client();
+    const { session_id } = await c.register();
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        c.preExec({ session_id, tool_name: `tool_${i}`, params: { i }, estimated_cost_usd: "0.001" }),
+      ),
+    );
+    expect(results.every((r) => r.verdict === "ALLOW" && !r.fail_closed)).toBe(true);
+    expect(new Set(results.map((r) => r.call_number)).size).toBe(16);
+    expect(new Set(results.map((r) => r.entry_hash)).size).toBe(16);
+  });
+
+  it("the daemon restarts: calls DENY while it is down, then the same client is served on the same session", async () => {
+    const c = client({ reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
+    const { session_id } = await c.register();
+    const runs: unknown[] = [];
+    const tool = guard(
+      c,
+      { session_id, tool_name: "web_search", estimate: 0.01 },
+      async (args: { n: number }) => {
+        runs.push(args.n);
+        return args.n;
+      },
+    );
+    await expect(tool({ n: 1 })).resolves.toBe(1);
+    await daemon.close();
+    const down = await tool({ n: 2 }).catch((e: unknown) => e);
+    expect((down as LeashDenied).reason).toBe("fail_closed:daemon_unavailable");
+    daemon = await start();
+    let served: unknown;
+    for (let i = 0; i < 100 && served === undefined; i++) {
+      served = await tool({ n: 3 }).catch(async (e: unknown) => {
+        if (!LeashDenied.isInstance(e) || !e.result.fail_closed) throw e;
+        await new Promise((r) => setTimeout(r, 20));
+        return undefined;
+      });
+    }
+    expect(served).toBe(3);
+    expect(runs).toEqual([1, 3]);
+    expect((await c.getSession()).totalCalls).toBe(2n);
   });
 });
