@@ -115,7 +115,7 @@ describe("fail closed", () => {
       child.stdout?.once("data", () => resolve());
       child.once("exit", (code) => reject(new Error(`allow-server exited with ${code}`)));
     });
-    const c = client(path, { timeoutMs: 200 });
+    const c = client(path, { timeoutMs: 1000 }); // room for a loaded host while the process runs
     const { tool, runs } = recordingTool(c);
     // The same process answers while it runs: the tool runs once.
     await expect(tool({ q: "before" })).resolves.toBe("results for before");
