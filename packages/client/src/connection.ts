@@ -1,0 +1,303 @@
+// One Unix-socket connection to the daemon, kept up by itself: framing, HMAC, replay checks, requests
+// in flight paired by correlation id, reconnect with backoff. It decides nothing; callers fail closed.
+import { createConnection, type Socket } from "node:net";
+import type { Clock } from "@leash/core";
+import {
+  decodeEnvelope,
+  type Envelope,
+  encodeFrame,
+  errorCodeName,
+  FrameDecoder,
+  newMessageId,
+  openEnvelope,
+  type Payload,
+  PendingRequests,
+  ReplayWindow,
+  sealEnvelope,
+  WireError,
+} from "@leash/wire";
+
+/** Why a request got no usable answer; the client turns each into a fail-closed reason. */
+export type RequestFailure = "daemon_unavailable" | "timeout" | "bad_response";
+
+export type RequestOutcome =
+  | { ok: true; envelope: Envelope }
+  | { ok: false; failure: RequestFailure; message: string };
+
+export interface ConnectionOptions {
+  socketPath: string;
+  key: Uint8Array;
+  keyId: string;
+  clock: Clock;
+  initialDelayMs: number;
+  maxDelayMs: number;
+  /** Told of authenticated answers nobody awaits any more (late answers, answers to notifications). */
+  onStray?: (envelope: Envelope) => void;
+}
+
+/** Rejects the requests in flight when the stream can no longer be trusted. */
+class BadResponse extends Error {}
+
+/** How many timed-out ids are remembered, so their late answers are ignored rather than suspect. */
+const LATE_IDS = 1024;
+
+export class Connection {
+  readonly #options: ConnectionOptions;
+  readonly #pending = new PendingRequests();
+  readonly #late = new Set<string>();
+  // One per client: a daemon envelope is accepted once, on whichever connection it arrives.
+  readonly #replay: ReplayWindow;
+  #socket: Socket | null = null;
+  #connecting: Promise<Socket | null> | null = null;
+  #retryTimer: ReturnType<typeof setTimeout> | null = null;
+  #attempts = 0;
+  #closed = false;
+  protocolVersion: string | undefined;
+
+  constructor(options: ConnectionOptions) {
+    this.#options = options;
+    this.#replay = new ReplayWindow({ clock: options.clock });
+  }
+
+  /** Starts connecting now (the first request would otherwise); failures start the backoff loop. */
+  start(): void {
+    void this.#connect();
+  }
+
+  get connected(): boolean {
+    return this.#socket !== null;
+  }
+
+  /**
+   * Sends `payload` and waits up to `timeoutMs` (connecting included) for its answer. Never throws:
+   * every way of not getting an authenticated answer to this very request is a RequestFailure.
+   */
+  async request(payload: Payload, timeoutMs: number): Promise<RequestOutcome> {
+    const started = Date.now();
+    const ready = await this.#ready(timeoutMs);
+    if (!("socket" in ready)) return ready;
+    const socket = ready.socket;
+    const remaining = Math.max(1, timeoutMs - (Date.now() - started));
+    const messageId = newMessageId();
+    const body = this.#seal(payload, messageId);
+    const answer = this.#pending.wait(messageId, { timeoutMs: remaining });
+    socket.ref(); // a request in flight keeps the process alive; an idle client does not
+    socket.write(encodeFrame(body));
+    try {
+      return { ok: true, envelope: await answer };
+    } catch (error) {
+      if (WireError.isInstance(error) && error.code === "request_timeout") {
+        this.#rememberLate(messageId);
+        return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms` };
+      }
+      if (error instanceof BadResponse) return { ok: false, failure: "bad_response", message: error.message };
+      return { ok: false, failure: "daemon_unavailable", message: messageOf(error) };
+    } finally {
+      if (this.#pending.size === 0) this.#socket?.unref();
+    }
+  }
+
+  /**
+   * Sends a notification that gets no answer (post_exec: the RPC returns Empty, which has no envelope
+   * payload); resolves once the frame is written. A later answer to it (an Error) goes to onStray.
+   */
+  async notify(payload: Payload, timeoutMs: number): Promise<RequestOutcome | { ok: true }> {
+    const ready = await this.#ready(timeoutMs);
+    if (!("socket" in ready)) return ready;
+    const messageId = newMessageId();
+    const body = this.#seal(payload, messageId);
+    this.#rememberLate(messageId);
+    return new Promise((resolve) => {
+      ready.socket.write(encodeFrame(body), (error) => {
+        resolve(
+          error
+            ? {
+                ok: false,
+                failure: "daemon_unavailable",
+                message: `cannot write to the daemon: ${error.message}`,
+              }
+            : { ok: true },
+        );
+      });
+    });
+  }
+
+  /** The open socket, connecting first when needed (within `timeoutMs`), or why there is none. */
+  async #ready(timeoutMs: number): Promise<{ socket: Socket } | Extract<RequestOutcome, { ok: false }>> {
+    if (this.#closed) return { ok: false, failure: "daemon_unavailable", message: "the client is closed" };
+    if (this.#socket !== null) return { socket: this.#socket };
+    if (this.#connecting === null && this.#retryTimer !== null) {
+      // In backoff: answer now rather than hammer a daemon that just refused.
+      return { ok: false, failure: "daemon_unavailable", message: "not connected to the daemon (retrying)" };
+    }
+    const connecting = this.#connecting ?? this.#connect();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), timeoutMs);
+    });
+    const got = await Promise.race([connecting, timedOut]);
+    clearTimeout(timer);
+    if (got === "timeout")
+      return { ok: false, failure: "timeout", message: `no connection within ${timeoutMs} ms` };
+    if (got === null) {
+      return {
+        ok: false,
+        failure: "daemon_unavailable",
+        message: `cannot connect to ${this.#options.socketPath}`,
+      };
+    }
+    return { socket: got };
+  }
+
+  #seal(payload: Payload, messageId: string): Uint8Array {
+    return sealEnvelope(payload, {
+      key: this.#options.key,
+      keyId: this.#options.keyId,
+      sender: "agent",
+      clock: this.#options.clock,
+      messageId,
+      ...(this.protocolVersion === undefined ? {} : { protocolVersion: this.protocolVersion }),
+    });
+  }
+
+  /** Closes the connection for good; requests in flight fail as daemon_unavailable. */
+  close(): void {
+    this.#closed = true;
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+    this.#socket?.destroy();
+    this.#socket = null;
+    this.#pending.failAll();
+  }
+
+  #connect(): Promise<Socket | null> {
+    if (this.#connecting !== null) return this.#connecting;
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+    this.#connecting = new Promise<Socket | null>((resolve) => {
+      const socket = createConnection(this.#options.socketPath);
+      socket.unref();
+      const refused = () => {
+        socket.destroy();
+        resolve(null);
+      };
+      socket.once("error", refused);
+      socket.once("connect", () => {
+        socket.off("error", refused);
+        this.#adopt(socket);
+        resolve(socket);
+      });
+    }).then((socket) => {
+      this.#connecting = null;
+      if (socket === null) this.#scheduleRetry();
+      else if (this.#closed) {
+        socket.destroy();
+        return null;
+      }
+      return socket;
+    });
+    return this.#connecting;
+  }
+
+  #adopt(socket: Socket): void {
+    this.#attempts = 0;
+    this.#socket = socket;
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      if (this.#socket !== socket) return;
+      let bodies: Uint8Array[];
+      try {
+        bodies = decoder.push(new Uint8Array(chunk));
+      } catch (error) {
+        this.#distrust(socket, `unreadable frame from the daemon: ${messageOf(error)}`);
+        return;
+      }
+      for (const body of bodies) if (!this.#receive(socket, body)) return;
+    });
+    const lost = () => {
+      if (this.#socket !== socket) return;
+      this.#socket = null;
+      this.#pending.failAll(new WireError("connection_closed", "the daemon closed the connection"));
+      this.#scheduleRetry();
+    };
+    socket.on("error", lost);
+    socket.on("close", lost);
+  }
+
+  /** Routes one frame to its request; false when the stream was dropped as untrustworthy. */
+  #receive(socket: Socket, body: Uint8Array): boolean {
+    let envelope: Envelope;
+    try {
+      envelope = openEnvelope(body, {
+        keyFor: () => this.#options.key,
+        sender: "daemon",
+        replay: this.#replay,
+      });
+    } catch (error) {
+      // Its correlation id cannot be trusted either, so no request can take it: all fail closed.
+      this.#distrust(
+        socket,
+        `the daemon's answer does not authenticate: ${messageOf(error)}${refusalOf(body)}`,
+      );
+      return false;
+    }
+    if (this.#pending.settle(envelope)) return true;
+    if (this.#late.delete(envelope.correlationId)) {
+      // The answer to a request that timed out, or to a notification: authentic, just unawaited.
+      this.#options.onStray?.(envelope);
+      return true;
+    }
+    this.#distrust(
+      socket,
+      `an answer for correlation id ${JSON.stringify(envelope.correlationId)}, which no request has`,
+    );
+    return false;
+  }
+
+  /** Fails every request in flight as bad_response and drops the connection (a new one follows). */
+  #distrust(socket: Socket, message: string): void {
+    if (this.#socket === socket) this.#socket = null;
+    socket.destroy();
+    this.#pending.failAll(new BadResponse(message));
+    this.#scheduleRetry();
+  }
+
+  #scheduleRetry(): void {
+    if (this.#closed || this.#retryTimer !== null || this.#connecting !== null || this.#socket !== null)
+      return;
+    const { initialDelayMs, maxDelayMs } = this.#options;
+    const ceiling = Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(this.#attempts, 30));
+    this.#attempts++;
+    // "Equal jitter": half the delay fixed, half random, so many agents do not reconnect in step.
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      void this.#connect();
+    }, delay);
+    this.#retryTimer.unref();
+  }
+
+  #rememberLate(messageId: string): void {
+    this.#late.add(messageId);
+    if (this.#late.size > LATE_IDS) this.#late.delete(this.#late.values().next().value as string);
+  }
+}
+
+/**
+ * What an unauthenticated Error says (a daemon that cannot sign for our key, e.g. a wrong key or key
+ * id, answers so before closing): for the operator's eyes only, it changes nothing about the DENY.
+ */
+function refusalOf(body: Uint8Array): string {
+  try {
+    const envelope = decodeEnvelope(body);
+    if (envelope.payload.case !== "error") return "";
+    const e = envelope.payload.value;
+    return ` (unauthenticated Error: ${errorCodeName(e.code)} ${e.detail})`;
+  } catch {
+    return "";
+  }
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,116 @@
+// The client's public request and result shapes: the engine's names (session_id, tool_name, …) so a
+// guarded tool moves from library mode to the daemon unchanged. Plain data; no I/O here.
+import type { GuardConfig, SessionState } from "@leash/wire";
+
+export interface ClientOptions {
+  /** The daemon's Unix socket. */
+  socketPath: string;
+  organizationId: string;
+  agentId: string;
+  /** The organization's HMAC key: raw bytes or hex, at least 32 bytes. */
+  hmacKey: Uint8Array | string;
+  /** Which of the organization's keys `hmacKey` is (Envelope.key_id). */
+  keyId: string;
+  /** The daemon's Ed25519 public key (64 hex): when given, every verdict's receipt is verified. */
+  daemonPublicKey?: string;
+  /** How long a pre_exec waits for its verdict before failing closed. Default 50 ms. */
+  timeoutMs?: number;
+  /** How long register, post_exec, heartbeat and get_session wait. Default 1000 ms. */
+  controlTimeoutMs?: number;
+  /** Heartbeat period after register (§4.5); 0 turns the loop off. Default 30 000 ms. */
+  heartbeatIntervalMs?: number;
+  /** Reconnect backoff: first delay and cap, doubled per failed attempt, with jitter. */
+  reconnect?: { initialDelayMs?: number; maxDelayMs?: number };
+  /** RegisterRequest.framework and agent_version, for the daemon's records. */
+  framework?: string;
+  agentVersion?: string;
+  /**
+   * Told of failures nobody awaits: a heartbeat of the background loop (it keeps going), a post_exec
+   * the daemon refused after it was sent. Default: ignored.
+   */
+  onBackgroundError?: (error: unknown) => void;
+}
+
+export interface ClientRegisterRequest {
+  /** Resume this session instead of starting a new one. */
+  session_id?: string;
+  framework?: string;
+  metadata?: Record<string, string>;
+}
+
+export interface RegisterResult {
+  session_id: string;
+  daemon_version: string;
+  negotiated_protocol: string;
+  /** The policy the daemon applies (from its configuration, never from the agent). */
+  active_config: GuardConfig | undefined;
+  daemon_time_ns: bigint;
+}
+
+export interface PreExecCall {
+  /** Default: the session of the last register(). */
+  session_id?: string;
+  tool_name: string;
+  /** The arguments: an object (serialized), or JSON text (sent as given). Default {}. */
+  params?: Record<string, unknown> | string | null;
+  /** A number or an exact decimal string. Default 0. */
+  estimated_cost_usd?: number | string;
+  /** Per-dispatch replay token (a safe integer ≥ 1 or a decimal string of a uint64). Default random. */
+  nonce?: string | number | bigint;
+}
+
+/**
+ * Why the client itself answered DENY without a daemon verdict (README "Fail closed"):
+ * no connection, no answer in time, an answer it cannot trust, a receipt that does not verify or
+ * bind this call, an SP/1.0 Error instead of a verdict, a call it could not send.
+ */
+export type FailClosedReason =
+  | "fail_closed:daemon_unavailable"
+  | "fail_closed:timeout"
+  | "fail_closed:bad_response"
+  | "fail_closed:bad_receipt"
+  | "fail_closed:daemon_error"
+  | "fail_closed:bad_request";
+
+export interface PreExecResult {
+  session_id: string;
+  /** The daemon's call number (0 when the client failed closed before the daemon answered). */
+  call_number: number;
+  verdict: "ALLOW" | "DENY" | "HITL";
+  /** The exact §3.5 (or extension) reason, or a FailClosedReason. */
+  reason: string;
+  /** Exact decimal string, or null when no budget is set (or the client failed closed). */
+  budget_remaining_usd: string | null;
+  /** Hex SHA-256 of the canonical params, or null when they have no canonical form. */
+  params_hash: string | null;
+  entry_seq: number | null;
+  entry_hash: string | null;
+  /** The compact JWS of the decision's chain entry; null when the client failed closed. */
+  receipt: string | null;
+  /** True when the client decided (DENY) itself; `detail` then says why. */
+  fail_closed: boolean;
+  detail?: string;
+}
+
+export interface PostExecSettlement {
+  /** Default: the session of the last register(). */
+  session_id?: string;
+  call_number: number;
+  /** A number or an exact decimal string. */
+  actual_cost_usd: number | string;
+  success?: boolean;
+  error_message?: string;
+  duration_ms?: number;
+  /** A retried postExec with the same key is a no-op. Default: derived by the daemon. */
+  idempotency_key?: string;
+}
+
+export interface HeartbeatResult {
+  session_id: string;
+  /** The daemon's view of the budget (exact decimal), or null when none is set. */
+  daemon_budget_remaining_usd: string | null;
+  drift_detected: boolean;
+  daemon_time_ns: bigint;
+}
+
+export type { SessionState };

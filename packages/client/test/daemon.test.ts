@@ -1,0 +1,218 @@
+// The client against the real daemon (@leash/daemon in this process, real socket, real SQLite file):
+// SP/1.0 Appendix A through the client's guard(), receipts verified; a wrong key fails closed.
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { generateKeyPair } from "@leash/chain";
+import { type Daemon, parseDaemonConfig, startDaemon } from "@leash/daemon";
+import { verifyReceipt } from "@leash/receipts";
+import { pino } from "pino";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type Client, createClient, guard, LeashDenied, type PreExecResult } from "../src/index.js";
+
+const HMAC = randomBytes(32);
+let dir: string;
+let daemon: Daemon;
+let signer: ReturnType<typeof generateKeyPair>;
+let start: () => Promise<Daemon>;
+const clients: Client[] = [];
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), "leash-client-daemon-"));
+  writeFileSync(join(dir, "acme-k1.hmac"), HMAC.toString("hex"), { mode: 0o600 });
+  signer = generateKeyPair();
+  const config = parseDaemonConfig({
+    organizations: {
+      acme: {
+        hmac_keys: { k1: { file: join(dir, "acme-k1.hmac") } },
+        default_guard: { budget_usd: 1 },
+        agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+      },
+    },
+  });
+  start = () =>
+    startDaemon({
+      config,
+      signer: signer.signer,
+      store: `sqlite:${join(dir, "leash.db")}`,
+      socketPath: join(dir, "leash.sock"),
+      logger: pino({ level: "silent" }),
+    });
+  daemon = await start();
+});
+
+afterEach(async () => {
+  for (const c of clients.splice(0)) c.close();
+  await daemon.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function client(extra: Partial<Parameters<typeof createClient>[0]> = {}): Client {
+  const c = createClient({
+    socketPath: daemon.address,
+    organizationId: "acme",
+    agentId: "research-bot",
+    hmacKey: HMAC,
+    keyId: "k1",
+    daemonPublicKey: signer.publicKeyHex,
+    // SQLite commits (fsync) on a shared 2-core host: far above the 50 ms default at times.
+    timeoutMs: 5000,
+    controlTimeoutMs: 5000,
+    heartbeatIntervalMs: 0,
+    ...extra,
+  });
+  clients.push(c);
+  return c;
+}
+
+describe("against the real daemon", () => {
+  it("Appendix A through guard(): three ALLOWs that ran, then max_repeat_exceeded and circuit_open without running; receipts verify", async () => {
+    const c = client();
+    const { session_id, active_config } = await c.register({ framework: "crewai" });
+    // The policy is the daemon's for acme/research-bot; the agent sent none.
+    expect(active_config?.budgetUsdDecimal).toBe("0.5");
+    expect(active_config?.maxRepeatCalls).toBe(3);
+
+    const runs: unknown[] = [];
+    const decisions: PreExecResult[] = [];
+    const search = guard(
+      c,
+      {
+        session_id,
+        tool_name: "web_search",
+        estimate: 0.002,
+        cost: () => "0.0015",
+        onDecision: (d) => decisions.push(d),
+      },
+      async (args: { query: string }) => {
+        runs.push(args);
+        return `results for ${args.query}`;
+      },
+    );
+    const args = { query: "AI safety research papers 2024" };
+    for (let i = 0; i < 3; i++)
+      await expect(search(args)).resolves.toBe("results for AI safety research papers 2024");
+    expect(runs).toHaveLength(3);
+
+    const fourth = await search(args).catch((e: unknown) => e);
+    expect(LeashDenied.isInstance(fourth)).toBe(true);
+    expect((fourth as LeashDenied).reason).toBe("max_repeat_exceeded");
+    expect((fourth as LeashDenied).result.fail_closed).toBe(false);
+    const fifth = await search(args).catch((e: unknown) => e);
+    expect(LeashDenied.isInstance(fifth)).toBe(true);
+    expect((fifth as LeashDenied).reason).toBe("circuit_open");
+    expect(runs).toHaveLength(3); // neither denied call ran
+
+    expect(decisions.map((d) => [d.verdict, d.reason])).toEqual([
+      ["ALLOW", "within_thresholds"],
+      ["ALLOW", "within_thresholds"],
+      ["ALLOW", "within_thresholds"],
+      ["DENY", "max_repeat_exceeded"],
+      ["DENY", "circuit_open"],
+    ]);
+    // Each settlement (0.0015) reached the daemon before the next call: 0.5 − 0.002, then − 0.0015 − 0.002 …
+    expect(decisions.slice(0, 3).map((d) => d.budget_remaining_usd)).toEqual(["0.498", "0.4965", "0.495"]);
+    expect(decisions.map((d) => d.call_number)).toEqual([1, 2, 3, 4, 5]);
+    // The client verified each receipt before acting; check them again here, independently.
+    for (const d of decisions) {
+      const checked = await verifyReceipt(d.receipt as string, signer.publicKeyHex);
+      expect(checked.ok).toBe(true);
+      if (checked.ok) {
+        expect(checked.entry_hash).toBe(d.entry_hash);
+        expect(checked.payload.data).toMatchObject({
+          session_id,
+          call_number: d.call_number,
+          verdict: d.verdict,
+        });
+      }
+    }
+
+    // The three settlements (fire-and-forget) arrived: 0.5 − 3 × 0.0015.
+    let state = await c.getSession();
+    for (let i = 0; i < 50 && state.budgetRemainingUsdDecimal !== "0.4955"; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      state = await c.getSession();
+    }
+    expect(state.budgetRemainingUsdDecimal).toBe("0.4955");
+    expect(state.circuitTripped).toBe(true);
+    const hb = await c.heartbeat();
+    expect(hb.daemon_budget_remaining_usd).toBe("0.4955");
+  });
+
+  for (const [what, bad, detail] of [
+    ["HMAC key", { hmacKey: randomBytes(32) }, "bad_hmac"],
+    ["key id", { keyId: "k9" }, "unknown_key"],
+  ] as const) {
+    it(`a client with the wrong ${what} fails closed and its tool never runs`, async () => {
+      const { session_id } = await client().register();
+      const runs: unknown[] = [];
+      const tool = guard(client(bad), { session_id, tool_name: "web_search" }, async () => {
+        runs.push(1);
+      });
+      const error = await tool().catch((e: unknown) => e);
+      expect(LeashDenied.isInstance(error)).toBe(true);
+      // The daemon cannot sign for a key it does not trust: an unsigned Error, which the client cannot trust either.
+      expect((error as LeashDenied).reason).toBe("fail_closed:bad_response");
+      expect((error as LeashDenied).result.detail).toContain(
+        `unauthenticated Error: AUTHENTICATION_FAILED ${detail}`,
+      );
+      expect(runs).toEqual([]);
+    });
+  }
+
+  it("a verdict signed by another daemon key is refused (bad_receipt) when the client pins the real one", async () => {
+    const c = client({ daemonPublicKey: generateKeyPair().publicKeyHex });
+    const { session_id } = await c.register();
+    const runs: unknown[] = [];
+    const tool = guard(c, { session_id, tool_name: "web_search" }, async () => {
+      runs.push(1);
+    });
+    const error = await tool().catch((e: unknown) => e);
+    expect((error as LeashDenied).reason).toBe("fail_closed:bad_receipt");
+    expect(runs).toEqual([]);
+  });
+
+  it("many calls in flight on one connection each get their own verdict and receipt", async () => {
+    const c = client();
+    const { session_id } = await c.register();
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        c.preExec({ session_id, tool_name: `tool_${i}`, params: { i }, estimated_cost_usd: "0.001" }),
+      ),
+    );
+    expect(results.every((r) => r.verdict === "ALLOW" && !r.fail_closed)).toBe(true);
+    expect(new Set(results.map((r) => r.call_number)).size).toBe(16);
+    expect(new Set(results.map((r) => r.entry_hash)).size).toBe(16);
+  });
+
+  it("the daemon restarts: calls DENY while it is down, then the same client is served on the same session", async () => {
+    const c = client({ reconnect: { initialDelayMs: 10, maxDelayMs: 100 } });
+    const { session_id } = await c.register();
+    const runs: unknown[] = [];
+    const tool = guard(
+      c,
+      { session_id, tool_name: "web_search", estimate: 0.01 },
+      async (args: { n: number }) => {
+        runs.push(args.n);
+        return args.n;
+      },
+    );
+    await expect(tool({ n: 1 })).resolves.toBe(1);
+    await daemon.close();
+    const down = await tool({ n: 2 }).catch((e: unknown) => e);
+    expect((down as LeashDenied).reason).toBe("fail_closed:daemon_unavailable");
+    daemon = await start();
+    let served: unknown;
+    for (let i = 0; i < 100 && served === undefined; i++) {
+      served = await tool({ n: 3 }).catch(async (e: unknown) => {
+        if (!LeashDenied.isInstance(e) || !e.result.fail_closed) throw e;
+        await new Promise((r) => setTimeout(r, 20));
+        return undefined;
+      });
+    }
+    expect(served).toBe(3);
+    expect(runs).toEqual([1, 3]);
+    expect((await c.getSession()).totalCalls).toBe(2n);
+  });
+});
