@@ -69,14 +69,14 @@ export function createClient(options: ClientOptions): Client {
   const key = hmacKeyOf(options.hmacKey);
   for (const name of ["socketPath", "organizationId", "agentId"] as const) {
     if (typeof options[name] !== "string" || options[name] === "") {
-      throw new LeashError("INVALID_ARGUMENT", `createClient: ${name} must be a non-empty string`);
+      throw new LeashError("invalid_argument", `createClient: ${name} must be a non-empty string`);
     }
   }
   if (typeof options.keyId !== "string")
-    throw new LeashError("INVALID_ARGUMENT", "createClient: keyId must be a string");
+    throw new LeashError("invalid_argument", "createClient: keyId must be a string");
   if (options.daemonPublicKey !== undefined && !/^[0-9a-f]{64}$/i.test(options.daemonPublicKey)) {
     throw new LeashError(
-      "INVALID_ARGUMENT",
+      "invalid_argument",
       "createClient: daemonPublicKey must be 64 hex characters (Ed25519)",
     );
   }
@@ -88,7 +88,7 @@ export function createClient(options: ClientOptions): Client {
   const heartbeatMs = options.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   if (!Number.isFinite(heartbeatMs) || heartbeatMs < 0) {
     throw new LeashError(
-      "INVALID_ARGUMENT",
+      "invalid_argument",
       "createClient: heartbeatIntervalMs must be ≥ 0 (0 turns it off)",
     );
   }
@@ -106,7 +106,7 @@ export function createClient(options: ClientOptions): Client {
       const e = envelope.payload.value;
       options.onBackgroundError?.(
         new LeashError(
-          "DAEMON_ERROR",
+          "daemon_error",
           `the daemon refused a notification or late request: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
         ),
       );
@@ -133,13 +133,13 @@ export function createClient(options: ClientOptions): Client {
     if (envelope.payload.case === "error") {
       const e = envelope.payload.value;
       throw new LeashError(
-        "DAEMON_ERROR",
+        "daemon_error",
         `the daemon refused: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
       );
     }
     if (envelope.payload.case !== expected) {
       throw new LeashError(
-        "BAD_RESPONSE",
+        "bad_response",
         `the daemon answered ${envelope.payload.case} to a ${payload.case}`,
       );
     }
@@ -149,7 +149,7 @@ export function createClient(options: ClientOptions): Client {
   function sessionOf(given: string | undefined): string {
     const id = given ?? currentSession;
     if (typeof id !== "string" || id === "") {
-      throw new LeashError("INVALID_ARGUMENT", "no session_id given and register() has not run");
+      throw new LeashError("invalid_argument", "no session_id given and register() has not run");
     }
     return id;
   }
@@ -175,7 +175,7 @@ export function createClient(options: ClientOptions): Client {
         },
         "registerResponse",
       );
-      if (value.sessionId === "") throw new LeashError("BAD_RESPONSE", "the daemon registered no session id");
+      if (value.sessionId === "") throw new LeashError("bad_response", "the daemon registered no session id");
       if (value.negotiatedProtocol !== "") connection.protocolVersion = value.negotiatedProtocol;
       currentSession = value.sessionId;
       if (heartbeatMs > 0 && heartbeatTimer === null) {
@@ -308,13 +308,13 @@ export function createClient(options: ClientOptions): Client {
     async postExec(settlement) {
       const sessionId = sessionOf(settlement.session_id);
       if (!Number.isSafeInteger(settlement.call_number) || settlement.call_number < 1) {
-        throw new LeashError("INVALID_ARGUMENT", "postExec: call_number must be an integer ≥ 1");
+        throw new LeashError("invalid_argument", "postExec: call_number must be an integer ≥ 1");
       }
       let cost: { double: number; decimal: string };
       try {
         cost = moneyToWire(settlement.actual_cost_usd);
       } catch (error) {
-        throw new LeashError("INVALID_ARGUMENT", `postExec: actual_cost_usd: ${messageOf(error)}`);
+        throw new LeashError("invalid_argument", `postExec: actual_cost_usd: ${messageOf(error)}`);
       }
       const outcome = await connection.notify(
         {
@@ -333,7 +333,7 @@ export function createClient(options: ClientOptions): Client {
         controlTimeoutMs,
       );
       if (!outcome.ok)
-        throw new LeashError(FAILURE_CODES[outcome.failure] ?? "BAD_RESPONSE", outcome.message);
+        throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
       return { session_id: sessionId, call_number: settlement.call_number };
     },
 
@@ -354,7 +354,7 @@ export function createClient(options: ClientOptions): Client {
           "daemon_budget_remaining",
         );
       } catch (error) {
-        throw new LeashError("BAD_RESPONSE", messageOf(error));
+        throw new LeashError("bad_response", messageOf(error));
       }
       return {
         session_id: ack.sessionId,
@@ -384,14 +384,14 @@ export function createClient(options: ClientOptions): Client {
 }
 
 const FAILURE_CODES: Record<string, LeashErrorCode> = {
-  daemon_unavailable: "DAEMON_UNAVAILABLE",
-  timeout: "TIMEOUT",
-  bad_response: "BAD_RESPONSE",
+  daemon_unavailable: "daemon_unavailable",
+  timeout: "timeout",
+  bad_response: "bad_response",
 };
 
 function answerOf(outcome: RequestOutcome): Envelope {
   if (outcome.ok) return outcome.envelope;
-  throw new LeashError(FAILURE_CODES[outcome.failure] ?? "BAD_RESPONSE", outcome.message);
+  throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
 }
 
 /** tool_params_json (the agent's text when it gave text) and the hex digest the daemon will compute. */
@@ -444,19 +444,19 @@ function hmacKeyOf(key: Uint8Array | string): Uint8Array {
   if (typeof key === "string") {
     const hex = key.trim();
     if (!/^([0-9a-fA-F]{2})+$/.test(hex))
-      throw new LeashError("INVALID_ARGUMENT", "createClient: hmacKey is not hex");
+      throw new LeashError("invalid_argument", "createClient: hmacKey is not hex");
     bytes = new Uint8Array(Buffer.from(hex, "hex"));
   } else if (key instanceof Uint8Array) bytes = key;
-  else throw new LeashError("INVALID_ARGUMENT", "createClient: hmacKey must be bytes or hex");
+  else throw new LeashError("invalid_argument", "createClient: hmacKey must be bytes or hex");
   if (bytes.length < MIN_KEY_BYTES) {
-    throw new LeashError("INVALID_ARGUMENT", `createClient: hmacKey must be at least ${MIN_KEY_BYTES} bytes`);
+    throw new LeashError("invalid_argument", `createClient: hmacKey must be at least ${MIN_KEY_BYTES} bytes`);
   }
   return bytes;
 }
 
 function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0)
-    throw new LeashError("INVALID_ARGUMENT", `createClient: ${name} must be > 0`);
+    throw new LeashError("invalid_argument", `createClient: ${name} must be > 0`);
   return value;
 }
 

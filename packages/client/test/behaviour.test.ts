@@ -71,7 +71,7 @@ describe("client behaviour", () => {
     const error = await tool().catch((e: unknown) => e);
     expect(LeashHitl.isInstance(error)).toBe(true);
     expect((error as LeashHitl).reason).toBe("hitl_all_calls");
-    expect((error as LeashHitl).code).toBe("HITL_REQUIRED");
+    expect((error as LeashHitl).code).toBe("hitl_required");
     expect(runs).toEqual([]);
   });
 
@@ -154,7 +154,7 @@ describe("client behaviour", () => {
     });
     cleanups.push(() => client.close());
     const error = await client.register().catch((e: unknown) => e);
-    expect(LeashError.isInstance(error) && error.code).toBe("DAEMON_UNAVAILABLE");
+    expect(LeashError.isInstance(error) && error.code).toBe("daemon_unavailable");
   });
 
   it("the client's LeashDenied is recognized by the engine's isInstance, and the engine's by the client's", async () => {
