@@ -70,6 +70,17 @@ describe("verifyReceipt", () => {
     });
   });
 
+  it("remembers imported keys without mixing them up: the right key, another, then the right one again", async () => {
+    expect((await verifyReceipt(receipt, key.publicKeyHex)).ok).toBe(true);
+    expect(await verifyReceipt(receipt, other.publicKeyHex)).toMatchObject({
+      ok: false,
+      reason: "kid_mismatch",
+    });
+    expect((await verifyReceipt(receipt, key.publicKeyRaw)).ok).toBe(true);
+    const forged = `${receipt.slice(0, -2)}${receipt.endsWith("AA") ? "AB" : "AA"}`;
+    expect(await verifyReceipt(forged, key.publicKeyHex)).toMatchObject({ ok: false });
+  });
+
   it("is the same string whether built by @leash/chain's jwsOf or by receiptOf", () => {
     expect(receiptOf(entry)).toBe(receipt);
     expect(() => receiptOf({ ...entry, key_id: "nope" })).toThrow(ReceiptError);

@@ -127,6 +127,29 @@ function payloadProblem(payload: unknown, kid: string): string | null {
 }
 
 /**
+ * Imported keys and key ids by raw public key: an agent checks every verdict against the same one
+ * or two keys, and importing a JWK costs more than the signature check itself. Bounded, so a
+ * caller cycling through keys cannot grow it without end.
+ */
+const imported = new Map<string, Promise<{ key: Awaited<ReturnType<typeof importJWK>>; keyId: string }>>();
+const IMPORTED_MAX = 64;
+
+function importedKey(raw: Uint8Array) {
+  const hex = Array.from(raw, (b) => b.toString(16).padStart(2, "0")).join("");
+  let entry = imported.get(hex);
+  if (entry === undefined) {
+    entry = (async () => ({
+      key: await importJWK({ kty: "OKP", crv: "Ed25519", x: base64url.encode(raw) }, "EdDSA"),
+      keyId: (await sha256Hex(raw)).slice(0, 16),
+    }))();
+    if (imported.size >= IMPORTED_MAX) imported.delete(imported.keys().next().value as string);
+    imported.set(hex, entry);
+    entry.catch(() => imported.delete(hex)); // a key that failed to import is not remembered
+  }
+  return entry;
+}
+
+/**
  * Verifies a receipt against a public key: canonical compact JWS, alg EdDSA, kid = the key's id,
  * a valid Ed25519 signature, a v1 entry body, and (if asked) the expected chain. Never throws.
  */
@@ -151,13 +174,18 @@ export async function verifyReceipt(
   const raw = rawKey(publicKey);
   if (raw === null)
     return fail("invalid_key", "the public key is not an Ed25519 key (64 hex, 32 bytes or an OKP JWK)");
-  const keyId = (await sha256Hex(raw)).slice(0, 16);
+  let key: Awaited<ReturnType<typeof importJWK>>;
+  let keyId: string;
+  try {
+    ({ key, keyId } = await importedKey(raw));
+  } catch (error) {
+    return fail("invalid_key", `the public key cannot be used (${(error as Error).message})`);
+  }
   if (header.kid !== keyId) {
     return fail("kid_mismatch", `the receipt names key ${String(header.kid)}; the given key is ${keyId}`);
   }
   let payloadBytes: Uint8Array;
   try {
-    const key = await importJWK({ kty: "OKP", crv: "Ed25519", x: base64url.encode(raw) }, "EdDSA");
     ({ payload: payloadBytes } = await compactVerify(receipt, key, { algorithms: ["EdDSA"] }));
   } catch (error) {
     const code = (error as { code?: string }).code;
