@@ -172,6 +172,17 @@ describe("gRPC transport", () => {
       create(GetSessionStateRequestSchema, { sessionId }),
     ).catch((e: GrpcFailure) => e);
     expect((anonymous as GrpcFailure).code).toBe(status.UNAUTHENTICATED);
+    // Another major version: FAILED_PRECONDITION.
+    const v2 = asAcme();
+    v2.set("leash-protocol-version", "2.0.0");
+    const mismatch = await call(
+      client,
+      "Register",
+      create(RegisterRequestSchema, { agentId: "research-bot", organizationId: "acme" }),
+      v2,
+    ).catch((e: GrpcFailure) => e);
+    expect((mismatch as GrpcFailure).code).toBe(status.FAILED_PRECONDITION);
+    expect((mismatch as GrpcFailure).metadata.get("leash-error-code")).toEqual(["PROTOCOL_VERSION_MISMATCH"]);
     // A malformed request maps to INVALID_ARGUMENT.
     const bad = await call(
       client,
