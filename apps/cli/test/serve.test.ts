@@ -4,6 +4,8 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { credentials, Metadata, makeGenericClientConstructor } from "@grpc/grpc-js";
+import { shackleServiceDefinition } from "@leash/daemon";
 import { afterAll, describe, expect, it } from "vitest";
 import { CLI_BIN, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 
@@ -93,5 +95,92 @@ describe("leash serve", () => {
     const code = await new Promise((resolve) => child.once("exit", resolve));
     expect(code).toBe(0);
     expect(existsSync(socket)).toBe(false);
+  });
+
+  it("refuses the gRPC flags' unsafe or incomplete combinations before anything starts", async () => {
+    const base = ["serve", "--config", config, "--store", "memory:", "--ephemeral-key"];
+    const cases: [string[], string][] = [
+      [["--grpc", "0.0.0.0:50051"], "needs TLS"],
+      [["--grpc", "127.0.0.1:50051"], "needs TLS"],
+      [
+        ["--grpc", "0.0.0.0:50051", "--grpc-insecure"],
+        "--grpc-insecure is only allowed on a loopback address",
+      ],
+      [["--grpc", "127.0.0.1:50051", "--tls-cert", config], "--tls-cert needs --tls-key"],
+      [["--grpc-insecure"], "need --grpc HOST:PORT"],
+      [["--grpc", "50051", "--grpc-insecure"], "--grpc wants HOST:PORT"],
+      [
+        ["--grpc", "127.0.0.1:0", "--tls-cert", "/nonexistent.pem", "--tls-key", config],
+        "--tls-cert /nonexistent.pem",
+      ],
+    ];
+    for (const [flags, message] of cases) {
+      const socket = join(scratch.dir, "grpc-refused.sock");
+      const r = await leash([...base, "--socket", socket, ...flags]);
+      expect([r.code, r.stderr.includes(message)], `${flags.join(" ")}: ${r.stderr}`).toEqual([2, true]);
+      expectOneLineError(r.stderr);
+      expect(existsSync(socket)).toBe(false);
+    }
+  });
+
+  it("serves gRPC on insecure loopback beside its socket, printing the address", async () => {
+    const key = testKey(scratch.dir, "serve-grpc");
+    const socket = join(scratch.dir, "serve-grpc.sock");
+    const child = spawn(
+      process.execPath,
+      [
+        CLI_BIN,
+        "serve",
+        "--config",
+        config,
+        "--store",
+        `sqlite:${join(scratch.dir, "serve-grpc.db")}`,
+        "--key-file",
+        key.file,
+        "--socket",
+        socket,
+        "--grpc",
+        "127.0.0.1:0",
+        "--grpc-insecure",
+      ],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+        out += chunk;
+        if (out.includes("\n")) resolve();
+      });
+      child.once("exit", (code) => reject(new Error(`exited ${code}`)));
+    });
+    const line = JSON.parse(out.trim()) as { listening: string; grpc: string };
+    expect(line.listening).toBe(socket);
+    expect(line.grpc).toMatch(/^127\.0\.0\.1:\d+$/);
+    const Client = makeGenericClientConstructor(shackleServiceDefinition(), "ShackleDaemon");
+    const client = new Client(line.grpc, credentials.createInsecure());
+    const answer = await new Promise<{ sessionId: string }>((resolve, reject) => {
+      const register = (client as unknown as Record<string, (...args: unknown[]) => void>).Register!.bind(
+        client,
+      );
+      register(
+        {
+          $typeName: "shackle.sp1.RegisterRequest",
+          agentId: "bot",
+          agentVersion: "",
+          framework: "",
+          sessionId: "",
+          organizationId: "",
+          runtime: "",
+          metadata: {},
+        },
+        new Metadata(),
+        (error: Error | null, response: { sessionId: string }) => (error ? reject(error) : resolve(response)),
+      );
+    });
+    expect(answer.sessionId).not.toBe("");
+    client.close();
+    child.kill("SIGTERM");
+    const code = await new Promise((resolve) => child.once("exit", resolve));
+    expect(code).toBe(0);
   });
 });

@@ -7,6 +7,7 @@ import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } fro
 import { ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
+import { checkGrpcOptions, type GrpcOptions, type GrpcTransport, listenGrpc } from "./grpc.js";
 import { createRequestHandler, type RequestHandler } from "./handler.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
@@ -23,6 +24,8 @@ export interface DaemonOptions {
   readonly socketPath?: string;
   /** "HOST:PORT" for /healthz, /readyz and /metrics; none when absent. */
   readonly http?: string;
+  /** Also serve the ShackleDaemon gRPC service (TLS/mTLS, or plaintext on loopback with insecure). */
+  readonly grpc?: GrpcOptions;
   /** Default: pino JSON lines on stderr at "info". */
   readonly logger?: Logger;
   readonly clock?: Clock;
@@ -39,6 +42,8 @@ export interface Daemon {
   readonly address: string;
   /** The HTTP endpoint's "host:port", when --http was given. */
   readonly httpAddress: string | null;
+  /** The gRPC endpoint's "host:port", when grpc was given. */
+  readonly grpcAddress: string | null;
   readonly engine: Engine;
   readonly handler: RequestHandler;
   readonly metrics: DaemonMetrics;
@@ -102,14 +107,17 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   if (url === undefined) throw new Error("no store: give --store URL or `store:` in the daemon config");
   const socketPath = options.socketPath ?? defaultSocketPath();
   const metrics = createMetrics();
+  // A refused gRPC set-up is refused before the store is opened.
+  if (options.grpc !== undefined) checkGrpcOptions(options.grpc);
 
   const substrate = await openStore(url);
   let transport: UnixTransport | undefined;
   let http: HttpEndpoint | undefined;
+  let grpc: GrpcTransport | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   const cleanup = async () => {
     clearInterval(sweeper);
-    await transport?.close();
+    await Promise.all([transport?.close(), grpc?.close()]);
     await http?.close();
     await substrate.close().catch(() => undefined);
   };
@@ -139,6 +147,9 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       metrics,
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
     });
+    if (options.grpc !== undefined) {
+      grpc = await listenGrpc({ ...options.grpc, handler, config, logger });
+    }
     let storeOpen = true;
     if (options.http !== undefined) {
       http = await listenHttp({
@@ -183,6 +194,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     const daemon: Daemon = {
       address: transport.path,
       httpAddress: http?.address ?? null,
+      grpcAddress: grpc?.address ?? null,
       engine,
       handler,
       metrics,
@@ -209,6 +221,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       {
         socket: transport.path,
         http: http?.address ?? null,
+        grpc: grpc?.address ?? null,
         store: redactStoreUrl(url),
         key_id: signer.keyId,
       },

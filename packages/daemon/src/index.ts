@@ -11,6 +11,21 @@ export {
 } from "./config.js";
 export { type Daemon, type DaemonOptions, startDaemon } from "./daemon.js";
 export {
+  checkGrpcOptions,
+  ERROR_CODE_METADATA,
+  ERROR_DETAIL_METADATA,
+  GrpcConfigError,
+  type GrpcOptions,
+  type GrpcTls,
+  type GrpcTransport,
+  isLoopback,
+  listenGrpc,
+  ORGANIZATION_METADATA,
+  organizationOfCertificate,
+  PROTOCOL_VERSION_METADATA,
+  shackleServiceDefinition,
+} from "./grpc.js";
+export {
   type Answer,
   type AuthContext,
   createRequestHandler,

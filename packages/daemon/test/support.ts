@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
 import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
 import { pino } from "pino";
-import { type Daemon, parseDaemonConfig, startDaemon } from "../src/index.js";
+import { type Daemon, type GrpcOptions, parseDaemonConfig, startDaemon } from "../src/index.js";
 import type { ClientKey } from "./raw-client.js";
 
 export const ACME: ClientKey = { key: randomBytes(32), keyId: "acme-k1" };
@@ -50,7 +50,7 @@ export interface Running {
 /** A daemon in this process on a real socket over a fresh real store. */
 export async function runDaemon(
   kind: StoreKind,
-  options: { http?: string; extra?: Record<string, unknown>; maxInFlight?: number } = {},
+  options: { http?: string; grpc?: GrpcOptions; extra?: Record<string, unknown>; maxInFlight?: number } = {},
 ): Promise<Running> {
   const store = await openStore(kind);
   const dir = scratchDir();
@@ -64,6 +64,7 @@ export async function runDaemon(
     socketPath: socket,
     logger: quietLogger(),
     ...(options.http === undefined ? {} : { http: options.http }),
+    ...(options.grpc === undefined ? {} : { grpc: options.grpc }),
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
   });
   return {

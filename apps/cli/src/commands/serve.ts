@@ -1,8 +1,12 @@
-// `leash serve`: runs the sidecar daemon (@leash/daemon) on a Unix socket until SIGTERM or SIGINT.
+// `leash serve`: runs the sidecar daemon (@leash/daemon) on a Unix socket (and gRPC) until SIGTERM or SIGINT.
 // The daemon is @leash/daemon's; this reads flags, the config file and the signing key, and prints where it listens.
+import { readFileSync } from "node:fs";
 import {
+  checkGrpcOptions,
   DaemonConfigError,
   defaultSocketPath,
+  GrpcConfigError,
+  type GrpcOptions,
   loadDaemonConfig,
   parseHostPort,
   SocketInUseError,
@@ -19,6 +23,57 @@ export interface ServeOptions extends KeyOptions {
   readonly config?: string;
   readonly socket?: string;
   readonly http?: string;
+  readonly grpc?: string;
+  readonly grpcInsecure?: boolean;
+  readonly tlsCert?: string;
+  readonly tlsKey?: string;
+  readonly tlsClientCa?: string;
+}
+
+function readPem(file: string, flag: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (err) {
+    throw new CliError(`${flag} ${file}: ${firstLine(err)}`, EXIT_BAD_INPUT);
+  }
+}
+
+/** The gRPC flags as daemon options; every refused combination is a one-line error before anything starts. */
+function grpcOptionsOf(options: ServeOptions): GrpcOptions | undefined {
+  const tlsGiven =
+    options.tlsCert !== undefined || options.tlsKey !== undefined || options.tlsClientCa !== undefined;
+  if (options.grpc === undefined) {
+    if (options.grpcInsecure || tlsGiven)
+      throw new CliError("--grpc-insecure and --tls-* need --grpc HOST:PORT", EXIT_BAD_INPUT);
+    return undefined;
+  }
+  if (options.tlsCert !== undefined && options.tlsKey === undefined)
+    throw new CliError("--tls-cert needs --tls-key (the certificate's private key)", EXIT_BAD_INPUT);
+  if (options.tlsKey !== undefined && options.tlsCert === undefined)
+    throw new CliError("--tls-key needs --tls-cert", EXIT_BAD_INPUT);
+  if (options.tlsClientCa !== undefined && options.tlsCert === undefined)
+    throw new CliError("--tls-client-ca needs --tls-cert and --tls-key", EXIT_BAD_INPUT);
+  const grpc: GrpcOptions = {
+    listen: options.grpc,
+    ...(options.grpcInsecure ? { insecure: true } : {}),
+    ...(options.tlsCert === undefined || options.tlsKey === undefined
+      ? {}
+      : {
+          tls: {
+            cert: readPem(options.tlsCert, "--tls-cert"),
+            key: readPem(options.tlsKey, "--tls-key"),
+            ...(options.tlsClientCa === undefined
+              ? {}
+              : { clientCa: readPem(options.tlsClientCa, "--tls-client-ca") }),
+          },
+        }),
+  };
+  try {
+    checkGrpcOptions(grpc);
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT);
+  }
+  return grpc;
 }
 
 export async function runServe(options: ServeOptions, io: Io): Promise<number> {
@@ -41,6 +96,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       throw new CliError(firstLine(err), EXIT_BAD_INPUT);
     }
   }
+  const grpc = grpcOptionsOf(options);
   const target = parseStoreUrl(resolveStoreUrl(options.store, io.env, config.store));
   const { signer } = resolveSigner(options, io);
   const socketPath = options.socket ?? defaultSocketPath(io.env);
@@ -53,9 +109,14 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       socketPath,
       handleSignals: true,
       ...(options.http === undefined ? {} : { http: options.http }),
+      ...(grpc === undefined ? {} : { grpc }),
     });
   } catch (err) {
-    if (err instanceof SocketInUseError || err instanceof DaemonConfigError) {
+    if (
+      err instanceof SocketInUseError ||
+      err instanceof DaemonConfigError ||
+      err instanceof GrpcConfigError
+    ) {
       throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
     }
     const known = engineFailure(err, target.url);
@@ -64,7 +125,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   }
   // One line for whoever started us (a supervisor, a test): where to connect and which key signs.
   io.stdout(
-    `${JSON.stringify({ listening: daemon.address, http: daemon.httpAddress, store: target.label, public_key: signer.publicKeyHex })}\n`,
+    `${JSON.stringify({ listening: daemon.address, http: daemon.httpAddress, grpc: daemon.grpcAddress, store: target.label, public_key: signer.publicKeyHex })}\n`,
   );
   await daemon.closed;
   return 0;
@@ -89,7 +150,18 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "--socket <path>",
         "the Unix socket to listen on (default: $LEASH_SOCKET, else $XDG_RUNTIME_DIR/leash.sock, else /tmp/leash-$UID.sock)",
       )
-      .option("--http <host:port>", "also serve /healthz, /readyz and /metrics (Prometheus) over HTTP"),
+      .option("--http <host:port>", "also serve /healthz, /readyz and /metrics (Prometheus) over HTTP")
+      .option(
+        "--grpc <host:port>",
+        "also serve the ShackleDaemon gRPC service (needs --tls-cert/--tls-key, or --grpc-insecure on loopback)",
+      )
+      .option("--grpc-insecure", "plaintext gRPC, only on a loopback address (127.0.0.0/8, ::1, localhost)")
+      .option("--tls-cert <file>", "the gRPC server's certificate chain (PEM)")
+      .option("--tls-key <file>", "the gRPC server's private key (PEM)")
+      .option(
+        "--tls-client-ca <file>",
+        "require client certificates from this CA (PEM): mTLS, the certificate names the organization",
+      ),
   )
     .addHelpText(
       "after",
@@ -113,7 +185,10 @@ daemon is removed at start; if another daemon listens on it, serve refuses to st
 verified before the socket opens and the signing key must be its key in force. A daemon without a
 signing key refuses to start unless --ephemeral-key. SIGTERM or SIGINT: stop accepting, finish the
 requests in flight, close the store, remove the socket file.
-Output: one JSON line on stdout once listening ({"listening", "http", "store", "public_key"}); logs
+gRPC: the organization is the client certificate's URI SAN leash:org:<id>, else its subject CN
+(with --tls-client-ca); without client certificates, the only configured organization, or
+(--grpc-insecure only) the leash-organization metadata.
+Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,
     )
