@@ -2,7 +2,7 @@
 // It holds no engine logic and picks no store on its own: resolveStoreUrl applies flag > env > config > default.
 import { existsSync, rmSync } from "node:fs";
 import { type Substrate, SubstrateError } from "@leash/core";
-import { openStore as openEngineStore, redactStoreUrl } from "@leash/engine";
+import { openStore as openEngineStore, redactStoreUrl, storeKindOf } from "@leash/engine";
 import { LATEST_SCHEMA_VERSION, parsePostgresUrl } from "@leash/substrate-postgres";
 import { parseSqliteUrl, SCHEMA_VERSION, type SqliteSubstrateOptions } from "@leash/substrate-sqlite";
 import Database from "better-sqlite3";
@@ -38,7 +38,6 @@ export type StoreTarget =
       readonly shared: string | undefined;
     };
 
-const POSTGRES = /^postgres(ql)?:\/\//i;
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
 
 export { redactStoreUrl };
@@ -75,31 +74,24 @@ export function scrubSecrets(message: string, url: string): string {
 /** Reads a store URL; an unknown scheme or a malformed URL is a CliError (exit 2) naming the redacted URL. */
 export function parseStoreUrl(url: string): StoreTarget {
   const label = redactStoreUrl(url);
-  if (/^sqlite:/i.test(url)) {
-    try {
-      return { kind: "sqlite", url, label, options: parseSqliteUrl(url) };
-    } catch (err) {
-      // parseSqliteUrl's message already quotes the URL; a sqlite URL carries no password.
-      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
-    }
+  let kind: StoreKind;
+  try {
+    kind = storeKindOf(url); // the engine's scheme rules, so the CLI and openStore agree
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
-  if (POSTGRES.test(url)) {
-    try {
+  try {
+    if (kind === "sqlite") return { kind, url, label, options: parseSqliteUrl(url) };
+    if (kind === "postgres") {
       const { connection, schema, groupCommit } = parsePostgresUrl(url);
-      return { kind: "postgres", url, label, connection, schema, groupCommit: groupCommit ?? true };
-    } catch (err) {
-      // parsePostgresUrl's message names the URL with its password redacted.
-      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+      return { kind, url, label, connection, schema, groupCommit: groupCommit ?? true };
     }
+  } catch (err) {
+    // The parsers' messages name the URL (a postgres one with its password redacted).
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
-  if (/^memory:/i.test(url)) {
-    const name = url.slice("memory:".length);
-    return { kind: "memory", url, label, shared: name === "" ? undefined : name };
-  }
-  throw new CliError(
-    `unknown store URL scheme in ${label}: expected sqlite:PATH, postgres://… (or postgresql://…) or memory:`,
-    EXIT_BAD_INPUT,
-  );
+  const name = url.slice("memory:".length);
+  return { kind, url, label, shared: name === "" ? undefined : name };
 }
 
 function cannotOpen(target: StoreTarget, err: unknown): CliError {

@@ -10,3 +10,4 @@ export * from "./feedback/index.js";
 export * from "./ports/index.js";
 export { ALL_REASONS, CERTIFIED_REASONS, EXTENSION_DENY_REASONS, TERMINAL_STATUSES } from "./reasons.js";
 export * from "./types.js";
+export { redactUrlPassword } from "./util/redact-url.js";

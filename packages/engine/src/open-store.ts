@@ -1,6 +1,6 @@
 // openStore(url): a migrated Substrate for `sqlite:PATH`, `postgres://…[?schema=NAME]` or `memory:[NAME]`.
 // It loads only the substrate package the URL names (an optional peer dependency); it holds no engine logic.
-import type { Substrate } from "@leash/core";
+import { redactUrlPassword, type Substrate } from "@leash/core";
 import { LeashError } from "./errors.js";
 
 export interface OpenStoreOptions {
@@ -28,21 +28,8 @@ export function storeKindOf(url: string): StoreKind {
   );
 }
 
-/**
- * The URL with any password replaced by `***` (userinfo and `?password=`), for messages and logs.
- * When the userinfo cannot be told apart from the rest, the last `@` ends it: hiding too much beats leaking.
- */
-export function redactStoreUrl(url: string): string {
-  let out = url;
-  const schemeEnd = out.indexOf("://");
-  if (schemeEnd >= 0) {
-    const rest = out.slice(schemeEnd + 3);
-    const at = rest.lastIndexOf("@");
-    const colon = at < 0 ? -1 : rest.slice(0, at).indexOf(":");
-    if (colon >= 0) out = `${out.slice(0, schemeEnd + 3)}${rest.slice(0, colon)}:***${rest.slice(at)}`;
-  }
-  return out.replace(/([?&]password=)[^&#]*/gi, "$1***");
-}
+/** The URL with any password replaced by `***`, for messages and logs. */
+export const redactStoreUrl: (url: string) => string = redactUrlPassword;
 
 /**
  * Imports a store's package on demand. A missing substrate or driver is one line that says what to

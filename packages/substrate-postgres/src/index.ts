@@ -3,4 +3,4 @@
 export { LATEST_SCHEMA_VERSION } from "./migrations.js";
 export type { GroupCommitOptions, PostgresSubstrateOptions, PostgresSubstrateStats } from "./substrate.js";
 export { openPostgresSubstrate, PostgresSubstrate } from "./substrate.js";
-export { type PostgresUrlOptions, parsePostgresUrl, redactPostgresUrl } from "./url.js";
+export { type PostgresUrlOptions, parsePostgresUrl } from "./url.js";

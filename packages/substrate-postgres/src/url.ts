@@ -1,5 +1,6 @@
 // Reads `postgres://` store URLs: Leash's own parameters (`schema`, `group_commit`) come off, pg's stay.
 // It connects to nothing; openPostgresSubstrate applies what it returns. Passwords never reach an error.
+import { redactUrlPassword } from "@leash/core";
 
 /** What a store URL says beyond pg's own connection string. */
 export interface PostgresUrlOptions {
@@ -47,22 +48,8 @@ const PG_PARAMETERS = new Set([
   "target_session_attrs",
 ]);
 
-/** The URL with its password replaced by `***` (in the userinfo and in `?password=`). */
-export function redactPostgresUrl(url: string): string {
-  let out = url;
-  const schemeEnd = out.indexOf("://");
-  if (schemeEnd >= 0) {
-    const rest = out.slice(schemeEnd + 3);
-    // The last `@` ends the userinfo: hiding too much beats leaking a password.
-    const at = rest.lastIndexOf("@");
-    const colon = at < 0 ? -1 : rest.slice(0, at).indexOf(":");
-    if (colon >= 0) out = `${out.slice(0, schemeEnd + 3)}${rest.slice(0, colon)}:***${rest.slice(at)}`;
-  }
-  return out.replace(/([?&]password=)[^&#]*/gi, "$1***");
-}
-
 function invalid(url: string, why: string): TypeError {
-  return new TypeError(`Invalid PostgreSQL store URL ${redactPostgresUrl(url)}: ${why}`);
+  return new TypeError(`Invalid PostgreSQL store URL ${redactUrlPassword(url)}: ${why}`);
 }
 
 /**
