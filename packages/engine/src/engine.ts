@@ -21,7 +21,6 @@ import {
   type BudgetAccount,
   type Call,
   type ChainEntryRecord,
-  canonicalHash,
   canonicalizationError,
   type Decision,
   decide,
@@ -36,6 +35,7 @@ import {
   type Substrate,
   SubstrateError,
   type SubstrateTx,
+  sha256Hex,
   type TransactionHints,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
@@ -55,6 +55,7 @@ import {
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { canonicalParamsText, replayInputs } from "./replay-inputs.js";
 import { checkResumeRequest } from "./resume-input.js";
 import type {
   ChainOpenReport,
@@ -420,7 +421,9 @@ export function createEngine(options: EngineOptions): Engine {
       decision = { verdict: "DENY", reason: estimate.reason };
     }
     const paramsValue = call.params ?? {};
-    const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
+    // The canonical text is kept for the entry (replay re-runs decide() on it); its digest is the hash.
+    const paramsText = canonicalizationError(paramsValue) === null ? canonicalParamsText(paramsValue) : null;
+    const paramsHash = paramsText === null ? null : sha256Hex(paramsText);
     const expectedHash = request.expected_params_hash;
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;
@@ -541,6 +544,12 @@ export function createEngine(options: EngineOptions): Engine {
           // config never changes: it is in its session_registered entry).
           state,
           now_ns: nowNs,
+          ...replayInputs({
+            paramsText,
+            expectedHash,
+            hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
+            holdTtlNs: reservation_id === null ? null : ttlNs,
+          }),
         },
         nowNs,
         head,
@@ -699,6 +708,8 @@ export function createEngine(options: EngineOptions): Engine {
               // How far past its limit this left the budget (0 within it): what an overrun beyond
               // what was left amounts to, while the remaining reads 0.
               over_limit_usd: overLimit(accounts),
+              // The key the settlement is stored under, for replay (a retry with it is a no-op).
+              idempotency_key: settled.reservation.idempotency_key,
             },
             nowNs,
           );

@@ -14,5 +14,15 @@ export {
   recover,
   redactUrl,
 } from "./recover.js";
+export {
+  ChainReplayer,
+  emptyProjection,
+  nonceKey,
+  type Projection,
+  type ReplayMismatch,
+  type ReplayResult,
+  recordedForm,
+  replayChain,
+} from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
 export { findStaleSessions, lastSeenNs } from "./stale.js";
