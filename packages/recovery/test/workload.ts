@@ -90,8 +90,9 @@ export async function runWorkload(
         await engine.expireReservations();
       } else if (roll < 0.97) {
         await engine.markStale(sessionId, { staleAfterNs: 1 });
+        if (random() < 0.5) await engine.heartbeat(sessionId); // back from STALE
       } else {
-        await engine.heartbeat(sessionId);
+        for (const id of sessions) await engine.heartbeat(id); // revives the stale ones
       }
     } catch (error) {
       const code = (error as { code?: string }).code;
