@@ -25,4 +25,11 @@ export {
   replayChain,
 } from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
+export {
+  compareSnapshots,
+  describeDifferences,
+  repairSnapshots,
+  type SnapshotDifference,
+  type SnapshotTable,
+} from "./snapshot-check.js";
 export { findStaleSessions, lastSeenNs } from "./stale.js";

@@ -54,7 +54,7 @@ describe.each(KINDS)("replayChain on %s", (kind: Kind) => {
         .map((e) => (parseEntryBody(e.body) as { data: { verdict: string } }).data.verdict),
     );
     expect([...verdicts].sort()).toEqual(["ALLOW", "DENY", "HITL"]);
-  });
+  }, 30_000);
 });
 
 describe("replayChain finds the entry that does not follow", () => {

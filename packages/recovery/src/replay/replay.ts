@@ -88,6 +88,8 @@ export interface ReplayResult {
   projection: Projection;
   /** Entry kinds seen, with counts. */
   kinds: Record<string, number>;
+  /** Kinds replay does not know, folded as changing nothing. */
+  unknown_kinds: string[];
 }
 
 /** Thrown inside the fold, caught by replayChain and reported as the mismatch. */
@@ -176,6 +178,7 @@ export class ChainReplayer {
   readonly projection: Projection = emptyProjection();
   provedFrom = 0;
   verdictsChecked = 0;
+  readonly unknownKinds = new Set<string>();
 
   #session(data: Data): SessionRecord {
     const id = data.session_id;
@@ -239,12 +242,10 @@ export class ChainReplayer {
       case "snapshot_repaired":
         return; // no state of a session or a budget changes
       default:
-        throw new Mismatch(
-          "kind",
-          "a kind replay knows",
-          kind,
-          `replay does not know entry kind ${JSON.stringify(kind)}`,
-        );
+        // A kind the engine does not write (a note, another tool's record): folded as changing no
+        // state and listed; were it to change state, the snapshot check would see the difference.
+        this.unknownKinds.add(kind);
+        return;
     }
   }
 
@@ -681,5 +682,6 @@ export async function replayChain(
     head,
     projection: replayer.projection,
     kinds,
+    unknown_kinds: [...replayer.unknownKinds],
   };
 }
