@@ -1,6 +1,7 @@
 // replayChain(): folds an audit chain, entry by entry, into the state it implies — sessions, nonces,
 // budget accounts, holds, HITL requests — with the pure functions, re-deriving every verdict on the way.
 // It checks no signature and no hash link (verifyChain does); it proves what follows from what.
+import { createHash } from "node:crypto";
 import {
   accountChain,
   chainAvailable,
@@ -18,7 +19,6 @@ import {
   type Call,
   type ChainEntryRecord,
   type Config,
-  canonicalJson,
   type Decision,
   decide,
   denyProbability,
@@ -30,7 +30,6 @@ import {
   resetCircuit,
   type SessionRecord,
   type State,
-  sha256Hex,
 } from "@leash/core";
 import {
   bindToPausedTool,
@@ -134,11 +133,39 @@ export function recordedForm(value: unknown): unknown {
   return value;
 }
 
-const sameJson = (a: unknown, b: unknown): boolean =>
-  canonicalJson(recordedForm(a)) === canonicalJson(recordedForm(b));
+/**
+ * Whether `folded` (a value replay computed) is what the chain recorded: the recorded form of it,
+ * compared in place, without building either's JSON (this runs several times per entry).
+ */
+export function sameRecorded(folded: unknown, recorded: unknown): boolean {
+  if (folded === recorded) return true;
+  if (folded === undefined || folded === null) return recorded === null || recorded === undefined;
+  if (typeof folded === "number") {
+    if (!Number.isFinite(folded)) return recorded === null;
+    return (
+      Number.isInteger(folded) && !Number.isSafeInteger(folded) && recorded === BigInt(folded).toString()
+    );
+  }
+  if (typeof folded !== "object" || typeof recorded !== "object" || recorded === null) return false;
+  if (Array.isArray(folded)) {
+    if (!Array.isArray(recorded) || recorded.length !== folded.length) return false;
+    for (let i = 0; i < folded.length; i++) if (!sameRecorded(folded[i], recorded[i])) return false;
+    return true;
+  }
+  if (Array.isArray(recorded)) return false;
+  const theirs = recorded as Record<string, unknown>;
+  let keys = 0;
+  for (const key in folded) {
+    const value = (folded as Record<string, unknown>)[key];
+    if (value === undefined) continue;
+    keys++;
+    if (!Object.hasOwn(theirs, key) || !sameRecorded(value, theirs[key])) return false;
+  }
+  return keys === Object.keys(theirs).length;
+}
 
 function expectEqual(field: string, expected: unknown, recorded: unknown): void {
-  if (!sameJson(expected, recorded)) {
+  if (!sameRecorded(expected, recorded)) {
     throw new Mismatch(
       field,
       expected,
@@ -168,6 +195,17 @@ function overLimit(accounts: readonly BudgetAccount[]): string {
 }
 
 type Data = Record<string, unknown>;
+
+/**
+ * A number literal JSON.parse might read differently from Python (a fraction, an exponent, 16 or
+ * more digits): only then is the slower parser that keeps number text needed.
+ */
+const RISKY_NUMBER = /[0-9][.eE]|[0-9]{16}/;
+
+/** The params as the engine saw them, from their recorded canonical text. */
+function readParams(text: string): unknown {
+  return RISKY_NUMBER.test(text) ? parseJsonKeepingNumberText(text) : JSON.parse(text);
+}
 
 export function emptyProjection(): Projection {
   return { sessions: new Map(), nonces: new Map(), ledger: new ReplayLedger(), hitl: new Map() };
@@ -326,9 +364,9 @@ export class ChainReplayer {
     if (provable) {
       const text = data.params_json;
       if (typeof text === "string") {
-        paramsHash = sha256Hex(text);
+        paramsHash = createHash("sha256").update(text).digest("hex");
         expectEqual("params_hash", paramsHash, data.params_hash);
-        params = parseJsonKeepingNumberText(text);
+        params = readParams(text);
       } else {
         expectEqual("params_hash", null, data.params_hash);
         params = NON_CANONICAL;
