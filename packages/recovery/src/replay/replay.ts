@@ -232,6 +232,12 @@ export class ChainReplayer {
     return session;
   }
 
+  /** Folds one stored entry (its body parsed here). @throws as `apply`. */
+  applyEntry(index: number, entry: ChainEntryRecord): Promise<void> {
+    const body = JSON.parse(entry.body) as ParsedBody;
+    return this.apply(index, entry.kind, body.data, Number(body.timestamp_ns));
+  }
+
   /** Folds one entry. @throws Mismatch when what it records does not follow from the entries before. */
   async apply(index: number, kind: string, data: Data, nowNs: number): Promise<void> {
     switch (kind) {
