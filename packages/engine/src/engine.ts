@@ -35,7 +35,6 @@ import {
   type Substrate,
   SubstrateError,
   type SubstrateTx,
-  sha256Hex,
   type TransactionHints,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
@@ -55,7 +54,7 @@ import {
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
-import { canonicalParamsText, replayInputs } from "./replay-inputs.js";
+import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
 import { checkResumeRequest } from "./resume-input.js";
 import type {
   ChainOpenReport,
@@ -415,7 +414,11 @@ export function createEngine(options: EngineOptions): Engine {
     // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
     let decision: Verdicted =
       malformed === null
-        ? bindToPausedTool(decide(config, state, call, { nowNs, rng: rngValue ?? undefined }), state, call)
+        ? bindToPausedTool(
+            decide(config, state, call, { nowNs, rng: rngValue ?? undefined, sha256Hex: nodeSha256Hex }),
+            state,
+            call,
+          )
         : MALFORMED;
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
@@ -423,7 +426,7 @@ export function createEngine(options: EngineOptions): Engine {
     const paramsValue = call.params ?? {};
     // The canonical text is kept for the entry (replay re-runs decide() on it); its digest is the hash.
     const paramsText = canonicalizationError(paramsValue) === null ? canonicalParamsText(paramsValue) : null;
-    const paramsHash = paramsText === null ? null : sha256Hex(paramsText);
+    const paramsHash = paramsText === null ? null : nodeSha256Hex(paramsText);
     const expectedHash = request.expected_params_hash;
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;

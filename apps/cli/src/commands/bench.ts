@@ -1,9 +1,11 @@
 // `leash bench decide`: measures decide's throughput over fixture vectors and prints one JSON line.
 // It benchmarks the pure decision only (no engine, store or audit chain); the result is refused if decide is wrong.
+
+import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { decide } from "@leash/core";
+import { type DecideInputs, decide } from "@leash/core";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { loadFixtureFile, type Vector } from "../fixtures.js";
 import { CliError, EXIT_BAD_INPUT, type Io } from "../io.js";
@@ -13,6 +15,8 @@ export interface BenchOptions {
   readonly vectors?: readonly string[];
   /** published: the fixture vectors only; mixed: those and the mixed corpus, both measured in this run. */
   readonly corpus?: "published" | "mixed";
+  /** The argument digest's SHA-256: node:crypto (what the engine passes decide) or core's pure one. */
+  readonly hash?: "node" | "pure";
   readonly seconds: number;
   readonly warmup: number;
 }
@@ -66,7 +70,13 @@ interface Spin {
  * grows until it takes a couple of milliseconds, and the elapsed time is measured, not
  * assumed, so the overshoot of the last batch is counted honestly.
  */
-function spin(cases: readonly Case[], durationNs: number, from: Spin, tick?: (s: Spin) => void): Spin {
+function spin(
+  cases: readonly Case[],
+  durationNs: number,
+  from: Spin,
+  inputs: DecideInputs,
+  tick?: (s: Spin) => void,
+): Spin {
   const count = cases.length;
   let { batch, checksum } = from;
   let next = 0;
@@ -78,7 +88,7 @@ function spin(cases: readonly Case[], durationNs: number, from: Spin, tick?: (s:
     for (let i = 0; i < batch; i++) {
       const c = cases[next]!;
       next = next + 1 === count ? 0 : next + 1;
-      const r = decide(c.config, c.state, c.call);
+      const r = decide(c.config, c.state, c.call, inputs);
       checksum = fold(checksum, r.verdict, r.reason);
     }
     decisions += batch;
@@ -126,15 +136,26 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
         }
       : undefined;
 
+  const inputs: DecideInputs =
+    options.hash === "pure"
+      ? {}
+      : { sha256Hex: (text: string) => createHash("sha256").update(text).digest("hex") };
   const measure = (over: readonly Case[], label: string) => {
     lastShown = 0;
     const start: Spin = { decisions: 0, elapsedNs: 0, checksum: 0, batch: over.length };
-    const warm = spin(over, options.warmup * 1e9, start, progress(`${label}: warming up`, options.warmup));
+    const warm = spin(
+      over,
+      options.warmup * 1e9,
+      start,
+      inputs,
+      progress(`${label}: warming up`, options.warmup),
+    );
     lastShown = 0;
     const measured = spin(
       over,
       options.seconds * 1e9,
       warm,
+      inputs,
       progress(`${label}: measuring`, options.seconds),
     );
     if (io.stderrIsTTY) io.stderr("\r\x1b[K");
@@ -151,7 +172,9 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
 
   const published = measure(cases, "published");
   if (options.corpus !== "mixed") {
-    io.stdout(`${JSON.stringify({ bench: "decide", ...published, node: process.version })}\n`);
+    io.stdout(
+      `${JSON.stringify({ bench: "decide", ...published, hash: options.hash ?? "node", node: process.version })}\n`,
+    );
     return 0;
   }
   let corpus: ReturnType<typeof mixedCorpus>;
@@ -165,6 +188,7 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
   const report = {
     bench: "decide",
     corpus: "mixed",
+    hash: options.hash ?? "node",
     published,
     mixed: {
       ...mixed,
@@ -212,6 +236,14 @@ export function registerBench(program: Command, io: Io, setExit: (code: number) 
       )
         .choices(["published", "mixed"])
         .default("published"),
+    )
+    .addOption(
+      new Option(
+        "--hash <impl>",
+        "the digest's SHA-256: node (node:crypto, as the engine uses) or pure (core's own)",
+      )
+        .choices(["node", "pure"])
+        .default("node"),
     )
     .option("--seconds <n>", "how long to measure (each corpus)", secondsArg("positive"), 5)
     .option("--warmup <n>", "how long to warm the JIT up first", secondsArg("non-negative"), 1)

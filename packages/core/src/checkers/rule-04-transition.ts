@@ -64,7 +64,10 @@ export function checkTransition(ctx: DecideContext): Decision | null {
   if (!nonceBound && !digestBound) return UNBOUND;
   if (nonceBound && !sameNonce(ctx.call.nonce, authNonce)) return NONCE_MISMATCH;
   // The digest is computed only here: it is the one rule that needs canonical JSON + SHA-256.
-  if (digestBound && (typeof authDigest !== "string" || canonicalHash(ctx.params) !== norm(authDigest))) {
+  if (
+    digestBound &&
+    (typeof authDigest !== "string" || canonicalHash(ctx.params, ctx.inputs.sha256Hex) !== norm(authDigest))
+  ) {
     return DIGEST_MISMATCH;
   }
   return released;

@@ -196,6 +196,9 @@ function overLimit(accounts: readonly BudgetAccount[]): string {
 
 type Data = Record<string, unknown>;
 
+/** node:crypto's SHA-256, for the digests replay recomputes (core's pure one is for browsers). */
+const sha256Hex = (text: string): string => createHash("sha256").update(text).digest("hex");
+
 /**
  * A number literal JSON.parse might read differently from Python (a fraction, an exponent, 16 or
  * more digits): only then is the slower parser that keeps number text needed.
@@ -370,7 +373,7 @@ export class ChainReplayer {
     if (provable) {
       const text = data.params_json;
       if (typeof text === "string") {
-        paramsHash = createHash("sha256").update(text).digest("hex");
+        paramsHash = sha256Hex(text);
         expectEqual("params_hash", paramsHash, data.params_hash);
         params = readParams(text);
       } else {
@@ -423,7 +426,11 @@ export class ChainReplayer {
       this.verdictsChecked++;
       decision = malformed
         ? MALFORMED
-        : bindToPausedTool(decide(config, state, call, { nowNs, rng: rngValue ?? undefined }), state, call);
+        : bindToPausedTool(
+            decide(config, state, call, { nowNs, rng: rngValue ?? undefined, sha256Hex }),
+            state,
+            call,
+          );
       if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
         decision = { verdict: "DENY", reason: estimate.reason };
       }
