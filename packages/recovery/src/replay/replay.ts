@@ -1,7 +1,6 @@
 // replayChain(): folds an audit chain, entry by entry, into the state it implies — sessions, nonces,
 // budget accounts, holds, HITL requests — with the pure functions, re-deriving every verdict on the way.
 // It checks no signature and no hash link (verifyChain does); it proves what follows from what.
-import { createHash } from "node:crypto";
 import {
   accountChain,
   chainAvailable,
@@ -38,6 +37,7 @@ import {
   budgetEnabled,
   type EngineDecision,
   guardAccountId,
+  nodeSha256Hex,
   outranksEstimate,
   PARAMS_HASH_MISMATCH,
   releasesApproval,
@@ -197,7 +197,7 @@ function overLimit(accounts: readonly BudgetAccount[]): string {
 type Data = Record<string, unknown>;
 
 /** node:crypto's SHA-256, for the digests replay recomputes (core's pure one is for browsers). */
-const sha256Hex = (text: string): string => createHash("sha256").update(text).digest("hex");
+const sha256Hex = nodeSha256Hex;
 
 /**
  * A number literal JSON.parse might read differently from Python (a fraction, an exponent, 16 or
