@@ -36,7 +36,8 @@ function readTools(value: unknown, source: string): Record<string, ToolSettings>
   const tools: Record<string, ToolSettings> = {};
   for (const [name, raw] of Object.entries(value as Record<string, unknown>)) {
     const where = `/tools/${name}`;
-    if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw invalid(source, `${where} must be an object`);
+    if (typeof raw !== "object" || raw === null || Array.isArray(raw))
+      throw invalid(source, `${where} must be an object`);
     const settings: ToolSettings = {};
     for (const [key, field] of Object.entries(raw as Record<string, unknown>)) {
       if (key === "estimate_usd") {

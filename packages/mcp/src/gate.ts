@@ -73,7 +73,10 @@ export interface EngineGateOptions {
 
 /** The waiting API another part of the engine adds (`engine.waitForHitl`); used when present. */
 type MaybeWaitingEngine = Engine & {
-  waitForHitl?: (requestId: string, options: { signal?: AbortSignal; timeoutMs?: number }) => Promise<unknown>;
+  waitForHitl?: (
+    requestId: string,
+    options: { signal?: AbortSignal; timeoutMs?: number },
+  ) => Promise<unknown>;
 };
 
 /** Library mode: the engine decides in-process, on the store it was given. */
@@ -140,7 +143,12 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         return typeof pending?.request_id === "string" ? pending.request_id : null;
       },
       async answer(sessionId, requestId, decision, operatorId) {
-        await engine.resume({ session_id: sessionId, decision, operator_id: operatorId, request_id: requestId });
+        await engine.resume({
+          session_id: sessionId,
+          decision,
+          operator_id: operatorId,
+          request_id: requestId,
+        });
       },
       ...(waitForHitl === undefined
         ? {}
@@ -155,8 +163,13 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
 }
 
 /** Daemon mode: the daemon decides (its config holds the policy); the client fails closed. */
-export async function clientGate(client: LeashClient, options: { session_id?: string } = {}): Promise<LeashGate> {
-  const registered = await client.register(options.session_id === undefined ? {} : { session_id: options.session_id });
+export async function clientGate(
+  client: LeashClient,
+  options: { session_id?: string } = {},
+): Promise<LeashGate> {
+  const registered = await client.register(
+    options.session_id === undefined ? {} : { session_id: options.session_id },
+  );
   const sessionId = registered.session_id;
   return {
     mode: "daemon",

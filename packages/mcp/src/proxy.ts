@@ -3,9 +3,9 @@
 import { randomBytes } from "node:crypto";
 import { canonicalHash, canonicalizationError } from "@leash/core";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import type { RequestOptions } from "@modelcontextprotocol/sdk/shared/protocol.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
   type CallToolRequest,
   CallToolRequestSchema,
@@ -21,7 +21,7 @@ import {
   SetLevelRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { ToolSettings } from "./config.js";
-import { COST_META_KEY, reportedCost } from "./cost.js";
+import { reportedCost } from "./cost.js";
 import { McpProxyError } from "./errors.js";
 import type { GateVerdict, LeashGate } from "./gate.js";
 import { denialText, pendingText } from "./words.js";
@@ -110,7 +110,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     await client.connect(options.upstream);
   } catch (cause) {
     await client.close().catch(() => undefined);
-    throw new McpProxyError("upstream_unavailable", `the MCP server did not start: ${message(cause)}`, { cause });
+    throw new McpProxyError("upstream_unavailable", `the MCP server did not start: ${message(cause)}`, {
+      cause,
+    });
   }
   const upstreamInfo = client.getServerVersion() ?? { name: "leash-mcp", version: "0.0.0" };
   const instructions = client.getInstructions();
@@ -143,7 +145,10 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
             // The client puts its own token upstream; progress goes back under the agent's token.
             onprogress: (progress) => {
               extra
-                .sendNotification({ method: "notifications/progress", params: { ...progress, progressToken: token } })
+                .sendNotification({
+                  method: "notifications/progress",
+                  params: { ...progress, progressToken: token },
+                })
                 .catch((error) => log(`progress notification not delivered: ${message(error)}`));
             },
           }),
@@ -151,17 +156,28 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   };
 
   const gone = (): McpError =>
-    new McpError(ErrorCode.InternalError, `the upstream MCP server is gone (${upstreamGone}); the tool did not run`);
+    new McpError(
+      ErrorCode.InternalError,
+      `the upstream MCP server is gone (${upstreamGone}); the tool did not run`,
+    );
 
   // Everything but tools/call (and what the SDK answers itself: initialize, ping) is forwarded as is.
   server.fallbackRequestHandler = async (request, extra) => {
     if (upstreamGone !== null) throw gone();
-    return client.request({ method: request.method, params: request.params }, ResultSchema, forwardOptions(extra, request));
+    return client.request(
+      { method: request.method, params: request.params },
+      ResultSchema,
+      forwardOptions(extra, request),
+    );
   };
   if (client.getServerCapabilities()?.logging) {
     // The SDK's Server would answer setLevel itself; the level is the real server's business.
     server.setRequestHandler(SetLevelRequestSchema, (request, extra) =>
-      client.request({ method: request.method, params: request.params }, ResultSchema, forwardOptions(extra, request)),
+      client.request(
+        { method: request.method, params: request.params },
+        ResultSchema,
+        forwardOptions(extra, request),
+      ),
     );
   }
   if (client.getServerCapabilities()?.tools) {
@@ -177,7 +193,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     });
   }
   server.fallbackNotificationHandler = async (notification) => {
-    await client.notification(notification).catch((error) => log(`notification to the server lost: ${message(error)}`));
+    await client
+      .notification(notification)
+      .catch((error) => log(`notification to the server lost: ${message(error)}`));
   };
   client.fallbackRequestHandler = async (request, extra) =>
     server.request({ method: request.method, params: request.params }, ResultSchema, {
@@ -185,7 +203,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
       timeout: NO_TIMEOUT_MS,
     });
   client.fallbackNotificationHandler = async (notification) => {
-    await server.notification(notification).catch((error) => log(`notification to the agent lost: ${message(error)}`));
+    await server
+      .notification(notification)
+      .catch((error) => log(`notification to the agent lost: ${message(error)}`));
   };
 
   /** A result Leash made: isError, the words for the model, and the decision as data. */
@@ -365,7 +385,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
 
   server.setRequestHandler(CallToolRequestSchema, (request, extra) => {
     const traceparent = (request.params._meta as { traceparent?: unknown } | undefined)?.traceparent;
-    const run = withTrace(typeof traceparent === "string" ? traceparent : undefined, () => callTool(request, extra));
+    const run = withTrace(typeof traceparent === "string" ? traceparent : undefined, () =>
+      callTool(request, extra),
+    );
     inFlight.add(run);
     run.then(
       () => inFlight.delete(run),

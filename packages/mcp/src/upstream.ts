@@ -6,7 +6,12 @@ import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import { McpProxyError } from "./errors.js";
 
 export type UpstreamSpec =
-  | { command: string; args?: readonly string[]; env?: Readonly<Record<string, string | undefined>>; cwd?: string }
+  | {
+      command: string;
+      args?: readonly string[];
+      env?: Readonly<Record<string, string | undefined>>;
+      cwd?: string;
+    }
   | { url: string };
 
 /**
@@ -31,7 +36,10 @@ export function upstreamTransport(spec: UpstreamSpec): Transport {
       throw new McpProxyError("invalid_argument", `--url ${spec.url} is not a URL`);
     }
     if (url.protocol !== "http:" && url.protocol !== "https:")
-      throw new McpProxyError("invalid_argument", `--url ${spec.url}: only http: and https: MCP servers are supported`);
+      throw new McpProxyError(
+        "invalid_argument",
+        `--url ${spec.url}: only http: and https: MCP servers are supported`,
+      );
     return new StreamableHTTPClientTransport(url);
   }
   if (spec.command === "") throw new McpProxyError("invalid_argument", "the MCP server command is empty");

@@ -58,7 +58,10 @@ function explain(reason: string): Explanation {
   const known = EXPLANATIONS[reason];
   if (known !== undefined) return known;
   if (reason.startsWith("fail_closed:"))
-    return { why: "Leash could not decide safely, so it refused", next: "Try again later, or tell the user." };
+    return {
+      why: "Leash could not decide safely, so it refused",
+      next: "Try again later, or tell the user.",
+    };
   if (reason.startsWith("hitl_transition:"))
     return { why: "the human approval on record does not cover this exact call", next: STOP };
   if (reason.startsWith("policy_violation:"))

@@ -1,8 +1,8 @@
 // `leash mcp`: runs an MCP server (a command on stdio, or --url) behind Leash and speaks MCP to the agent on stdio.
 // The proxy is @leash/mcp's; this reads flags, the config file, the key and the store (or the daemon's address).
 import { readFileSync } from "node:fs";
-import { createClient } from "@leash/client";
 import { loadPublicKey } from "@leash/chain";
+import { createClient } from "@leash/client";
 import { createEngine } from "@leash/engine";
 import {
   clientGate,
@@ -79,13 +79,17 @@ function checkModeFlags(options: McpOptions): void {
   ] as const;
   if (options.daemon === undefined) {
     const given = daemonOnly.find(([, value]) => value !== undefined);
-    if (given !== undefined) throw new CliError(`${given[0]} applies only with --daemon SOCKET`, EXIT_BAD_INPUT);
+    if (given !== undefined)
+      throw new CliError(`${given[0]} applies only with --daemon SOCKET`, EXIT_BAD_INPUT);
     return;
   }
   if (options.store !== undefined)
     throw new CliError("give --store URL (library mode) or --daemon SOCKET, not both", EXIT_BAD_INPUT);
   if (options.keyFile !== undefined || options.ephemeralKey === true)
-    throw new CliError("--key-file and --ephemeral-key are for library mode: the daemon signs", EXIT_BAD_INPUT);
+    throw new CliError(
+      "--key-file and --ephemeral-key are for library mode: the daemon signs",
+      EXIT_BAD_INPUT,
+    );
   for (const [flag, value] of [
     ["--org", options.org],
     ["--agent", options.agent],
@@ -136,9 +140,13 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
     return await clientGate(client, options.session === undefined ? {} : { session_id: options.session });
   } catch (err) {
     client.close();
-    throw new CliError(`cannot register with the daemon at ${options.daemon}: ${firstLine(err)}`, EXIT_REFUSED, {
-      cause: err,
-    });
+    throw new CliError(
+      `cannot register with the daemon at ${options.daemon}: ${firstLine(err)}`,
+      EXIT_REFUSED,
+      {
+        cause: err,
+      },
+    );
   }
 }
 
@@ -161,7 +169,11 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
     try {
       await migrateStore(target, substrate);
       await checkSigner(substrate, target, signer);
-      const engine = createEngine({ substrate, signer, reservationTtlMs: config.leash.reservation_ttl_s * 1000 });
+      const engine = createEngine({
+        substrate,
+        signer,
+        reservationTtlMs: config.leash.reservation_ttl_s * 1000,
+      });
       gate = await engineGate({
         engine,
         agent_id: options.agent ?? "mcp-proxy",
@@ -227,7 +239,10 @@ export function registerMcp(program: Command, io: Io, setExit: (code: number) =>
       .option("--session <id>", "resume this session instead of starting a new one")
       .option("--hmac-key-file <file>", "daemon mode: the organization's HMAC key (hex)")
       .option("--hmac-key-id <id>", "daemon mode: which of the organization's keys it is")
-      .option("--daemon-pubkey <key>", "daemon mode: the daemon's public key (hex or file): every receipt is checked")
+      .option(
+        "--daemon-pubkey <key>",
+        "daemon mode: the daemon's public key (hex or file): every receipt is checked",
+      )
       .option(
         "--hitl-timeout <seconds>",
         "how long a human has to answer a HITL call (elicitation) (default: 900)",
