@@ -416,6 +416,7 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     resolveClosed({ by });
   };
   client.onclose = () => {
+    if (closing) return; // the proxy closed it
     upstreamGone ??= "its connection closed";
     log(`the upstream MCP server is gone (${upstreamGone})`);
     void shutDown("upstream");

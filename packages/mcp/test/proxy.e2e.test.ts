@@ -75,7 +75,15 @@ describe("leash mcp (through the built CLI)", () => {
       expect(client.getServerVersion()).toMatchObject({ name: "leash-test-server", version: "1.2.3" });
       expect(client.getInstructions()).toBe("test server");
       const { tools } = await client.listTools();
-      expect(tools.map((t) => t.name).sort()).toEqual(["crash", "delete_all", "echo", "fail", "paid"]);
+      expect(tools.map((t) => t.name).sort()).toEqual([
+        "crash",
+        "delete_all",
+        "echo",
+        "fail",
+        "paid",
+        "slow",
+        "stats",
+      ]);
       expect(tools.find((t) => t.name === "echo")?.inputSchema).toMatchObject({
         properties: { text: { type: "string" } },
       });
