@@ -8,9 +8,7 @@ export type McpProxyErrorCode =
   /** Bad options handed to the proxy (no upstream, both a command and a URL, …). */
   | "invalid_argument"
   /** The upstream MCP server could not be started or did not complete the MCP handshake. */
-  | "upstream_unavailable"
-  /** The upstream MCP server exited or its connection closed while the proxy ran. */
-  | "upstream_closed";
+  | "upstream_unavailable";
 
 export class McpProxyError extends LeashBaseError<McpProxyErrorCode> {
   static override readonly marker: symbol = Symbol.for("leash.mcp.McpProxyError");
