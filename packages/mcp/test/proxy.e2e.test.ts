@@ -1,10 +1,16 @@
 // `leash mcp` end to end: the SDK's real Client over stdio → the built CLI → the test MCP server, on a real
 // store. What reaches the server is read from the server's own call log, what Leash decided from its chain.
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { generateKeyPair } from "@leash/chain";
 import type { ChainEntryRecord } from "@leash/core";
+import { parseDaemonConfig, startDaemon } from "@leash/daemon";
 import { createEngine } from "@leash/engine";
 import { verifyReceipt } from "@leash/receipts";
 import { openStore, type TestStore } from "@leash/test-stores";
 import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   firstText,
@@ -297,6 +303,67 @@ describe.each(["sqlite", "postgres"] as const)("a budget across calls on %s", (k
         budget_remaining_usd: "0.1",
       });
       expect(ws.calls().map((c) => c.args)).toEqual([{ q: "q0" }, { q: "q1" }, { q: "q2" }]);
+    },
+    TIMEOUT,
+  );
+});
+
+describe("leash mcp --daemon (through the built CLI, against a real daemon)", () => {
+  it(
+    "lets the daemon's policy decide: allowed calls run, the repeat limit denies, receipts verify with the daemon's key",
+    async () => {
+      const ws = workspace();
+      const hmacFile = join(ws.dir, "acme-k1.hmac");
+      writeFileSync(hmacFile, randomBytes(32).toString("hex"), { mode: 0o600 });
+      const daemonKey = generateKeyPair();
+      const daemon = await startDaemon({
+        config: parseDaemonConfig({
+          organizations: {
+            acme: {
+              hmac_keys: { k1: { file: hmacFile } },
+              agents: { "notes-bot": { guard: { max_repeat_calls: 2 } } },
+            },
+          },
+        }),
+        signer: daemonKey.signer,
+        store: `sqlite:${join(ws.dir, "daemon.db")}`,
+        socketPath: join(ws.dir, "leash.sock"),
+        logger: pino({ level: "silent" }),
+      });
+      try {
+        const proxy = await proxied(ws, [
+          "--daemon",
+          daemon.address,
+          "--org",
+          "acme",
+          "--agent",
+          "notes-bot",
+          "--hmac-key-file",
+          hmacFile,
+          "--hmac-key-id",
+          "k1",
+          "--daemon-pubkey",
+          daemonKey.publicKeyHex,
+          "--daemon-timeout",
+          "10000", // a shared 2-core host: SQLite commits can exceed the 50 ms default
+          "--",
+          process.execPath,
+          TEST_SERVER,
+        ]);
+        open.push(proxy);
+        const results = [];
+        for (let i = 0; i < 3; i++)
+          results.push(await proxy.client.callTool({ name: "echo", arguments: { text: "same" } }));
+        expect(results.slice(0, 2).map(firstText)).toEqual(["echo: same", "echo: same"]);
+        const denied = results[2]?.structuredContent as unknown as Decision;
+        expect(denied).toMatchObject({ verdict: "DENY", reason: "max_repeat_exceeded" });
+        const checked = await verifyReceipt(denied.receipt as string, daemonKey.publicKeyHex);
+        expect(checked.ok).toBe(true);
+        expect(ws.calls()).toHaveLength(2);
+      } finally {
+        await Promise.allSettled(open.map((p) => p.close()));
+        await daemon.close();
+      }
     },
     TIMEOUT,
   );

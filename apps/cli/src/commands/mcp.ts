@@ -36,6 +36,7 @@ export interface McpOptions extends KeyOptions {
   readonly hmacKeyId?: string;
   readonly daemonPubkey?: string;
   readonly hitlTimeout?: number;
+  readonly daemonTimeout?: number;
 }
 
 /** Where the proxy's own notes go: stderr, one line each (stdout is the agent's MCP stream). */
@@ -76,6 +77,7 @@ function checkModeFlags(options: McpOptions): void {
     ["--hmac-key-file", options.hmacKeyFile],
     ["--hmac-key-id", options.hmacKeyId],
     ["--daemon-pubkey", options.daemonPubkey],
+    ["--daemon-timeout", options.daemonTimeout],
   ] as const;
   if (options.daemon === undefined) {
     const given = daemonOnly.find(([, value]) => value !== undefined);
@@ -131,6 +133,9 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
       hmacKey: readHmacKey(options.hmacKeyFile as string),
       keyId: options.hmacKeyId ?? "",
       framework: "mcp",
+      ...(options.daemonTimeout === undefined
+        ? {}
+        : { timeoutMs: options.daemonTimeout, controlTimeoutMs: Math.max(1000, options.daemonTimeout) }),
       ...(daemonPublicKey === undefined ? {} : { daemonPublicKey }),
     });
   } catch (err) {
@@ -242,6 +247,11 @@ export function registerMcp(program: Command, io: Io, setExit: (code: number) =>
       .option(
         "--daemon-pubkey <key>",
         "daemon mode: the daemon's public key (hex or file): every receipt is checked",
+      )
+      .option(
+        "--daemon-timeout <ms>",
+        "daemon mode: how long a call waits for the daemon's verdict before it is denied (fail closed; default 50)",
+        positiveNumber,
       )
       .option(
         "--hitl-timeout <seconds>",
