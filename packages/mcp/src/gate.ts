@@ -29,6 +29,8 @@ export interface GateVerdict {
   params_hash: string | null;
   /** For a verdict Leash could not reach (daemon mode, fail closed): why. */
   detail?: string;
+  /** With HITL, the request it opened, when the engine says (else HitlAnswers.pendingRequestId). */
+  hitl_request_id?: string;
 }
 
 export interface Settlement {
@@ -47,7 +49,10 @@ export interface HitlAnswers {
    * Waits until an operator answered the request or it expired, when the engine can wait
    * (`engine.waitForHitl`); absent otherwise, and the paused call's id is returned at once.
    */
-  wait?(requestId: string, options: { signal: AbortSignal; timeoutMs: number }): Promise<void>;
+  wait?(
+    requestId: string,
+    options: { signal: AbortSignal; timeoutMs: number },
+  ): Promise<"answered" | "pending">;
 }
 
 export interface LeashGate {
@@ -76,8 +81,14 @@ type MaybeWaitingEngine = Engine & {
   waitForHitl?: (
     requestId: string,
     options: { signal?: AbortSignal; timeoutMs?: number },
-  ) => Promise<unknown>;
+  ) => Promise<{ status?: unknown }>;
 };
+
+/** The request a HITL verdict opened, where the engine's result names it (`hitl_request_id`). */
+function hitlRequestIdOf(result: object): { hitl_request_id?: string } {
+  const id = (result as { hitl_request_id?: unknown }).hitl_request_id;
+  return typeof id === "string" && id !== "" ? { hitl_request_id: id } : {};
+}
 
 /** Library mode: the engine decides in-process, on the store it was given. */
 export async function engineGate(options: EngineGateOptions): Promise<LeashGate> {
@@ -125,6 +136,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         estimate_usd: result.estimate_usd,
         params_hash: result.params_hash,
         ...(result.error === undefined ? {} : { detail: result.error }),
+        ...hitlRequestIdOf(result),
       };
     },
     async settle(verdict, settlement) {
@@ -154,7 +166,9 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         ? {}
         : {
             async wait(requestId: string, { signal, timeoutMs }: { signal: AbortSignal; timeoutMs: number }) {
-              await waitForHitl(requestId, { signal, timeoutMs });
+              // Resolves at the answer, the expiry or the timeout; still pending only in the last case.
+              const view = await waitForHitl(requestId, { signal, timeoutMs });
+              return String(view.status).toLowerCase() === "pending" ? "pending" : "answered";
             },
           }),
     },

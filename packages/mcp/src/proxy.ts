@@ -279,7 +279,7 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   ): Promise<{ verdict: GateVerdict; requestId: string | null; waited: boolean }> {
     const hitl = gate.hitl;
     if (hitl === undefined) return { verdict, requestId: null, waited: false };
-    const requestId = await hitl.pendingRequestId(verdict.session_id);
+    const requestId = verdict.hitl_request_id ?? (await hitl.pendingRequestId(verdict.session_id));
     if (requestId === null) return { verdict, requestId, waited: false };
     const redispatch = () =>
       gate.evaluate({
@@ -290,20 +290,27 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
       });
     if (server.getClientCapabilities()?.elicitation) {
       const decision = await askUser(call.tool, call.args, verdict, signal);
-      if (decision === null) return { verdict, requestId, waited: true };
+      if (decision === null) return { verdict, requestId, waited: false };
       const clientName = server.getClientVersion()?.name ?? "unknown";
-      await hitl.answer(verdict.session_id, requestId, decision, `mcp-elicitation:${clientName}`);
+      try {
+        await hitl.answer(verdict.session_id, requestId, decision, `mcp-elicitation:${clientName}`);
+      } catch (error) {
+        // Another operator answered first, or the request expired: the re-dispatch meets that answer.
+        log(`recording the user's ${decision} of request ${requestId}: ${message(error)}`);
+      }
       return { verdict: await redispatch(), requestId, waited: false };
     }
     if (hitl.wait === undefined) return { verdict, requestId, waited: false };
+    let outcome: "answered" | "pending";
     try {
-      await hitl.wait(requestId, { signal, timeoutMs: hitlTimeoutMs });
+      outcome = await hitl.wait(requestId, { signal, timeoutMs: hitlTimeoutMs });
     } catch (error) {
       log(`waiting for an operator on request ${requestId}: ${message(error)}`);
       return { verdict, requestId, waited: true };
     }
-    const next = await redispatch();
-    return { verdict: next, requestId, waited: true };
+    // Answered or expired: the engine judges the re-dispatch (approve runs it; reject, expiry deny).
+    if (outcome === "pending") return { verdict, requestId, waited: true };
+    return { verdict: await redispatch(), requestId, waited: true };
   }
 
   async function callTool(

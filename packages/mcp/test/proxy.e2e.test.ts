@@ -209,7 +209,10 @@ describe("leash mcp (through the built CLI)", () => {
   it(
     "without elicitation returns the pending request; an operator's approval lets the same call run once",
     async () => {
-      const { ws, store, client } = await setup("guard: { hitl_mode: always }\n");
+      // --hitl-timeout 1: where the engine can wait for an operator (waitForHitl), it gives up after a second.
+      const { ws, store, client } = await setup("guard: { hitl_mode: always }\n", {
+        upstream: ["--hitl-timeout", "1", "--", process.execPath, TEST_SERVER],
+      });
       const first = await client.callTool({ name: "echo", arguments: { text: "needs a human" } });
       expect(first.isError).toBe(true);
       const pending = first.structuredContent as unknown as Decision;
