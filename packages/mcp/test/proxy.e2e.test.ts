@@ -267,6 +267,20 @@ describe("leash mcp (through the built CLI)", () => {
   );
 
   it(
+    "stops, with status 0, when the agent closes stdin",
+    async () => {
+      const ws = workspace();
+      const run = await runCli(
+        ["--ephemeral-key", "--store", "memory:", "--", process.execPath, TEST_SERVER],
+        ws.dir,
+      );
+      expect(run.stderr).toContain("serving MCP on stdio");
+      expect(run.status).toBe(0);
+    },
+    TIMEOUT,
+  );
+
+  it(
     "refuses a bad config or a missing server in one line, starting nothing",
     async () => {
       const ws = workspace();

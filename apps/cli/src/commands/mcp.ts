@@ -210,8 +210,12 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
   const stopListening = io.onStop(() => {
     void proxy.close();
   });
+  // The SDK's stdio transport never notices the agent closing stdin; that is a disconnect too.
+  const onEnd = () => void proxy.close();
+  process.stdin.once("end", onEnd);
   await proxy.connect(new StdioServerTransport());
   const { by } = await proxy.closed;
+  process.stdin.off("end", onEnd);
   stopListening();
   await closeStore();
   if (by === "upstream") {
