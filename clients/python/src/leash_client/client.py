@@ -22,7 +22,7 @@ from .types import HeartbeatResult, PostExecResult, PreExecResult, RegisterResul
 DEFAULT_TIMEOUT_MS = 50
 DEFAULT_CONTROL_TIMEOUT_MS = 1000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
-DEFAULT_RECONNECT = {"initial_delay_ms": 50, "max_delay_ms": 5000}
+DEFAULT_RECONNECT: dict[str, float] = {"initial_delay_ms": 50, "max_delay_ms": 5000}
 
 _MAX_UINT64 = 2**64 - 1
 _VERDICTS = {pb.ALLOW: "ALLOW", pb.DENY: "DENY", pb.HITL: "HITL"}
@@ -353,9 +353,10 @@ class LeashClient:
 
     def get_session(self, session_id: Optional[str] = None) -> pb.SessionState:
         """§5.1's SessionState of this (or the given) session. Raises LeashError."""
-        return self._control(
+        state: pb.SessionState = self._control(
             "get_session_state", pb.GetSessionStateRequest(session_id=self._session_of(session_id)), "session_state"
         )
+        return state
 
     # -- internals --------------------------------------------------------------------------------
 

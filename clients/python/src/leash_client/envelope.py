@@ -128,6 +128,6 @@ def open_daemon_envelope(body: bytes, *, key: bytes, replay: ReplayWindow) -> pb
 def error_code_name(code: int) -> str:
     """The Appendix B name of an ErrorCode value (its number when this client does not know it)."""
     try:
-        return pb.ErrorCode.Name(code)
+        return str(pb.ErrorCode.Name(code))
     except ValueError:
         return str(code)

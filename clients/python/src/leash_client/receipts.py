@@ -64,9 +64,9 @@ def verify_receipt(receipt: str, public_key_hex: str) -> VerifiedReceipt:
     decoded = [_b64url_decode(p) for p in parts]
     if len(parts) != 3 or any(d is None for d in decoded):
         raise ReceiptRefused("malformed", "a receipt is three non-empty, canonically base64url-encoded parts")
-    header_bytes, payload_bytes, signature = decoded  # type: ignore[misc]
+    header_bytes, payload_bytes, signature = (d or b"" for d in decoded)
     try:
-        header = json.loads(header_bytes.decode("utf-8"), parse_constant=_reject_constant)  # type: ignore[union-attr]
+        header = json.loads(header_bytes.decode("utf-8"), parse_constant=_reject_constant)
     except ValueError as error:
         raise ReceiptRefused("malformed", f"the protected header is not readable JSON ({error})") from None
     if not isinstance(header, dict):
@@ -82,19 +82,19 @@ def verify_receipt(receipt: str, public_key_hex: str) -> VerifiedReceipt:
     if header.get("kid") != kid:
         raise ReceiptRefused("kid_mismatch", f"the receipt names key {header.get('kid')}; the given key is {kid}")
     try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(signature, f"{parts[0]}.{parts[1]}".encode("ascii"))  # type: ignore[arg-type]
+        Ed25519PublicKey.from_public_bytes(raw).verify(signature, f"{parts[0]}.{parts[1]}".encode("ascii"))
     except InvalidSignature:
         raise ReceiptRefused("bad_signature", "the signature does not verify") from None
     except ValueError as error:
         raise ReceiptRefused("invalid_key", f"the public key cannot be used ({error})") from None
     try:
-        payload = json.loads(payload_bytes.decode("utf-8"), parse_constant=_reject_constant)  # type: ignore[union-attr]
+        payload = json.loads(payload_bytes.decode("utf-8"), parse_constant=_reject_constant)
     except ValueError:
         raise ReceiptRefused("invalid_payload", "the payload is not UTF-8 JSON") from None
     problem = _payload_problem(payload, kid)
     if problem is not None:
         raise ReceiptRefused("invalid_payload", problem)
-    return VerifiedReceipt(payload, hashlib.sha256(payload_bytes).hexdigest(), payload["seq"])  # type: ignore[arg-type]
+    return VerifiedReceipt(payload, hashlib.sha256(payload_bytes).hexdigest(), payload["seq"])
 
 
 def _is_safe_int(v: object) -> bool:
