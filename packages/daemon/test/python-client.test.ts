@@ -29,7 +29,12 @@ function python(args: string[], env: Record<string, string> = {}): Promise<Run> 
       args,
       {
         cwd: CLIENT,
-        env: { ...process.env, PYTHONPATH: `${CLIENT}src:${CLIENT}tests`, PYTHONDONTWRITEBYTECODE: "1", ...env },
+        env: {
+          ...process.env,
+          PYTHONPATH: `${CLIENT}src:${CLIENT}tests`,
+          PYTHONDONTWRITEBYTECODE: "1",
+          ...env,
+        },
         timeout: 120_000,
       },
       (error, stdout, stderr) => {
