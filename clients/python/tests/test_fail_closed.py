@@ -2,6 +2,7 @@
 # getting a trustworthy verdict is a DENY with its fail_closed reason, and a guarded tool never runs.
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -11,6 +12,13 @@ from fake_daemon import KEY, KEY_ID, FakeDaemon, Signer, allow, daemon_envelope,
 
 from leash_client import LeashClient, LeashDenied, LeashError, LeashHitl, guard, pb
 from leash_client.framing import encode_frame
+
+
+def eventually(check, seconds: float = 5.0) -> None:
+    """Waits until check() is true: a post_exec is a notification, the fake reads it when it reads it."""
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def client(daemon: FakeDaemon, **extra) -> LeashClient:
@@ -265,6 +273,69 @@ class FailClosed(unittest.TestCase):
             time.sleep(0.05)
             r = c.pre_exec("t", {}, session_id="s_01")
         self.assertEqual((r.verdict, r.reason), ("ALLOW", "within_thresholds"))
+
+    def test_guard_settles_what_the_tool_cost(self) -> None:
+        d, c = self.start()
+
+        @guard(c, tool_name="search", estimate_usd="0.002", cost_usd=lambda result, q: result["cost"], session_id="s_01")
+        def search(q: str) -> dict:
+            return {"cost": "0.0015"}
+
+        @guard(c, tool_name="flaky", estimate_usd="0.002", cost_on_error_usd="0.0005", session_id="s_01")
+        def flaky() -> None:
+            raise RuntimeError("upstream 500")
+
+        self.assertEqual(search("x"), {"cost": "0.0015"})
+        with self.assertRaises(RuntimeError):
+            flaky()
+        eventually(lambda: len(d.requests("post_exec")) == 2)
+        (first, second) = d.requests("pre_exec")
+        self.assertEqual(first.pre_exec.tool_params_json, '{"q":"x"}')
+        self.assertEqual(second.pre_exec.tool_params_json, "{}")
+        settled = [(e.post_exec.call_number, e.post_exec.actual_cost_usd_decimal) for e in d.requests("post_exec")]
+        self.assertEqual(settled, [(1, "0.0015"), (2, "0.0005")])
+
+    def test_async_tools_are_guarded_too(self) -> None:
+        d, c = self.start()
+        runs: list[str] = []
+
+        @guard(c, tool_name="fetch", estimate_usd=0.001, session_id="s_01")
+        async def fetch(url: str) -> str:
+            await asyncio.sleep(0)
+            runs.append(url)
+            return "page"
+
+        self.assertEqual(asyncio.run(fetch("https://example.com")), "page")
+        eventually(lambda: len(d.requests("post_exec")) == 1)
+        self.assertEqual([e.post_exec.actual_cost_usd_decimal for e in d.requests("post_exec")], ["0.001"])
+        d.handler = lambda env, daemon: daemon_envelope(
+            "pre_exec_response",
+            verdict_for(env.pre_exec, verdict=pb.DENY, deny_reason=pb.MAX_REPEAT_EXCEEDED, reason="max_repeat_exceeded"),
+            env.message_id,
+        )
+        with self.assertRaises(LeashDenied) as denied:
+            asyncio.run(fetch("https://example.com"))
+        self.assertEqual(denied.exception.reason, "max_repeat_exceeded")
+        self.assertEqual(runs, ["https://example.com"])
+
+    def test_register_starts_the_heartbeat_loop(self) -> None:
+        def answer(env, d):
+            kind = env.WhichOneof("payload")
+            if kind == "heartbeat":
+                ack = pb.HeartbeatAck(session_id=env.heartbeat.session_id, daemon_budget_remaining_decimal="0.25")
+                return daemon_envelope("heartbeat_ack", ack, env.message_id)
+            return allow(env, d)
+
+        d, c = self.start(answer, heartbeat_interval_ms=20)
+        registered = c.register(framework="pytest", metadata={"team": "ml"})
+        self.assertEqual(registered.session_id, "s_01")
+        eventually(lambda: len(d.requests("heartbeat")) >= 2)
+        self.assertGreaterEqual(len(d.requests("heartbeat")), 2)
+        self.assertEqual(d.requests("heartbeat")[0].heartbeat.session_id, "s_01")
+        (reg,) = d.requests("register")
+        self.assertEqual((reg.register.agent_id, reg.register.framework, dict(reg.register.metadata)), ("research-bot", "pytest", {"team": "ml"}))
+        self.assertTrue(reg.register.runtime.startswith("python "))
+        self.assertEqual(c.heartbeat().daemon_budget_remaining_usd, "0.25")
 
     def test_bad_options_are_one_line_errors(self) -> None:
         cases = [
