@@ -150,6 +150,57 @@ class AppendixA(unittest.TestCase):
                     self.assertIn("reservation_not_found", str(background[0]))
 
 
+class MutualTls(unittest.TestCase):
+    """gRPC with mTLS (a second daemon, LEASH_TEST_TLS_*): the organization is the client certificate's."""
+
+    def tls_client(self, who: str | None, **extra: Any) -> LeashClient:
+        import grpc
+
+        tls = ENV["LEASH_TEST_TLS_DIR"]
+        read = lambda name: open(os.path.join(tls, name), "rb").read()  # noqa: E731
+        credentials = (
+            grpc.ssl_channel_credentials(read("ca.pem"))
+            if who is None
+            else grpc.ssl_channel_credentials(read("ca.pem"), read(f"{who}.key"), read(f"{who}.pem"))
+        )
+        options: dict[str, Any] = dict(
+            grpc_address=ENV["LEASH_TEST_TLS_GRPC"],
+            grpc_credentials=credentials,
+            organization_id="acme",
+            agent_id="research-bot",
+            daemon_public_key=ENV["LEASH_TEST_TLS_PUBLIC_KEY"],
+            timeout_ms=5000,
+            control_timeout_ms=5000,
+            heartbeat_interval_ms=0,
+        )
+        options.update(extra)
+        return LeashClient(**options)
+
+    def test_a_certificate_of_a_configured_organization_is_served(self) -> None:
+        with self.tls_client("acme") as c:
+            registered = c.register()
+            self.assertEqual(registered.active_config.max_repeat_calls, 3)
+            r = c.pre_exec("web_search", {"query": "mtls"}, estimated_cost_usd="0.002")
+            self.assertEqual((r.verdict, r.reason, r.budget_remaining_usd), ("ALLOW", "within_thresholds", "0.498"), r.detail)
+            self.assertIsNotNone(r.receipt)  # verified against the daemon's key before it was returned
+
+    def test_no_certificate_or_an_unknown_organization_fails_closed(self) -> None:
+        for who, reason in ((None, "fail_closed:daemon_unavailable"), ("initech", "fail_closed:daemon_error")):
+            with self.subTest(who=who), self.tls_client(who) as c:
+                runs: list[int] = []
+
+                @guard(c, tool_name="web_search", session_id="any")
+                def web_search() -> None:
+                    runs.append(1)
+
+                with self.assertRaises(LeashDenied) as denied:
+                    web_search()
+                self.assertEqual(denied.exception.reason, reason, denied.exception.result.detail)
+                self.assertEqual(runs, [])
+                with self.assertRaises(LeashError):
+                    c.register()
+
+
 class DaemonStopped(unittest.TestCase):
     """Run last: it stops the daemon (SIGTERM to LEASH_TEST_DAEMON_PID) and shows every call fails closed."""
 

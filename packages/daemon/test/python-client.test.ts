@@ -1,7 +1,7 @@
 // The Python client (clients/python) against a real `leash serve` on SQLite, over the Unix socket and
 // gRPC: Appendix A, receipts, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
 // Debian's python3-protobuf, python3-grpcio and python3-cryptography (.ci/run installs them).
-import { type ChildProcess, execFile } from "node:child_process";
+import { type ChildProcess, execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,7 +10,7 @@ import { generateKeyPair, verifyChain } from "@leash/chain";
 import { verifyReceipt } from "@leash/receipts";
 import { paramsDigest, paramsFromJson } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ensureBuilt, openStore, scratchDir, serve } from "./support.js";
+import { ensureBuilt, openStore, type Running, runDaemon, scratchDir, serve } from "./support.js";
 
 const PYTHON = "/usr/bin/python3";
 const CLIENT = fileURLToPath(new URL("../../../clients/python/", import.meta.url));
@@ -182,4 +182,48 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     expect(received.length).toBeGreaterThanOrEqual(16);
     for (const d of received) expect(entries[d.entry_seq]?.entry_hash).toBe(d.entry_hash);
   }, 120_000);
+});
+
+describe("the Python client over gRPC with mTLS (openssl-made certificates)", () => {
+  const dir = scratchDir();
+  let running: Running | undefined;
+
+  beforeAll(async () => {
+    // EC keys: as good as RSA here and much faster to make.
+    const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+    const newKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    ssl("req", "-x509", ...newKey, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ca");
+    const leaf = (name: string, subject: string, san: string) => {
+      ssl("req", ...newKey, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject);
+      writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
+      ssl(
+        ...["x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"],
+        ...["-out", `${name}.pem`, "-days", "2", "-extfile", `${name}.ext`],
+      );
+    };
+    leaf("server", "/CN=localhost", "DNS:localhost,IP:127.0.0.1");
+    leaf("acme", "/CN=acme", "DNS:acme.example");
+    leaf("initech", "/CN=initech", "DNS:initech.example");
+    const read = (name: string) => readFileSync(join(dir, name));
+    running = await runDaemon("sqlite", {
+      grpc: {
+        listen: "127.0.0.1:0",
+        tls: { cert: read("server.pem"), key: read("server.key"), clientCa: read("ca.pem") },
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it("a certificate of a configured organization is served, receipts verified; no certificate or an unknown organization fails closed", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.MutualTls"], {
+      LEASH_TEST_TLS_DIR: dir,
+      LEASH_TEST_TLS_GRPC: running!.daemon.grpcAddress!,
+      LEASH_TEST_TLS_PUBLIC_KEY: running!.key.publicKeyHex,
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(2);
+  }, 60_000);
 });
