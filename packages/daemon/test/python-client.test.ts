@@ -1,6 +1,6 @@
 // The Python client (clients/python) against a real `leash serve` on SQLite, over the Unix socket and
-// gRPC: Appendix A, receipts, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
-// Debian's python3-protobuf, python3-grpcio and python3-cryptography (.ci/run installs them).
+// gRPC: Appendix A, receipts, mTLS, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
+// Debian's python3-protobuf, python3-grpcio, python3-cryptography and python3-mypy (.ci/run installs them).
 import { type ChildProcess, execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -119,6 +119,12 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     const run = await python(["scripts/generate.py", "--check"]);
     expect(run.code, run.stderr).toBe(0);
   });
+
+  it("the client's type hints hold (mypy --strict, the config in pyproject.toml)", async () => {
+    const run = await python(["-m", "mypy", "--cache-dir=/dev/null", "src/leash_client"]);
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toContain("Success: no issues found");
+  }, 120_000);
 
   it("the client's own tests pass: wire pieces, and fail closed against misbehaving daemons", async () => {
     const run = await python(["-m", "unittest", "discover", "-s", "tests"]);
