@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import socket
 import threading
 import time
 import unittest
@@ -82,6 +84,24 @@ class FailClosed(unittest.TestCase):
     def test_silent_daemon_is_timeout(self) -> None:
         _, c = self.start(lambda env, d: b"", timeout_ms=100)
         self.assert_denied(c, "fail_closed:timeout")
+
+    def test_daemon_that_stops_reading_is_timeout_not_a_hang(self) -> None:
+        # Accepts and never reads: a big request fills the socket buffer, and the write must not block.
+        d = FakeDaemon()
+        self.daemons.append(d)
+        d._running = False
+        d._server.close()
+        os.unlink(d.path)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(d.path)
+        server.listen(1)
+        self.addCleanup(server.close)
+        c = client(d, timeout_ms=200)
+        self.clients.append(c)
+        accepted = server.accept()[0]
+        self.addCleanup(accepted.close)
+        r = c.pre_exec("upload", {"blob": "x" * 900_000}, session_id="s_01")
+        self.assertEqual(r.reason, "fail_closed:timeout", r.detail)
 
     def test_garbage_is_bad_response(self) -> None:
         _, c = self.start(lambda env, d: encode_frame(b"\xff\xff\xff garbage"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import select
 import socket
 import threading
 import time
@@ -79,10 +80,11 @@ class SocketTransport:
         waiter = _Waiter()
         with self._lock:
             self._pending[message_id] = waiter
-        if not self._send(ready, body):
+        sent = self._send(ready, body, started + timeout_s)
+        if sent is not None:
             with self._lock:
                 self._pending.pop(message_id, None)
-            return failed("daemon_unavailable", "cannot write to the daemon")
+            return sent
         remaining = max(0.001, timeout_s - (time.monotonic() - started))
         if not waiter.event.wait(remaining):
             with self._lock:
@@ -93,6 +95,7 @@ class SocketTransport:
         return waiter.outcome
 
     def notify(self, payload: str, message: Any, timeout_s: float) -> Outcome:
+        started = time.monotonic()
         ready = self._ready(timeout_s)
         if isinstance(ready, Outcome):
             return ready
@@ -101,9 +104,8 @@ class SocketTransport:
         )
         with self._lock:
             self._remember_late(message_id)  # a refusal the daemon sends back later goes to on_stray
-        if not self._send(ready, body):
-            return failed("daemon_unavailable", "cannot write to the daemon")
-        return Outcome(ok=True)
+        sent = self._send(ready, body, started + timeout_s)
+        return Outcome(ok=True) if sent is None else sent
 
     def close(self) -> None:
         with self._lock:
@@ -156,14 +158,28 @@ class SocketTransport:
             threading.Thread(target=self._read_loop, args=(sock,), name="leash-client-reader", daemon=True).start()
             return sock
 
-    def _send(self, sock: socket.socket, body: bytes) -> bool:
+    def _send(self, sock: socket.socket, body: bytes, deadline: float) -> Optional[Outcome]:
+        """Writes one whole frame by `deadline` (time.monotonic()), or says why not. Never blocks past
+        it: a daemon that stopped reading (SIGSTOP, a full buffer) is a timeout, as on the answer."""
+        frame = memoryview(encode_frame(body))
+        if not self._send_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return failed("timeout", "the connection stayed busy until the deadline")
         try:
-            with self._send_lock:
-                sock.sendall(encode_frame(body))
-            return True
+            while frame:
+                try:
+                    frame = frame[sock.send(frame, socket.MSG_DONTWAIT) :]
+                except BlockingIOError:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not select.select([], [sock], [], remaining)[1]:
+                        # Half a frame may be out: the stream cannot go on, so the connection goes.
+                        self._lost(sock, "the daemon stopped reading")
+                        return failed("timeout", "the daemon did not take the request before the deadline")
         except OSError:
             self._lost(sock, "the daemon closed the connection")
-            return False
+            return failed("daemon_unavailable", "cannot write to the daemon")
+        finally:
+            self._send_lock.release()
+        return None
 
     def _read_loop(self, sock: socket.socket) -> None:
         decoder = FrameDecoder()
