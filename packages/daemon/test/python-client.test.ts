@@ -3,7 +3,7 @@
 // Debian's python3-protobuf, python3-grpcio, python3-cryptography and python3-mypy (.ci/run installs them).
 import { type ChildProcess, execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair, verifyChain } from "@leash/chain";
@@ -21,20 +21,19 @@ interface Run {
   stderr: string;
 }
 
-/** Runs python3 with the client on its path; async, so this process keeps reaping its children. */
-function python(args: string[], env: Record<string, string> = {}): Promise<Run> {
+/** Runs a program; async, so this process keeps reaping its children (the stopped daemon among them). */
+function run(
+  file: string,
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<Run> {
   return new Promise((resolve) => {
     execFile(
-      PYTHON,
+      file,
       args,
       {
-        cwd: CLIENT,
-        env: {
-          ...process.env,
-          PYTHONPATH: `${CLIENT}src:${CLIENT}tests`,
-          PYTHONDONTWRITEBYTECODE: "1",
-          ...env,
-        },
+        cwd: options.cwd ?? CLIENT,
+        env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", ...options.env },
         timeout: 120_000,
       },
       (error, stdout, stderr) => {
@@ -44,6 +43,10 @@ function python(args: string[], env: Record<string, string> = {}): Promise<Run> 
     );
   });
 }
+
+/** python3 with the client's source and tests on its path. */
+const python = (args: string[], env: Record<string, string> = {}): Promise<Run> =>
+  run(PYTHON, args, { env: { PYTHONPATH: `${CLIENT}src:${CLIENT}tests`, ...env } });
 
 /** unittest's summary line: "Ran N tests". */
 const ranCount = (run: Run) => Number(/Ran (\d+) tests?/.exec(run.stderr)?.[1] ?? -1);
@@ -124,6 +127,28 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     const run = await python(["-m", "mypy", "--cache-dir=/dev/null", "src/leash_client"]);
     expect(run.code, run.stdout + run.stderr).toBe(0);
     expect(run.stdout).toContain("Success: no issues found");
+  }, 120_000);
+
+  it("installs from the repository path with pip (setuptools, the generated code and py.typed included)", async () => {
+    // A copy, so pip's in-tree build leaves nothing in the checkout; --system-site-packages and
+    // --no-index: the dependencies are Debian's, and no package index is needed.
+    const copy = join(dir, "python-client");
+    cpSync(CLIENT, copy, { recursive: true, filter: (src) => !src.includes("__pycache__") });
+    const venv = join(dir, "venv");
+    // --without-pip: the venv runs Debian's pip from the system site packages (no ensurepip copy to wait for).
+    const made = await python(["-m", "venv", "--system-site-packages", "--without-pip", venv]);
+    expect(made.code, made.stderr).toBe(0);
+    const pip = await run(join(venv, "bin/python"), [
+      ...["-m", "pip", "install", "-q", "--no-compile", "--no-build-isolation", "--no-index", copy],
+    ]);
+    expect(pip.code, pip.stderr).toBe(0);
+    const script =
+      "import leash_client, os; d = os.path.dirname(leash_client.__file__); print(d); print(sorted(f for f in os.listdir(d + '/_proto') if f != '__pycache__'), os.path.exists(d + '/py.typed'))";
+    const shown = await run(join(venv, "bin/python"), ["-c", script], { cwd: dir, env: { PYTHONPATH: "" } });
+    expect(shown.code, shown.stderr).toBe(0);
+    const [where, contents] = shown.stdout.trim().split("\n");
+    expect(where).toContain(join(venv, "lib"));
+    expect(contents).toBe("['__init__.py', 'shackle_pb2.py', 'shackle_pb2.pyi'] True");
   }, 120_000);
 
   it("the client's own tests pass: wire pieces, and fail closed against misbehaving daemons", async () => {
