@@ -21,6 +21,7 @@ export {
   type Settlement,
 } from "./gate.js";
 export {
+  connectUpstream,
   createLeashProxy,
   DECISION_META_KEY,
   DEFAULT_HITL_TIMEOUT_MS,

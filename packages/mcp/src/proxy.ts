@@ -36,8 +36,11 @@ const NO_TIMEOUT_MS = 2_147_483_647;
 export const DEFAULT_HITL_TIMEOUT_MS = 15 * 60 * 1000;
 
 export interface LeashProxyOptions {
-  /** The client side of the connection to the real MCP server (stdio child, streamable HTTP, …). */
-  upstream: Transport;
+  /**
+   * The real MCP server: the client side of a transport to it (stdio child, streamable HTTP, …), or
+   * a Client connectUpstream already connected (to start the server before anything is registered).
+   */
+  upstream: Transport | Client;
   gate: LeashGate;
   /** Per tool: its policy (`guard`, `hitl`, `deny`) and its estimate. */
   tools?: Readonly<Record<string, ToolSettings>>;
@@ -89,7 +92,29 @@ function mirrored(capabilities: ServerCapabilities | undefined): ServerCapabilit
 }
 
 /**
- * Connects to the upstream server, then returns the proxy ready to serve an agent. Rejects with
+ * Starts the upstream server's session: the proxy's MCP client, connected and initialized. Its side
+ * offers what the agent's client may offer (sampling, elicitation, roots); a request for one the
+ * agent's client lacks comes back to the server as that client's error. Rejects with McpProxyError
+ * `upstream_unavailable` when the server cannot be started or does not initialize.
+ */
+export async function connectUpstream(transport: Transport): Promise<Client> {
+  const client = new Client(
+    { name: "leash-mcp", version: "0.0.0" },
+    { capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } } },
+  );
+  try {
+    await client.connect(transport);
+  } catch (cause) {
+    await client.close().catch(() => undefined);
+    throw new McpProxyError("upstream_unavailable", `the MCP server did not start: ${message(cause)}`, {
+      cause,
+    });
+  }
+  return client;
+}
+
+/**
+ * Connects to the upstream server (unless given a connected Client), then returns the proxy ready to serve an agent. Rejects with
  * McpProxyError `upstream_unavailable` when the server cannot be started or does not initialize.
  */
 export async function createLeashProxy(options: LeashProxyOptions): Promise<LeashProxy> {
@@ -99,21 +124,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   const hitlTimeoutMs = options.hitlTimeoutMs ?? DEFAULT_HITL_TIMEOUT_MS;
   const withTrace = options.withTraceContext ?? ((_traceparent, run) => run());
 
-  // Upstream first: the agent's initialize is answered with the real server's capabilities. The
-  // client side offers what the agent's client may offer (sampling, elicitation, roots); a request
-  // for one the agent's client lacks comes back to the server as that client's error.
-  const client = new Client(
-    { name: "leash-mcp", version: "0.0.0" },
-    { capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } } },
-  );
-  try {
-    await client.connect(options.upstream);
-  } catch (cause) {
-    await client.close().catch(() => undefined);
-    throw new McpProxyError("upstream_unavailable", `the MCP server did not start: ${message(cause)}`, {
-      cause,
-    });
-  }
+  // Upstream first: the agent's initialize is answered with the real server's capabilities.
+  const client =
+    options.upstream instanceof Client ? options.upstream : await connectUpstream(options.upstream);
   const upstreamInfo = client.getServerVersion() ?? { name: "leash-mcp", version: "0.0.0" };
   const instructions = client.getInstructions();
   const server = new Server(upstreamInfo, {
@@ -156,10 +169,7 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   };
 
   const gone = (): McpError =>
-    new McpError(
-      ErrorCode.InternalError,
-      `the upstream MCP server is gone (${upstreamGone}); the tool did not run`,
-    );
+    new McpError(ErrorCode.InternalError, `the upstream MCP server is gone (${upstreamGone})`);
 
   // Everything but tools/call (and what the SDK answers itself: initialize, ping) is forwarded as is.
   server.fallbackRequestHandler = async (request, extra) => {

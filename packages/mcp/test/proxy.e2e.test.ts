@@ -296,6 +296,19 @@ describe("leash mcp (through the built CLI)", () => {
       const none = await runCli(["--ephemeral-key", "--store", "memory:"], ws.dir);
       expect(none.status).toBe(2);
       expect(none.stderr).toContain("leash mcp needs the MCP server to run");
+      // A server that cannot start: one line, status 1, and nothing registered in the store.
+      const store = await openStore("sqlite", { label: "mcp" });
+      stores.push(store);
+      const missing = join(ws.dir, "no-such-server");
+      const dead = await runCli(
+        ["--key-file", ws.keyFile, "--store", store.url as string, "--", missing],
+        ws.dir,
+      );
+      expect(dead.status).toBe(1);
+      expect(dead.stderr.trim().split("\n")).toEqual([
+        `leash: error: the MCP server did not start: spawn ${missing} ENOENT`,
+      ]);
+      expect(await entries(store)).toEqual([]);
     },
     TIMEOUT,
   );

@@ -6,12 +6,12 @@ import { createClient } from "@leash/client";
 import { createEngine } from "@leash/engine";
 import {
   clientGate,
+  connectUpstream,
   createLeashProxy,
   engineGate,
   type LeashGate,
   loadMcpConfig,
   type McpProxyConfig,
-  McpProxyError,
   parseMcpConfig,
   sessionGuardConfig,
   upstreamTransport,
@@ -158,18 +158,46 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
 export async function runMcp(command: readonly string[], options: McpOptions, io: Io): Promise<number> {
   checkModeFlags(options);
   const config = await readConfig(options);
-  const upstream = upstreamOf(command, options, io);
+  const transport = upstreamOf(command, options, io);
   const log = logger(io);
+  // Flags, store URL and key are checked before the server starts (they change nothing).
+  const library =
+    options.daemon !== undefined
+      ? undefined
+      : {
+          target: parseStoreUrl(
+            resolveStoreUrl(
+              options.store,
+              io.env,
+              options.config === undefined ? undefined : config.leash.store,
+            ),
+          ),
+          signer: resolveSigner(options, io).signer,
+        };
+  // The server starts before anything is registered: a server that cannot start changes nothing.
+  let upstream: Awaited<ReturnType<typeof connectUpstream>>;
+  try {
+    upstream = await connectUpstream(transport);
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_REFUSED, { cause: err });
+  }
+  const stopUpstream = () => upstream.close().catch(() => undefined);
   let gate: LeashGate;
   let closeStore: () => Promise<void> = async () => undefined;
-  if (options.daemon !== undefined) {
-    gate = await daemonGate(options, config);
+  if (library === undefined) {
+    gate = await daemonGate(options, config).catch(async (err) => {
+      await stopUpstream();
+      throw err;
+    });
   } else {
-    const target = parseStoreUrl(
-      resolveStoreUrl(options.store, io.env, options.config === undefined ? undefined : config.leash.store),
-    );
-    const { signer } = resolveSigner(options, io);
-    const substrate = await connectStore(target);
+    const { target, signer } = library;
+    let substrate: Awaited<ReturnType<typeof connectStore>>;
+    try {
+      substrate = await connectStore(target);
+    } catch (err) {
+      await stopUpstream();
+      throw err;
+    }
     closeStore = () => substrate.close().catch(() => undefined);
     try {
       await migrateStore(target, substrate);
@@ -188,6 +216,7 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
       });
     } catch (err) {
       await closeStore();
+      await stopUpstream();
       throw engineFailure(err, target.url) ?? err;
     }
   }
@@ -201,9 +230,9 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
       ...(options.hitlTimeout === undefined ? {} : { hitlTimeoutMs: options.hitlTimeout * 1000 }),
     });
   } catch (err) {
+    await stopUpstream();
     await gate.close().catch(() => undefined);
     await closeStore();
-    if (McpProxyError.isInstance(err)) throw new CliError(firstLine(err), EXIT_REFUSED, { cause: err });
     throw err;
   }
   log(`session ${gate.sessionId} (${gate.mode} mode); serving MCP on stdio`);
