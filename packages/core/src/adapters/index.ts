@@ -1,0 +1,3 @@
+export * from "./decider.js";
+export { createToolGate, LeashToolStopped, type ToolGate, type ToolGateOptions } from "./tool-gate.js";
+export { verdictMessage } from "./verdict-message.js";
