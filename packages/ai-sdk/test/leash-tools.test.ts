@@ -101,7 +101,7 @@ describe("leashTools with generateText", () => {
     const errors = result.steps.flatMap((s) => s.content.filter((p) => p.type === "tool-error"));
     expect(errors).toHaveLength(1);
     expect(LeashToolStopped.isInstance(errors[0]?.error)).toBe(true);
-    expect((errors[0]?.error as LeashToolStopped).reason).toBe("max_repeat_exceeded");
+    expect((errors[0]!.error as LeashToolStopped).reason).toBe("max_repeat_exceeded");
     // What the model was shown on its 5th turn: three results, then the denial as error text.
     const shown = toolOutputs(model.doGenerateCalls[4]?.prompt ?? []);
     expect(shown.map((o) => o.type)).toEqual(["json", "json", "json", "error-text"]);
@@ -210,7 +210,7 @@ describe("leashTools with generateText", () => {
     expect(runs).toBe(0);
     const errors = result.steps.flatMap((s) => s.content.filter((p) => p.type === "tool-error"));
     expect(errors).toHaveLength(1);
-    const stopped = errors[0]?.error as LeashToolStopped;
+    const stopped = errors[0]!.error as LeashToolStopped;
     expect([stopped.verdict, stopped.reason, stopped.code]).toEqual([
       "HITL",
       "hitl_all_calls",
