@@ -66,6 +66,8 @@ export interface ToolGate {
   release(callId: string, toolName: string, params: Record<string, unknown>): Promise<DeciderVerdict>;
   /** The open request id of a paused call, when known. */
   requestIdOf(callId: string): string | null;
+  /** The verdict remembered for a call id (not yet run or forgotten), or null. */
+  peek(callId: string): DeciderVerdict | null;
   /**
    * Runs `tool` when the call's verdict is ALLOW (deciding first if nobody asked yet), then settles;
    * otherwise throws LeashToolStopped. The call id is forgotten either way.
@@ -76,6 +78,12 @@ export interface ToolGate {
     params: Record<string, unknown>,
     tool: () => Promise<T>,
   ): Promise<T>;
+  /**
+   * For a framework that reports a tool's end apart from its start (an output guardrail): settles the
+   * call's ALLOW with the cost of `output` (or `costOnError` when `failed`) and forgets it. Not allowed
+   * or unknown: nothing to settle.
+   */
+  settle(callId: string, output: unknown, failed?: boolean): Promise<void>;
   /** Forgets a call the framework will not run (a settled hold of an ALLOW is released by expiry). */
   forget(callId: string): void;
 }
@@ -141,40 +149,51 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
     return entry.verdict;
   };
 
+  const settleEntry = async (entry: Pending, output: unknown, failed: boolean) => {
+    const actual = failed
+      ? (options.costOnError ?? 0)
+      : options.cost
+        ? options.cost(entry.toolName, output, entry.params)
+        : (entry.estimate ?? entry.verdict.estimate_usd ?? 0);
+    await decider.settle({
+      session_id: options.session_id,
+      call_number: entry.verdict.call_number,
+      actual_cost_usd: actual,
+      success: !failed,
+    });
+  };
+
   const run: ToolGate["run"] = async (callId, toolName, params, tool) => {
     await check(callId, toolName, params);
     const entry = pending.get(callId) as Pending;
     pending.delete(callId);
-    const { verdict } = entry;
-    if (verdict.verdict !== "ALLOW") throw new LeashToolStopped(toolName, verdict, entry.requestId);
-    const settle = (actual: number | string, success: boolean) =>
-      decider.settle({
-        session_id: options.session_id,
-        call_number: verdict.call_number,
-        actual_cost_usd: actual,
-        success,
-      });
+    if (entry.verdict.verdict !== "ALLOW")
+      throw new LeashToolStopped(toolName, entry.verdict, entry.requestId);
     let output: Awaited<ReturnType<typeof tool>>;
     try {
       output = await tool();
     } catch (error) {
-      await settle(options.costOnError ?? 0, false);
+      await settleEntry(entry, undefined, true);
       throw error;
     }
-    await settle(
-      options.cost
-        ? options.cost(toolName, output, entry.params)
-        : (entry.estimate ?? verdict.estimate_usd ?? 0),
-      true,
-    );
+    await settleEntry(entry, output, false);
     return output;
+  };
+
+  const settle: ToolGate["settle"] = async (callId, output, failed = false) => {
+    const entry = pending.get(callId);
+    if (entry === undefined || entry.verdict.verdict !== "ALLOW") return;
+    pending.delete(callId);
+    await settleEntry(entry, output, failed);
   };
 
   return {
     check,
     release,
     run,
+    settle,
     requestIdOf: (callId) => pending.get(callId)?.requestId ?? null,
+    peek: (callId) => pending.get(callId)?.verdict ?? null,
     forget: (callId) => {
       pending.delete(callId);
     },
