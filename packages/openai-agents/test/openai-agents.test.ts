@@ -175,7 +175,9 @@ describe("Leash in the OpenAI Agents SDK", () => {
     const paused = await engine.getSession(sessionId);
     expect(paused.status).toBe("PAUSED");
     expect(request).toMatchObject({ reason: "hitl_all_calls", receipt: expect.any(String) });
-    expect(request?.request_id).toBe((paused.state.pending_request as { request_id: string }).request_id);
+    expect(request?.request_id).toBe(
+      (paused.state.pending_request as unknown as { request_id: string }).request_id,
+    );
 
     first.state.approve(interruption);
     // After the tool ran, the looping model calls again: that new call pauses again, and the run ends there.
