@@ -26,7 +26,7 @@ const resultsIn = (input: ModelRequest["input"]): string[] =>
     item.type === "function_call_result" ? [JSON.stringify(item.output)] : [],
   );
 
-/** A Model that calls `toolName` with the same arguments until it is sent a Leash denial, then answers. */
+/** A Model that calls `toolName` with the same arguments until Leash's refusal is sent back, then answers. */
 class LoopingModel implements Model {
   readonly requests: ModelRequest[] = [];
   constructor(
@@ -36,7 +36,7 @@ class LoopingModel implements Model {
   async getResponse(request: ModelRequest): Promise<ModelResponse> {
     this.requests.push(request);
     const turn = this.requests.length;
-    const denied = resultsIn(request.input).some((r) => r.includes("Leash denied"));
+    const denied = resultsIn(request.input).some((r) => /Leash (denied|paused)/.test(r));
     return {
       usage: new Usage(),
       output: denied
@@ -196,5 +196,29 @@ describe("Leash in the OpenAI Agents SDK", () => {
       ["decision", "hitl_transition:approve", null],
       ["decision", "hitl_all_calls", null],
     ]);
+  });
+  it("the input guardrail alone (no needsApproval) rejects a HITL call: it never runs unapproved", async () => {
+    const { sessionId } = await setup({ hitl_mode: "always" });
+    let runs = 0;
+    const guardrails = leashGuardrails(engine!, { session_id: sessionId });
+    const deploy = tool({
+      name: "deploy",
+      description: "Deploy",
+      parameters: z.object({ env: z.string() }),
+      inputGuardrails: [guardrails.inputGuardrail],
+      execute: async () => {
+        runs += 1;
+        return "deployed";
+      },
+    });
+    const model = new LoopingModel("deploy", { env: "prod" });
+    const agent = new Agent({ name: "ops", model, tools: [deploy] });
+    const result = await new Runner({ tracingDisabled: true }).run(agent, "deploy", { maxTurns: 4 });
+    expect(runs).toBe(0);
+    expect(result.interruptions).toEqual([]);
+    expect(result.finalOutput).toBe("Stopping: Leash denied the call.");
+    const sent = resultsIn(model.requests[1]!.input);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toMatch(/Leash paused deploy: .*\(hitl_all_calls\); the tool did not run/);
   });
 });

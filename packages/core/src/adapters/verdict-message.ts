@@ -28,12 +28,12 @@ const PLAIN: Readonly<Record<string, string>> = {
   probabilistic_deny: "calls after repeated errors are being shed",
 };
 
-const plainOf = (reason: string): string => {
+const plainOf = (reason: string): string | null => {
   const direct = PLAIN[reason];
   if (direct !== undefined) return direct;
   if (reason.startsWith("hitl_on_deny:")) return `a human must decide (${PLAIN[reason.slice(13)] ?? reason})`;
   if (reason.startsWith("fail_closed:")) return "Leash could not get a verdict it can trust, so it refused";
-  return reason;
+  return null;
 };
 
 /**
@@ -41,7 +41,8 @@ const plainOf = (reason: string): string => {
  * DENY says not to retry unchanged; HITL says a human has to answer first (with the request id when known).
  */
 export function verdictMessage(toolName: string, verdict: DeciderVerdict, requestId?: string | null): string {
-  const why = `${plainOf(verdict.reason)} (${verdict.reason})`;
+  const plain = plainOf(verdict.reason);
+  const why = plain === null ? verdict.reason : `${plain} (${verdict.reason})`;
   if (verdict.verdict === "HITL") {
     const request = requestId ? ` Request ${requestId}` : " The request";
     return `Leash paused ${toolName}: ${why}; the tool did not run.${request} waits for a human's decision.`;
