@@ -134,4 +134,59 @@ describe("Leash in a LangChain agent", () => {
     });
     expect(ran).toHaveLength(3);
   });
+  it("HITL: the model is told the call waits; after an operator approves in Leash, the same call runs", async () => {
+    store = await openStore("sqlite", { label: "langchain" });
+    engine = createEngine({ substrate: store.substrate, signer: KEY.signer });
+    const { session_id } = await engine.register({ agent_id: "mailer", config: { hitl_mode: "always" } });
+    const sent: string[] = [];
+    const sendEmail = tool(
+      async ({ to }: { to: string }) => {
+        sent.push(to);
+        return "sent";
+      },
+      { name: "send_email", description: "Send an email", schema: z.object({ to: z.string() }) },
+    );
+    const call = (id: string) =>
+      new AIMessage({
+        content: "",
+        tool_calls: [{ name: "send_email", args: { to: "bob@example.com" }, id, type: "tool_call" }],
+      });
+    const model = fakeModel()
+      .respond(call("call-1"))
+      .respond(new AIMessage("Waiting for a human to approve the email."))
+      .respond(call("call-2"))
+      .respond(new AIMessage("Mail sent."));
+    const agent = createAgent({
+      model,
+      tools: [sendEmail],
+      middleware: [leashMiddleware(engine, { session_id })],
+    });
+    const first = await agent.invoke({ messages: [new HumanMessage("mail bob")] });
+    expect(sent).toEqual([]);
+    const pausedMessage = first.messages.find((m): m is ToolMessage => m instanceof ToolMessage);
+    const requestId = (pausedMessage?.artifact as { leash: { request_id: string } }).leash.request_id;
+    expect(pausedMessage?.content).toBe(
+      `Leash paused send_email: every call in this session needs a human's approval (hitl_all_calls); ` +
+        `the tool did not run. Request ${requestId} waits for a human's decision.`,
+    );
+
+    // The operator answers in Leash (as `leash session resume` does); the model then asks again.
+    await engine.resume({ session_id, decision: "approve", operator_id: "alice", request_id: requestId });
+    const second = await agent.invoke({
+      messages: [...first.messages, new HumanMessage("approved, go ahead")],
+    });
+    expect(sent).toEqual(["bob@example.com"]);
+    expect(second.messages.at(-1)?.content).toBe("Mail sent.");
+
+    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 1_000_000));
+    const trail = entries
+      .map((e) => ({ kind: e.kind, data: JSON.parse(e.body).data }))
+      .filter((b) => b.kind === "decision" || b.kind === "hitl_decision")
+      .map((b) => [b.kind, b.data.reason ?? b.data.decision, b.data.operator_id ?? null]);
+    expect(trail).toEqual([
+      ["decision", "hitl_all_calls", null],
+      ["hitl_decision", "approve", "alice"],
+      ["decision", "hitl_transition:approve", null],
+    ]);
+  });
 });

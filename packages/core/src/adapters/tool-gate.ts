@@ -1,6 +1,7 @@
 // What every framework adapter does around one tool call, keyed by the framework's call id: decide once,
 // run only on ALLOW, settle after, and retry a paused call with its own nonce once the framework approves it.
 // It knows no framework and does no I/O of its own (the decider does); nonces come in from the caller.
+import { canonicalHash } from "../canonical/hash.js";
 import { LeashBaseError } from "../errors/leash-error.js";
 import type { Decider, DeciderVerdict } from "./decider.js";
 import { verdictMessage } from "./verdict-message.js";
@@ -91,8 +92,21 @@ export interface ToolGate {
 /** Calls remembered at once; past it the oldest are dropped (their holds expire in the store). */
 const MAX_PENDING = 10_000;
 
+/** Which paused call a dispatch repeats: tool and canonical args digest; null when it has no digest. */
+function callKey(toolName: string, params: Record<string, unknown>): string | null {
+  try {
+    return `${toolName}\u0000${canonicalHash(params)}`;
+  } catch {
+    return null;
+  }
+}
+
 export function createToolGate(decider: Decider, options: ToolGateOptions): ToolGate {
   const pending = new Map<string, Pending>();
+  // The nonce of each call Leash paused, by tool and args. A model that asks for the same call again
+  // (a new call id, after a human answered in Leash) re-dispatches that paused call, as SP/1.0's HITL
+  // flow expects: the same nonce, so an approval releases it and a rejection refuses it.
+  const paused = new Map<string, string>();
 
   const decide = async (entry: Omit<Pending, "verdict" | "requestId">): Promise<Pending> => {
     const verdict = await decider.evaluate({
@@ -103,6 +117,14 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
       ...(entry.estimate === undefined ? {} : { estimated_cost_usd: entry.estimate }),
     });
     options.onDecision?.(entry.toolName, verdict);
+    const key = callKey(entry.toolName, entry.params);
+    if (key !== null) {
+      paused.delete(key);
+      if (verdict.verdict === "HITL") {
+        paused.set(key, entry.nonce);
+        if (paused.size > MAX_PENDING) paused.delete(paused.keys().next().value as string);
+      }
+    }
     const requestId = verdict.verdict === "HITL" ? await decider.pendingRequestId(options.session_id) : null;
     return { ...entry, verdict, requestId };
   };
@@ -116,8 +138,9 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
   const check: ToolGate["check"] = async (callId, toolName, params) => {
     const known = pending.get(callId);
     if (known !== undefined && known.toolName === toolName) return known.verdict;
+    const key = callKey(toolName, params);
     const entry = await decide({
-      nonce: options.nonce(),
+      nonce: (key === null ? undefined : paused.get(key)) ?? options.nonce(),
       toolName,
       params,
       estimate: options.estimate?.(toolName, params),
