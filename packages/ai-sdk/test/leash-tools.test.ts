@@ -1,11 +1,14 @@
-// The AI SDK's real generateText loop with its own MockLanguageModelV3, tools wrapped by leashTools over
-// an engine on a real SQLite file: the repeat guard stops a looping model, and HITL is the SDK's approval.
+// The AI SDK's real generateText loop with its own mock model (ai 6's V3, ai 7's V4), tools wrapped by
+// leashTools over an engine on a real SQLite file: the repeat guard stops a looping model; HITL is approval.
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import { LeashToolStopped } from "@leash/core";
 import { createEngine, type Engine } from "@leash/engine";
 import { openStore, type TestStore } from "@leash/test-stores";
-import { generateText, type ModelMessage, stepCountIs, tool } from "ai";
-import { MockLanguageModelV3 } from "ai/test";
+import type { ModelMessage } from "ai";
+import * as ai6 from "ai";
+import * as ai6Test from "ai/test";
+import * as ai7 from "ai7";
+import * as ai7Test from "ai7/test";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { leashTools } from "../src/index.js";
@@ -16,7 +19,18 @@ const USAGE = {
   outputTokens: { total: 1, text: 1, reasoning: undefined },
 };
 
-type Prompt = Parameters<MockLanguageModelV3["doGenerate"]>[0]["prompt"];
+// ai 7's API used here is ai 6's (its types differ in generics only): both run the same tests.
+const SDKS = [
+  { sdk: "ai 6", ai: ai6, Mock: ai6Test.MockLanguageModelV3 },
+  {
+    sdk: "ai 7",
+    ai: ai7 as unknown as typeof ai6,
+    Mock: (ai7Test as unknown as { MockLanguageModelV4: typeof ai6Test.MockLanguageModelV3 })
+      .MockLanguageModelV4,
+  },
+];
+type MockModel = InstanceType<typeof ai6Test.MockLanguageModelV3>;
+type Prompt = Parameters<MockModel["doGenerate"]>[0]["prompt"];
 
 /** The tool results the model was shown, oldest first, as the SDK put them in its prompt. */
 const toolOutputs = (prompt: Prompt) =>
@@ -24,14 +38,17 @@ const toolOutputs = (prompt: Prompt) =>
     m.role === "tool" ? m.content.flatMap((p) => (p.type === "tool-result" ? [p.output] : [])) : [],
   );
 
-/** A model that asks for `toolName` with the same input until it is shown a Leash denial, then stops. */
-function loopingModel(toolName: string, input: unknown) {
+/**
+ * A model that asks for `toolName` with the same input until it is shown a Leash denial, then stops.
+ * ai 6 shows the model the error's message; ai 7 its String() ("LeashToolStopped: Leash denied …").
+ */
+function loopingModel(Mock: typeof ai6Test.MockLanguageModelV3, toolName: string, input: unknown) {
   let step = 0;
-  const model = new MockLanguageModelV3({
+  const model = new Mock({
     doGenerate: async ({ prompt }) => {
       step += 1;
       const denied = toolOutputs(prompt).some(
-        (o) => o.type === "error-text" && o.value.startsWith("Leash denied"),
+        (o) => o.type === "error-text" && o.value.includes("Leash denied"),
       );
       return denied
         ? {
@@ -60,7 +77,8 @@ async function decisions(store: TestStore) {
   return { verified, bodies };
 }
 
-describe("leashTools with generateText", () => {
+describe.each(SDKS)("leashTools with generateText ($sdk)", ({ ai, Mock }) => {
+  const { generateText, stepCountIs, tool } = ai;
   let store: TestStore | undefined;
   let engine: Engine | undefined;
   afterEach(async () => {
@@ -93,7 +111,7 @@ describe("leashTools with generateText", () => {
       engine,
       { session_id: sessionId, estimate: "0.10", cost: () => "0.05" },
     );
-    const model = loopingModel("search", { q: "pricing" });
+    const model = loopingModel(Mock, "search", { q: "pricing" });
     const result = await generateText({ model, tools, prompt: "find the pricing", stopWhen: stepCountIs(8) });
 
     expect(ran).toEqual(["pricing", "pricing", "pricing"]);
@@ -147,7 +165,7 @@ describe("leashTools with generateText", () => {
       engine,
       { session_id: sessionId, approver: "alice@example.com" },
     );
-    const model = loopingModel("send_email", { to: "bob@example.com" });
+    const model = loopingModel(Mock, "send_email", { to: "bob@example.com" });
     const first = await generateText({ model, tools, prompt: "mail bob", stopWhen: stepCountIs(3) });
     expect(sent).toEqual([]);
     const requests = first.content.filter((p) => p.type === "tool-approval-request");
@@ -163,7 +181,7 @@ describe("leashTools with generateText", () => {
         content: [{ type: "tool-approval-response", approvalId: requests[0]!.approvalId, approved: true }],
       },
     ];
-    const doneModel = new MockLanguageModelV3({
+    const doneModel = new Mock({
       doGenerate: {
         content: [{ type: "text", text: "Mail sent." }],
         finishReason: { unified: "stop", raw: "stop" },
@@ -205,7 +223,7 @@ describe("leashTools with generateText", () => {
       engine,
       { session_id: sessionId, hitl: "error" },
     );
-    const model = loopingModel("deploy", { env: "prod" });
+    const model = loopingModel(Mock, "deploy", { env: "prod" });
     const result = await generateText({ model, tools, prompt: "deploy", stopWhen: stepCountIs(1) });
     expect(runs).toBe(0);
     const errors = result.steps.flatMap((s) => s.content.filter((p) => p.type === "tool-error"));
