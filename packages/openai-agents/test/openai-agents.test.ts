@@ -3,66 +3,13 @@
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import { createEngine, type Engine } from "@leash/engine";
 import { openStore, type TestStore } from "@leash/test-stores";
-import {
-  Agent,
-  type AgentInputItem,
-  type Model,
-  type ModelRequest,
-  type ModelResponse,
-  Runner,
-  setTracingDisabled,
-  tool,
-  Usage,
-} from "@openai/agents";
+import { Agent, Runner, setTracingDisabled, tool } from "@openai/agents";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { leashGuardrails, leashTool } from "../src/index.js";
+import { LoopingModel, resultsIn } from "./scripted-model.js";
 
 const KEY = generateKeyPair();
-
-/** The tool results the model was sent, oldest first, as text. */
-const resultsIn = (input: ModelRequest["input"]): string[] =>
-  (typeof input === "string" ? [] : input).flatMap((item: AgentInputItem) =>
-    item.type === "function_call_result" ? [JSON.stringify(item.output)] : [],
-  );
-
-/** A Model that calls `toolName` with the same arguments until Leash's refusal is sent back, then answers. */
-class LoopingModel implements Model {
-  readonly requests: ModelRequest[] = [];
-  constructor(
-    private readonly toolName: string,
-    private readonly args: Record<string, unknown>,
-  ) {}
-  async getResponse(request: ModelRequest): Promise<ModelResponse> {
-    this.requests.push(request);
-    const turn = this.requests.length;
-    const denied = resultsIn(request.input).some((r) => /Leash (denied|paused)/.test(r));
-    return {
-      usage: new Usage(),
-      output: denied
-        ? [
-            {
-              type: "message",
-              role: "assistant",
-              status: "completed",
-              content: [{ type: "output_text", text: "Stopping: Leash denied the call." }],
-            },
-          ]
-        : [
-            {
-              type: "function_call",
-              callId: `call-${turn}`,
-              name: this.toolName,
-              arguments: JSON.stringify(this.args),
-              status: "completed",
-            },
-          ],
-    };
-  }
-  getStreamedResponse(): AsyncIterable<never> {
-    throw new Error("the scripted model is not streamed in these tests");
-  }
-}
 
 async function chainOf(store: TestStore) {
   const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 1_000_000));
