@@ -164,7 +164,7 @@ describe("Leash in a LangChain agent", () => {
     const first = await agent.invoke({ messages: [new HumanMessage("mail bob")] });
     expect(sent).toEqual([]);
     const pausedMessage = first.messages.find((m): m is ToolMessage => m instanceof ToolMessage);
-    const requestId = (pausedMessage?.artifact as { leash: { request_id: string } }).leash.request_id;
+    const requestId = (pausedMessage!.artifact as { leash: { request_id: string } }).leash.request_id;
     expect(pausedMessage?.content).toBe(
       `Leash paused send_email: every call in this session needs a human's approval (hitl_all_calls); ` +
         `the tool did not run. Request ${requestId} waits for a human's decision.`,
