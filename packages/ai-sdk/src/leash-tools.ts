@@ -2,23 +2,17 @@
 // DENY throws (the SDK turns it into a tool-error the model reads); HITL is the SDK's own needsApproval.
 import {
   createToolGate,
-  type DeciderVerdict,
   deciderOf,
+  type LeashAdapterOptions,
   type LeashLike,
+  paramsOf,
   type ToolGate,
-  type ToolGateOptions,
+  toolGateOptions,
 } from "@leash/core";
 import type { Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { randomNonce } from "./nonce.js";
 
-export interface LeashToolsOptions {
-  session_id: string;
-  /** Estimated cost per call: one amount for every tool, or per tool and input. Default: the session's. */
-  estimate?: number | string | ((toolName: string, input: unknown) => number | string | undefined);
-  /** Actual cost after a call. Default: the estimate the call was held at. */
-  cost?: (toolName: string, output: unknown, input: unknown) => number | string;
-  /** Actual cost when the tool throws. Default 0. */
-  costOnError?: number | string;
+export interface LeashToolsOptions extends LeashAdapterOptions {
   /**
    * HITL as the SDK's tool approval ("approval", default: the step ends with a tool-approval-request;
    * answering it approved releases the call), or as a tool error the model reads ("error").
@@ -29,17 +23,7 @@ export interface LeashToolsOptions {
    * `false`: record none here, an operator answers in Leash. Default "ai-sdk:tool-approval".
    */
   approver?: string | false;
-  /** Told of every verdict, with the tool it was for. */
-  onDecision?: (toolName: string, verdict: DeciderVerdict) => void;
-  /** A fresh nonce per dispatch. Default: a random uint64 as decimal text. */
-  nonce?: () => string;
 }
-
-/** The AI SDK passes the parsed input; Leash's params must be an object. */
-const paramsOf = (input: unknown): Record<string, unknown> =>
-  input !== null && typeof input === "object" && !Array.isArray(input)
-    ? (input as Record<string, unknown>)
-    : { input: input ?? null };
 
 const isAsyncIterable = (value: unknown): value is AsyncIterable<unknown> =>
   value !== null && typeof value === "object" && Symbol.asyncIterator in value;
@@ -49,28 +33,6 @@ async function lastOf(stream: AsyncIterable<unknown>): Promise<unknown> {
   let last: unknown;
   for await (const value of stream) last = value;
   return last;
-}
-
-function gateOptions(options: LeashToolsOptions): ToolGateOptions {
-  const { estimate, cost } = options;
-  return {
-    session_id: options.session_id,
-    nonce: options.nonce ?? randomNonce,
-    ...(estimate === undefined
-      ? {}
-      : {
-          estimate:
-            typeof estimate === "function"
-              ? (tool: string, params: Record<string, unknown>) => estimate(tool, params)
-              : () => estimate,
-        }),
-    ...(cost === undefined
-      ? {}
-      : { cost: (tool: string, out: unknown, params: unknown) => cost(tool, out, params) }),
-    ...(options.costOnError === undefined ? {} : { costOnError: options.costOnError }),
-    approver: options.approver ?? "ai-sdk:tool-approval",
-    ...(options.onDecision === undefined ? {} : { onDecision: options.onDecision }),
-  };
 }
 
 function wrap(name: string, original: Tool, gate: ToolGate, hitl: "approval" | "error"): Tool {
@@ -110,7 +72,8 @@ export function leashTools<TOOLS extends ToolSet>(
   leash: LeashLike,
   options: LeashToolsOptions,
 ): TOOLS {
-  const gate = createToolGate(deciderOf(leash), gateOptions(options));
+  const defaults = { nonce: randomNonce, approver: "ai-sdk:tool-approval" };
+  const gate = createToolGate(deciderOf(leash), toolGateOptions(options, defaults));
   const hitl = options.hitl ?? "approval";
   return Object.fromEntries(
     Object.entries(tools).map(([name, tool]) => [name, wrap(name, tool as Tool, gate, hitl)]),

@@ -7,8 +7,8 @@ import {
   type StructuredToolInterface,
   type ToolRunnableConfig,
 } from "@langchain/core/tools";
-import { createToolGate, deciderOf, type LeashLike, LeashToolStopped } from "@leash/core";
-import { gateOptions, type LeashLangChainOptions, paramsOf } from "./gate-options.js";
+import { createToolGate, deciderOf, type LeashLike, LeashToolStopped, paramsOf } from "@leash/core";
+import { gateOptions, type LeashLangChainOptions } from "./gate-options.js";
 import { stoppedMessage } from "./middleware.js";
 import { randomNonce } from "./nonce.js";
 

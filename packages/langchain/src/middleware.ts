@@ -2,9 +2,9 @@
 // A stopped call never reaches the tool: the model gets a ToolMessage (status "error") saying why.
 
 import { ToolMessage } from "@langchain/core/messages";
-import { createToolGate, deciderOf, type LeashLike, LeashToolStopped } from "@leash/core";
+import { createToolGate, deciderOf, type LeashLike, LeashToolStopped, paramsOf } from "@leash/core";
 import { createMiddleware } from "langchain";
-import { gateOptions, type LeashLangChainOptions, paramsOf } from "./gate-options.js";
+import { gateOptions, type LeashLangChainOptions } from "./gate-options.js";
 import { randomNonce } from "./nonce.js";
 
 /** The ToolMessage the model reads for a stopped call; verdict, reason and receipt ride in `artifact`. */

@@ -4,9 +4,11 @@ import {
   createToolGate,
   type DeciderVerdict,
   deciderOf,
+  type LeashAdapterOptions,
   type LeashLike,
   LeashToolStopped,
-  type ToolGateOptions,
+  paramsOf,
+  toolGateOptions,
 } from "@leash/core";
 import {
   defineToolInputGuardrail,
@@ -19,24 +21,12 @@ import {
 } from "@openai/agents";
 import { randomNonce } from "./nonce.js";
 
-export interface LeashAgentsOptions {
-  session_id: string;
-  /** Estimated cost per call: one amount for every tool, or per tool and args. Default: the session's. */
-  estimate?:
-    | number
-    | string
-    | ((toolName: string, args: Record<string, unknown>) => number | string | undefined);
-  /** Actual cost after a call, from the tool's output. Default: the estimate the call was held at. */
-  cost?: (toolName: string, output: unknown, args: Record<string, unknown>) => number | string;
+export interface LeashAgentsOptions extends LeashAdapterOptions {
   /**
    * The approver the chain records when `state.approve()` releases a paused call (library mode).
    * `false`: record none here, an operator answers in Leash. Default "openai-agents:state.approve".
    */
   approver?: string | false;
-  /** Told of every verdict, with the tool it was for. */
-  onDecision?: (toolName: string, verdict: DeciderVerdict) => void;
-  /** A fresh nonce per dispatch. Default: a random uint64 as decimal text. */
-  nonce?: () => string;
 }
 
 /** Leash's side of an SDK interruption: the paused decision and the request a human answers. */
@@ -75,27 +65,9 @@ const argsOf = (json: string): Record<string, unknown> => {
   }
 };
 
-const paramsOf = (input: unknown): Record<string, unknown> =>
-  input !== null && typeof input === "object" && !Array.isArray(input)
-    ? (input as Record<string, unknown>)
-    : { input: input ?? null };
-
-function gateOptions(options: LeashAgentsOptions): ToolGateOptions {
-  const { estimate } = options;
-  return {
-    session_id: options.session_id,
-    nonce: options.nonce ?? randomNonce,
-    ...(estimate === undefined
-      ? {}
-      : { estimate: typeof estimate === "function" ? estimate : () => estimate }),
-    ...(options.cost === undefined ? {} : { cost: options.cost }),
-    approver: options.approver ?? "openai-agents:state.approve",
-    ...(options.onDecision === undefined ? {} : { onDecision: options.onDecision }),
-  };
-}
-
 export function leashGuardrails(leash: LeashLike, options: LeashAgentsOptions): LeashGuardrails {
-  const gate = createToolGate(deciderOf(leash), gateOptions(options));
+  const defaults = { nonce: randomNonce, approver: "openai-agents:state.approve" };
+  const gate = createToolGate(deciderOf(leash), toolGateOptions(options, defaults));
   // Calls our needsApproval paused: the SDK will interrupt for them, so the guardrail that runs
   // before the approval request must let them through to it.
   const awaitingApproval = new Set<string>();
