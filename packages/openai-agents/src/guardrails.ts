@@ -21,7 +21,8 @@ import {
 } from "@openai/agents";
 import { randomNonce } from "./nonce.js";
 
-export interface LeashAgentsOptions extends LeashAdapterOptions {
+// No `costOnError`: the SDK reports a failed tool as output (its errorFunction), settled like any other.
+export interface LeashAgentsOptions extends Omit<LeashAdapterOptions, "costOnError"> {
   /**
    * The approver the chain records when `state.approve()` releases a paused call (library mode).
    * `false`: record none here, an operator answers in Leash. Default "openai-agents:state.approve".
