@@ -4,7 +4,13 @@
 // The pieces of evaluate() beyond decide(), for @leash/recovery's replay, which re-runs them on the chain.
 export { budgetEnabled, guardAccountId, sessionAccountId } from "./accounts.js";
 export { outranksEstimate, resolveEstimate } from "./call-input.js";
-export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject } from "./config-file.js";
+export {
+  DEFAULT_CONFIG,
+  type LeashConfigFile,
+  loadConfigFile,
+  parseConfigObject,
+  readConfigDocument,
+} from "./config-file.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";

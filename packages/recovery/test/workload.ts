@@ -20,7 +20,13 @@ export const CONFIGS: Config[] = [
   { budget_usd: 5, max_repeat_calls: 3 },
   { budget_usd: 1, default_estimate_usd: 0.05, hitl_budget_threshold: 0.5 },
   { hitl_mode: "always" },
-  { max_total_calls: 12, window_max_calls: 6, window_duration_s: 60, error_amplification: true },
+  {
+    max_total_calls: 12,
+    window_max_calls: 6,
+    window_duration_s: 60,
+    error_amplification: true,
+    max_repeat_calls: 3,
+  },
   { budget_usd: 2, probabilistic_deny: true, deny_jitter_ratio: 0.5, parent_guard_id: "team" },
   { budget_usd: 3, budget_scope: "agent" },
 ];
@@ -72,6 +78,8 @@ export async function runWorkload(
           params,
           nonce: replay ? `n${nonce - 1}` : `n${nonce++}`,
           ...(random() < 0.8 ? { estimated_cost_usd: pick([0.01, "0.1", 0.25, 0.5, 2]) } : {}),
+          // The previous result's error (an input decide() sees for error amplification).
+          ...(random() < 0.15 ? { previous_error: "HTTP 401 Unauthorized" } : {}),
         });
         if (r.verdict === "ALLOW") allowed.push({ session_id: sessionId, call_number: r.call_number });
       } else if (roll < 0.75 && allowed.length > 0) {

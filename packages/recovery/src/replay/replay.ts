@@ -427,7 +427,12 @@ export class ChainReplayer {
       decision = malformed
         ? MALFORMED
         : bindToPausedTool(
-            decide(config, state, call, { nowNs, rng: rngValue ?? undefined, sha256Hex }),
+            decide(config, state, call, {
+              nowNs,
+              rng: rngValue ?? undefined,
+              ...(typeof data.previous_error === "string" ? { errorText: data.previous_error } : {}),
+              sha256Hex,
+            }),
             state,
             call,
           );
