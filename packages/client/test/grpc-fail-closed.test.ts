@@ -157,7 +157,7 @@ describe("fail closed over gRPC", () => {
     process.kill(daemon.child.pid as number, "SIGCONT");
     await expect(tool({ q: "after" })).resolves.toBe("results for after");
     expect(runs).toEqual([{ q: "before" }, { q: "after" }]);
-  });
+  }, 60_000);
 
   it("a daemon that never answers: DENY fail_closed:timeout within the 50 ms default", async () => {
     const address = await fakeDaemon(() => {});
