@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
 import { registerBench } from "./commands/bench.js";
+import { registerBenchDaemon } from "./commands/bench-daemon.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
 import { registerDecide } from "./commands/decide.js";
@@ -80,7 +81,9 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerRelay(program, io, setExit);
   // The sidecar daemon (SP/1.0 Model B).
   registerServe(program, io, setExit);
-  registerBenchEngine(registerBench(program, io, setExit), io, setExit);
+  const bench = registerBench(program, io, setExit);
+  registerBenchEngine(bench, io, setExit);
+  registerBenchDaemon(bench, io, setExit);
   checkRequiredOptionsLast(program);
   return program;
 }
