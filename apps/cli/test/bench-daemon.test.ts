@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CLI_BIN, expectOneLineError, leash, scratchDir } from "./helpers.js";
-import { PG_URL } from "./stores.js";
+import { PG_URL, withPg } from "./stores.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -106,6 +106,13 @@ describe("leash bench daemon", () => {
     expect(out.overspend_check).toMatchObject({ budget_usd: "1", max_allowed: 100, zero_overspend: true });
     expect(out.overspend_check.allowed).toBeGreaterThan(0);
     expect(out.overspend_check.allowed).toBeLessThanOrEqual(100);
+    // Its fresh schemas (the daemons', the engine's) are dropped; nothing went into public.
+    const left = await withPg((c) =>
+      c.query(
+        "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'leash_bench_daemon_%' OR nspname LIKE 'leash_bench_engine_%'",
+      ),
+    );
+    expect(left.rows).toEqual([]);
   }, 180_000);
 
   it("refuses bad flags with one line and status 2", async () => {

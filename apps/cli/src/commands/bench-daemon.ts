@@ -1,5 +1,5 @@
 // `leash bench daemon`: the daemon's decisions/s and round trip through @leash/client, beside the library
-// engine's own figure on the same store kind in the same run; one JSON line. Daemons are child processes.
+// engine's own figure on the same store kind, in alternating slices of one run; one JSON line. Daemons are child processes.
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -7,8 +7,10 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { generateKeyPair } from "@leash/chain";
+import { generateKeyPair, type Signer } from "@leash/chain";
 import { type Client, type ClientOptions, createClient } from "@leash/client";
+import type { Substrate } from "@leash/core";
+import { createEngine, type Engine, openStore } from "@leash/engine";
 import type { Command } from "commander";
 import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
 import { LatencyHistogram } from "../histogram.js";
@@ -94,48 +96,6 @@ function jsonLineOf(
   });
 }
 
-/** The library engine's own figure: `leash bench engine` in a child process, on a fresh store of the same kind. */
-async function engineFigure(
-  url: string,
-  concurrency: number,
-  seconds: number,
-  warmup: number,
-): Promise<Figure> {
-  const child = spawn(
-    process.execPath,
-    [
-      binPath(),
-      "bench",
-      "engine",
-      "--ephemeral-key",
-      "--fresh",
-      "--concurrency",
-      String(concurrency),
-      "--seconds",
-      String(seconds),
-      "--warmup",
-      String(warmup),
-      "--reference",
-      "0",
-    ],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...envWithoutKey(), LEASH_STORE: url } },
-  );
-  const r = await jsonLineOf(
-    child,
-    "decisions_per_sec",
-    "the engine benchmark",
-    (seconds + warmup) * 1000 + 120_000,
-  );
-  return {
-    decisions: Number(r.decisions),
-    decisions_per_sec: Number(r.decisions_per_sec),
-    p50_ms: Number(r.p50_ms),
-    p99_ms: Number(r.p99_ms),
-    max_ms: Number(r.max_ms),
-    cpu_us_per_decision: Number(r.cpu_us_per_decision),
-  };
-}
-
 /** This process's environment without a signing key: every child here takes its key by flag. */
 function envWithoutKey(): NodeJS.ProcessEnv {
   const { LEASH_SIGNING_KEY: _key, ...env } = process.env;
@@ -189,14 +149,6 @@ function stopDaemon(d: RunningDaemon): Promise<void> {
   });
 }
 
-interface LoadResult extends Figure {
-  allow: number;
-  fail_closed: number;
-  /** CPU (user + system) per decision in the measured window: this process (the clients), the daemons. */
-  client_cpu_us_per_decision: number;
-  daemon_cpu_us_per_decision: number | null;
-}
-
 /** A child's CPU time so far in µs, from /proc (Linux); null elsewhere. */
 function processCpuUs(pid: number | undefined): number | null {
   if (pid === undefined) return null;
@@ -222,87 +174,153 @@ function daemonsCpuUs(daemons: readonly RunningDaemon[]): number | null {
   return total;
 }
 
+/** One caller's next call: resolves true for an ALLOW the caller may count, false for anything else. */
+type Call = (caller: number, n: number) => Promise<boolean>;
+
 /**
- * `clients` clients, one session each, each awaiting its preExec before the next, spread over `daemons`
- * in turn; warm up, then measure `seconds`. Calls in flight at the deadline finish and count.
+ * What one party (the engine, or the daemon through a set of clients) measured over its slices: the
+ * slices of all parties alternate, so a machine that speeds up or slows down within the run moves
+ * every figure alike and the ratio stays honest.
  */
-async function clientLoad(
-  daemons: readonly RunningDaemon[],
-  base: (d: RunningDaemon) => ClientOptions,
-  clients: number,
-  seconds: number,
-  warmup: number,
-  tag: string,
-): Promise<LoadResult> {
-  const opened: Client[] =
-    daemons.length === 0
-      ? []
-      : Array.from({ length: clients }, (_, i) => createClient(base(daemons[i % daemons.length]!)));
-  try {
-    const sessions = await Promise.all(opened.map((c) => c.register().then((r) => r.session_id)));
-    let seq = 0;
-    let allow = 0;
-    let failClosed = 0;
-    let decisions = 0;
-    const histogram = new LatencyHistogram();
-    const run = async (ns: number, measure: boolean) => {
-      const deadline = process.hrtime.bigint() + BigInt(Math.round(ns));
-      const start = process.hrtime.bigint();
-      await Promise.all(
-        opened.map(async (c, i) => {
-          while (process.hrtime.bigint() < deadline) {
-            const n = seq++;
-            const t0 = process.hrtime.bigint();
-            const r = await c.preExec({
-              session_id: sessions[i]!,
-              tool_name: TOOLS[n % TOOLS.length]!,
-              params: { q: `query ${n}`, page: n % 7, caller: i },
-              nonce: `${tag}.${n}`,
-              estimated_cost_usd: ESTIMATE_USD,
-            });
-            const t = Number(process.hrtime.bigint() - t0);
-            if (!measure) continue;
-            decisions++;
-            if (r.fail_closed) failClosed++;
-            else if (r.verdict === "ALLOW") {
-              allow++;
-              histogram.record(t);
-            }
-          }
-        }),
-      );
-      return Number(process.hrtime.bigint() - start);
-    };
-    if (warmup > 0) await run(warmup * 1e9, false);
+class Meter {
+  readonly histogram = new LatencyHistogram();
+  decisions = 0;
+  allow = 0;
+  failed = 0;
+  elapsedNs = 0;
+  cpuUs = 0;
+  daemonCpuUs: number | null = 0;
+  #seq = 0;
+
+  constructor(
+    private readonly call: Call,
+    private readonly callers: number,
+    private readonly daemons: readonly RunningDaemon[],
+  ) {}
+
+  /** `callers` callers back to back for `seconds`; counted unless warming up. */
+  async slice(seconds: number, measure: boolean): Promise<void> {
     const cpu = process.cpuUsage();
-    const daemonCpu = daemonsCpuUs(daemons);
-    const elapsed = await run(seconds * 1e9, true);
+    const daemonCpu = daemonsCpuUs(this.daemons);
+    const start = process.hrtime.bigint();
+    const deadline = start + BigInt(Math.round(seconds * 1e9));
+    await Promise.all(
+      Array.from({ length: this.callers }, async (_, caller) => {
+        while (process.hrtime.bigint() < deadline) {
+          const t0 = process.hrtime.bigint();
+          const ok = await this.call(caller, this.#seq++);
+          const t = Number(process.hrtime.bigint() - t0);
+          if (!measure) continue;
+          this.decisions++;
+          if (ok) {
+            this.allow++;
+            this.histogram.record(t);
+          } else this.failed++;
+        }
+      }),
+    );
+    if (!measure) return;
+    this.elapsedNs += Number(process.hrtime.bigint() - start);
     const { user, system } = process.cpuUsage(cpu);
-    const daemonCpuAfter = daemonsCpuUs(daemons);
-    if (decisions === 0) throw new CliError("bench daemon: no preExec completed in the measured time", 1);
-    if (allow / decisions < MIN_ALLOW_RATIO) {
+    this.cpuUs += user + system;
+    const daemonCpuAfter = daemonsCpuUs(this.daemons);
+    this.daemonCpuUs =
+      this.daemonCpuUs === null || daemonCpu === null || daemonCpuAfter === null
+        ? null
+        : this.daemonCpuUs + daemonCpuAfter - daemonCpu;
+  }
+
+  /** The figure, or a CliError when the run measured something other than the ALLOW path. */
+  figure(what: string): Figure & { cpu_us_per_decision: number; daemon_cpu_us_per_decision: number | null } {
+    if (this.decisions === 0)
+      throw new CliError(`bench daemon: no ${what} call completed in the measured time`, 1);
+    if (this.allow / this.decisions < MIN_ALLOW_RATIO) {
       throw new CliError(
-        `bench daemon: only ${allow} of ${decisions} decisions were ALLOW (${failClosed} failed closed); this run measured the wrong path`,
+        `bench daemon: only ${this.allow} of ${this.decisions} ${what} decisions were ALLOW; this run measured the wrong path`,
         1,
       );
     }
     return {
-      decisions,
-      decisions_per_sec: Math.round(allow / (elapsed / 1e9)),
-      p50_ms: ms(histogram.quantileNs(0.5)),
-      p99_ms: ms(histogram.quantileNs(0.99)),
-      max_ms: ms(histogram.maxNs),
-      allow,
-      fail_closed: failClosed,
-      client_cpu_us_per_decision: Math.round((user + system) / decisions),
+      decisions: this.decisions,
+      decisions_per_sec: Math.round(this.allow / (this.elapsedNs / 1e9)),
+      p50_ms: ms(this.histogram.quantileNs(0.5)),
+      p99_ms: ms(this.histogram.quantileNs(0.99)),
+      max_ms: ms(this.histogram.maxNs),
+      cpu_us_per_decision: Math.round(this.cpuUs / this.decisions),
       daemon_cpu_us_per_decision:
-        daemonCpu === null || daemonCpuAfter === null
+        this.daemons.length === 0 || this.daemonCpuUs === null
           ? null
-          : Math.round((daemonCpuAfter - daemonCpu) / decisions),
+          : Math.round(this.daemonCpuUs / this.decisions),
     };
-  } finally {
-    for (const c of opened) c.close();
   }
+}
+
+/** The library engine in this process (Model A), on its own fresh store: `callers` sessions on one agent budget. */
+async function engineParty(
+  url: string,
+  signer: Signer,
+  callers: number,
+  tag: string,
+): Promise<{ call: Call; close(): Promise<void> }> {
+  const substrate: Substrate = await openStore(url);
+  const engine: Engine = createEngine({ substrate, signer });
+  const sessions: string[] = [];
+  for (let i = 0; i < callers; i++) {
+    const { session_id } = await engine.register({
+      session_id: `bench-${tag}-${i}`,
+      agent_id: `bench-${tag}`,
+      config: { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" },
+    });
+    sessions.push(session_id);
+  }
+  return {
+    call: async (caller, n) =>
+      (
+        await engine.evaluate({
+          session_id: sessions[caller]!,
+          tool_name: TOOLS[n % TOOLS.length]!,
+          params: { q: `query ${n}`, page: n % 7, caller },
+          nonce: `${tag}.${n}`,
+          estimated_cost_usd: ESTIMATE_USD,
+        })
+      ).verdict === "ALLOW",
+    close: () => substrate.close(),
+  };
+}
+
+/** `clients` @leash/client clients spread over `daemons` in turn, one session each. */
+async function daemonParty(
+  daemons: readonly RunningDaemon[],
+  options: (d: RunningDaemon) => ClientOptions,
+  clients: number,
+  tag: string,
+): Promise<{ call: Call; close(): void }> {
+  const opened: Client[] = Array.from({ length: clients }, (_, i) =>
+    createClient(options(daemons[i % daemons.length]!)),
+  );
+  const sessions = await Promise.all(opened.map((c) => c.register().then((r) => r.session_id)));
+  return {
+    call: async (caller, n) => {
+      const r = await opened[caller]!.preExec({
+        session_id: sessions[caller]!,
+        tool_name: TOOLS[n % TOOLS.length]!,
+        params: { q: `query ${n}`, page: n % 7, caller },
+        nonce: `${tag}.${n}`,
+        estimated_cost_usd: ESTIMATE_USD,
+      });
+      return !r.fail_closed && r.verdict === "ALLOW";
+    },
+    close: () => {
+      for (const c of opened) c.close();
+    },
+  };
+}
+
+/** Runs the meters' slices in turn, `rounds` times, after one warm-up slice each. */
+async function alternate(meters: readonly Meter[], seconds: number, warmup: number): Promise<void> {
+  if (warmup > 0) for (const m of meters) await m.slice(warmup, false);
+  const rounds = Math.max(1, Math.round(seconds));
+  for (let r = 0; r < rounds; r++) for (const m of meters) await m.slice(seconds / rounds, true);
 }
 
 /**
@@ -361,20 +379,23 @@ function freshUrls(
   scratch: string,
 ): { daemon: string; engine: string; schemas: string[] } {
   if (target.kind === "sqlite") {
+    // The given URL's parameters (synchronous=NORMAL, group_commit=off, …) apply to both stores.
+    const query = target.url.includes("?") ? target.url.slice(target.url.indexOf("?")) : "";
     return {
-      daemon: `sqlite:${join(scratch, "daemon.db")}`,
-      engine: `sqlite:${join(scratch, "engine.db")}`,
+      daemon: `sqlite:${join(scratch, "daemon.db")}${query}`,
+      engine: `sqlite:${join(scratch, "engine.db")}${query}`,
       schemas: [],
     };
   }
   if (target.kind === "postgres") {
-    const schema = `leash_bench_daemon_${randomBytes(6).toString("hex")}`;
+    const id = randomBytes(6).toString("hex");
+    const [daemon, engine] = [`leash_bench_daemon_${id}`, `leash_bench_engine_${id}`];
     const sep = target.connection.includes("?") ? "&" : "?";
-    // The engine figure's --fresh makes (and drops) a schema of its own.
+    const groupCommit = target.groupCommit ? "" : "&group_commit=off";
     return {
-      daemon: `${target.connection}${sep}schema=${schema}`,
-      engine: target.connection,
-      schemas: [schema],
+      daemon: `${target.connection}${sep}schema=${daemon}${groupCommit}`,
+      engine: `${target.connection}${sep}schema=${engine}${groupCommit}`,
+      schemas: [daemon, engine],
     };
   }
   throw new CliError(
@@ -405,11 +426,8 @@ export async function runBenchDaemon(options: BenchDaemonOptions, io: Io): Promi
   );
   const urls = freshUrls(target, scratch);
   const daemons: RunningDaemon[] = [];
+  const closers: Array<() => unknown> = [];
   try {
-    // The library engine first, alone on the machine, on its own fresh store of the same kind.
-    const engine = await engineFigure(urls.engine, options.clients, options.seconds, options.warmup);
-    const engineOne = await engineFigure(urls.engine, 1, single, options.warmup);
-
     const hmac = randomBytes(32).toString("hex");
     const key = generateKeyPair();
     const keyFile = join(scratch, "daemon.key");
@@ -447,36 +465,43 @@ export async function runBenchDaemon(options: BenchDaemonOptions, io: Io): Promi
         ...(checked ? { daemonPublicKey: key.publicKeyHex } : {}),
       });
 
-    const main = await clientLoad(
-      daemons,
-      base(false),
-      options.clients,
-      options.seconds,
-      options.warmup,
-      "main",
-    );
-    const checked = await clientLoad(
-      daemons,
-      base(true),
-      options.clients,
-      options.seconds,
-      options.warmup,
-      "checked",
-    );
-    const one = await clientLoad(daemons.slice(0, 1), base(false), 1, single, options.warmup, "one");
-    const oneDaemon =
+    const party = async <P extends { call: Call; close(): unknown }>(made: Promise<P>) => {
+      const p = await made;
+      closers.push(() => p.close());
+      return p;
+    };
+    const meter = async <P extends { call: Call; close(): unknown }>(
+      made: Promise<P>,
+      callers: number,
+      on: readonly RunningDaemon[],
+    ) => new Meter((await party(made)).call, callers, on);
+    // The library engine runs in this process (Model A: that is what it is); the daemons do not.
+    const n = options.clients;
+    const engineKey = generateKeyPair().signer;
+    const engineMeter = await meter(engineParty(urls.engine, engineKey, n, "engine"), n, []);
+    const mainMeter = await meter(daemonParty(daemons, base(false), n, "main"), n, daemons);
+    const checkedMeter = await meter(daemonParty(daemons, base(true), n, "checked"), n, daemons);
+    const oneDaemonMeter =
       daemons.length > 1
-        ? await clientLoad(
-            daemons.slice(0, 1),
-            base(false),
-            options.clients,
-            options.seconds,
-            options.warmup,
-            "single",
-          )
+        ? await meter(daemonParty(daemons.slice(0, 1), base(false), n, "single"), n, daemons)
         : null;
+    await alternate(
+      [engineMeter, mainMeter, checkedMeter, ...(oneDaemonMeter === null ? [] : [oneDaemonMeter])],
+      options.seconds,
+      options.warmup,
+    );
+    const engineOneMeter = await meter(engineParty(urls.engine, engineKey, 1, "engine1"), 1, []);
+    const oneMeter = await meter(daemonParty(daemons.slice(0, 1), base(false), 1, "one"), 1, daemons);
+    await alternate([engineOneMeter, oneMeter], single, options.warmup);
+
+    const main = mainMeter.figure("daemon");
+    const checked = checkedMeter.figure("daemon (receipts checked)");
+    const engine = engineMeter.figure("engine");
+    const one = oneMeter.figure("one-client daemon");
+    const engineOne = engineOneMeter.figure("one-caller engine");
+    const oneDaemon = oneDaemonMeter?.figure("one-daemon") ?? null;
     const overspend = daemons.length > 1 ? await overspendCheck(daemons, base(false), options.clients) : null;
-    const figure = (f: LoadResult) => ({
+    const figure = (f: Figure) => ({
       decisions_per_sec: f.decisions_per_sec,
       p50_ms: f.p50_ms,
       p99_ms: f.p99_ms,
@@ -488,16 +513,16 @@ export async function runBenchDaemon(options: BenchDaemonOptions, io: Io): Promi
         transport: options.transport,
         store: target.kind,
         daemons: options.daemons,
-        // The daemons are `leash serve` child processes; the clients run in this process.
+        // The daemons are `leash serve` child processes; the clients and the library engine run in this one.
         daemon_process: "child",
         clients: options.clients,
         seconds: options.seconds,
         decisions: main.decisions,
         ...figure(main),
         // Steadier than decisions/s on a shared machine; the engine figure's own is engine.cpu_us_per_decision.
-        client_cpu_us_per_decision: main.client_cpu_us_per_decision,
+        client_cpu_us_per_decision: main.cpu_us_per_decision,
         daemon_cpu_us_per_decision: main.daemon_cpu_us_per_decision,
-        fail_closed: main.fail_closed + checked.fail_closed,
+        fail_closed: mainMeter.failed + checkedMeter.failed,
         receipts_checked: figure(checked),
         engine: {
           decisions_per_sec: engine.decisions_per_sec,
@@ -518,6 +543,7 @@ export async function runBenchDaemon(options: BenchDaemonOptions, io: Io): Promi
     );
     return overspend === null || overspend.zero_overspend ? 0 : 1;
   } finally {
+    for (const close of closers.reverse()) await Promise.resolve(close()).catch(() => undefined);
     await Promise.all(daemons.map(stopDaemon));
     for (const schema of urls.schemas) {
       if (target.kind !== "postgres") break;
@@ -552,13 +578,16 @@ export function registerBenchDaemon(bench: Command, io: Io, setExit: (code: numb
     .addHelpText(
       "after",
       `
-Runs, in order: the library engine (\`leash bench engine\` in a child process, --clients callers, then
-one), on a fresh store of the same kind; then the daemon (\`leash serve\` child processes, an
-ephemeral key, fresh store) driven by --clients @leash/client clients in this process — receipt checks
-off (the main figure), then on, then one client. Every call is an ALLOW with a budget hold on one
-shared agent account. With --daemons 2 the clients alternate between two daemons on one PostgreSQL,
-a second figure has all of them on one daemon, and an overspend check races the clients for a $1
-budget in $0.01 holds (at most 100 ALLOWs).
+The daemons are \`leash serve\` child processes (an ephemeral key, a fresh store); the load generator
+and the library engine (Model A, on its own fresh store of the same kind) run in this process. Four
+parties take turns in one-second slices for --seconds each, after a --warmup slice each: the engine
+with --clients callers, --clients @leash/client clients with receipt checks off (the main figure),
+the same with receipt checks on, and (--daemons 2) all clients on one daemon; then the engine with
+one caller and one client take turns for --single-seconds (the transport's overhead at p50). Taking
+turns keeps the ratio honest on a machine whose speed moves within the run. Every call is an ALLOW
+with a budget hold on one shared agent account. With --daemons 2 the clients alternate between two
+daemons on one PostgreSQL, and an overspend check then races them for a $1 budget in $0.01 holds
+(at most 100 ALLOWs).
 Prints one JSON line: {"bench":"daemon","transport","store","daemons","daemon_process","clients",
 "seconds","decisions","decisions_per_sec","p50_ms","p99_ms","max_ms","client_cpu_us_per_decision",
 "daemon_cpu_us_per_decision","fail_closed","receipts_checked",
