@@ -16,6 +16,7 @@ const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.u
 const BUDGET_MILLI = 2000;
 const ESTIMATE_MILLI = 10;
 const IN_FLIGHT = 4;
+const BUDGET_DONE = new Set(["budget_exhausted", "budget_overrun"]);
 const milli = (n: number) => (n / 1000).toFixed(3);
 /** An exact decimal string ("1.993", "0") in thousandths; the store's money is exact decimal text. */
 const toMilli = (decimal: string) => Math.round(Number(decimal) * 1000);
@@ -150,11 +151,12 @@ it("two daemons, one PostgreSQL schema, 8 clients over socket and gRPC, one orga
               allowed.push({ client: index, result: r, actualMilli });
             }),
         );
-        if (results.some((r) => r.reason === "budget_exhausted")) return;
+        // Rule 5 (nothing left) or 5b (less left than the estimate): this organization's budget is done.
+        if (results.some((r) => BUDGET_DONE.has(r.reason))) return;
         if (results.some((r) => r.verdict !== "ALLOW")) break;
       }
     }
-    throw new Error(`client ${index} never saw budget_exhausted`);
+    throw new Error(`client ${index} never saw its budget run out: ${denied.slice(-5).join(", ")}`);
   };
   await Promise.all(Array.from({ length: 8 }, (_, i) => drive(i)));
 
@@ -170,9 +172,10 @@ it("two daemons, one PostgreSQL schema, 8 clients over socket and gRPC, one orga
   expect(account).not.toBeNull();
   expect(toMilli(account!.spent_usd)).toBe(settledMilli);
   expect(toMilli(account!.reserved_usd)).toBe(0);
-  // The budget really ran out (else the test proved nothing about racing for its end).
-  expect(BUDGET_MILLI - settledMilli).toBeLessThan(ESTIMATE_MILLI);
-  expect(denied).toContain("budget_exhausted");
+  // The budget really ran out (else the test proved nothing about racing for its end): what is left
+  // is at most what the holds in flight when the clients stopped gave back by settling below estimate.
+  expect(BUDGET_MILLI - settledMilli).toBeLessThan(ESTIMATE_MILLI * 8 * IN_FLIGHT);
+  expect(denied.some((reason) => BUDGET_DONE.has(reason))).toBe(true);
   // Every ALLOW's hold is accounted for: settled, none left pending, none that no client was told of.
   expect(pending).toEqual([]);
   expect(settled.length).toBe(allowed.length);

@@ -352,7 +352,7 @@ async function overspendCheck(
             if (r.fail_closed)
               throw new CliError(`bench daemon: the overspend check failed closed: ${r.detail}`, 1);
             if (r.verdict !== "ALLOW") {
-              if (r.reason === "budget_exhausted") return;
+              if (r.reason === "budget_exhausted" || r.reason === "budget_overrun") return;
               break; // a tripped circuit: a new session
             }
             allowed++;
