@@ -203,6 +203,29 @@ describe.each(TRANSPORTS)("against the real daemon over %s", (transport) => {
     expect(runs).toEqual([]);
   });
 
+  it("each settlement is applied before the session's next decision (PostgreSQL; on the socket postExec is fire-and-forget)", async () => {
+    await setUp("postgres");
+    const c = client(transport);
+    const { session_id } = await c.register();
+    const remaining: Array<string | null> = [];
+    const tool = guard(
+      c,
+      {
+        session_id,
+        tool_name: "fetch",
+        estimate: "0.002",
+        cost: () => "0.001",
+        onDecision: (d) => remaining.push(d.budget_remaining_usd),
+      },
+      async (args: { n: number }) => args.n,
+    );
+    for (let n = 0; n < 30; n++) await tool({ n });
+    // Call k (from 0) sees k settlements of 0.001 and its own hold of 0.002: 0.5 − k × 0.001 − 0.002.
+    expect(remaining).toEqual(
+      Array.from({ length: 30 }, (_, k) => (0.498 - k * 0.001).toFixed(3).replace(/0+$/, "")),
+    );
+  });
+
   it("many calls in flight on one connection each get their own verdict and receipt", async () => {
     await setUp();
     const c = client(transport);
