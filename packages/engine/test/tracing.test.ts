@@ -61,7 +61,11 @@ describe.each(KINDS)("spans on %s", (kind) => {
       estimated_cost_usd: "0.25",
       call_id: "toolu_42",
     });
-    expect([allowed.verdict, denied.verdict, denied.reason]).toEqual(["ALLOW", "DENY", "max_repeat_exceeded"]);
+    expect([allowed.verdict, denied.verdict, denied.reason]).toEqual([
+      "ALLOW",
+      "DENY",
+      "max_repeat_exceeded",
+    ]);
 
     const spans = named(exporter.getFinishedSpans(), "leash.evaluate search");
     expect(spans).toHaveLength(2);
