@@ -68,7 +68,7 @@ describe("pnpm demo", () => {
     const [, decisions, entries] = /(\d+) decisions make (\d+) entries because/.exec(output) ?? [];
     expect(Number(entries)).toBeGreaterThan(Number(decisions));
     expect(output).toMatch(/: 17 verdicts, 4 session registrations, 11 settled costs, 1 human answer\./);
-    expect(output).toMatch(/What to try next[\s\S]*pnpm leash tail --store/);
+    expect(output).toMatch(/What to try next[\s\S]*pnpm leash tail --follow/);
     expect(output).toContain(`Report (one HTML file, works offline): ${report}`);
   });
 });
