@@ -96,6 +96,12 @@ export interface EvaluateRequest {
    * "policy_violation:params_hash_mismatch": the agent and the daemon do not agree on what it runs.
    */
   expected_params_hash?: string;
+  /**
+   * The error the caller saw in this tool's previous result (an MCP `isError` text, an HTTP 401
+   * body). With `error_amplification`, an error signal in it lowers the repeat limit by one, as one
+   * in `params` does (spec §3.9); recorded in the decision's entry (at most 1,024 characters).
+   */
+  previous_error?: string;
   /** The framework's id for this tool call (AI SDK toolCallId, …): the span's `gen_ai.tool.call.id` (else the nonce). Not recorded in the chain. */
   call_id?: string;
   /** A W3C traceparent (an MCP request's `_meta.traceparent`): the parent of this call's span. Not recorded in the chain. */
@@ -147,6 +153,8 @@ export interface PostExecRequest {
   call_number: number;
   actual_cost_usd: number | string;
   success?: boolean;
+  /** With `success: false`: what went wrong, recorded in the post_exec entry (at most 1,024 characters). */
+  error_message?: string;
   /** A retried postExec with the same key is a no-op. Default: derived from session and call number. */
   idempotency_key?: string;
   /** The span's `gen_ai.tool.call.id` (as in evaluate); not recorded in the chain. */
