@@ -20,6 +20,8 @@ import { registerRecover } from "./commands/recover.js";
 import { registerRelay } from "./commands/relay.js";
 import { registerServe } from "./commands/serve.js";
 import { registerSession } from "./commands/session.js";
+import { registerSessions } from "./commands/sessions.js";
+import { registerTail } from "./commands/tail.js";
 import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
 
@@ -67,6 +69,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   // Library mode: the engine on a store (sqlite:, postgres://, memory:).
   registerMigrate(program, io, setExit);
   registerSession(program, io, setExit);
+  registerSessions(program, io, setExit);
   registerGuard(program, io, setExit);
   registerEvaluate(program, io, setExit);
   registerExpire(program, io, setExit);
@@ -76,6 +79,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerVerify(program, io, setExit);
   registerExport(program, io, setExit);
   registerReceipt(program, io, setExit);
+  registerTail(program, io, setExit);
   // Startup checks, and shipping the chain elsewhere.
   registerRecover(program, io, setExit);
   registerRelay(program, io, setExit);
