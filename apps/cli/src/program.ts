@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
 import { registerBench } from "./commands/bench.js";
+import { registerBenchDaemon } from "./commands/bench-daemon.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
 import { registerDecide } from "./commands/decide.js";
@@ -87,7 +88,9 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerServe(program, io, setExit);
   // Where agents live: an MCP server behind Leash.
   registerMcp(program, io, setExit);
-  registerBenchEngine(registerBench(program, io, setExit), io, setExit);
+  const bench = registerBench(program, io, setExit);
+  registerBenchEngine(bench, io, setExit);
+  registerBenchDaemon(bench, io, setExit);
   checkRequiredOptionsLast(program);
   return program;
 }
