@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
 import { registerBench } from "./commands/bench.js";
+import { registerBenchDaemon } from "./commands/bench-daemon.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
 import { registerDecide } from "./commands/decide.js";
@@ -20,6 +21,8 @@ import { registerRecover } from "./commands/recover.js";
 import { registerRelay } from "./commands/relay.js";
 import { registerServe } from "./commands/serve.js";
 import { registerSession } from "./commands/session.js";
+import { registerSessions } from "./commands/sessions.js";
+import { registerTail } from "./commands/tail.js";
 import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
 
@@ -67,6 +70,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   // Library mode: the engine on a store (sqlite:, postgres://, memory:).
   registerMigrate(program, io, setExit);
   registerSession(program, io, setExit);
+  registerSessions(program, io, setExit);
   registerGuard(program, io, setExit);
   registerEvaluate(program, io, setExit);
   registerExpire(program, io, setExit);
@@ -76,6 +80,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerVerify(program, io, setExit);
   registerExport(program, io, setExit);
   registerReceipt(program, io, setExit);
+  registerTail(program, io, setExit);
   // Startup checks, and shipping the chain elsewhere.
   registerRecover(program, io, setExit);
   registerRelay(program, io, setExit);
@@ -83,7 +88,9 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerServe(program, io, setExit);
   // Where agents live: an MCP server behind Leash.
   registerMcp(program, io, setExit);
-  registerBenchEngine(registerBench(program, io, setExit), io, setExit);
+  const bench = registerBench(program, io, setExit);
+  registerBenchEngine(bench, io, setExit);
+  registerBenchDaemon(bench, io, setExit);
   checkRequiredOptionsLast(program);
   return program;
 }

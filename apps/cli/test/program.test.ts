@@ -27,6 +27,7 @@ describe("leash program", () => {
     [["bench"]],
     [["bench", "decide"]],
     [["bench", "engine"]],
+    [["bench", "daemon"]],
     [["migrate"]],
     [["session"]],
     [["session", "create"]],

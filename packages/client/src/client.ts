@@ -1,11 +1,10 @@
 // createClient: the agent's side of the sidecar daemon — register, pre_exec, post_exec, heartbeat and
-// session state over one self-healing Unix-socket connection. pre_exec never throws: it fails closed.
+// session state over one self-healing Unix-socket or gRPC connection. pre_exec never throws: it fails closed.
 import { createHash, getRandomValues } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@leash/core";
 import {
   digestToHex,
-  type Envelope,
   errorCodeName,
   GetSessionStateRequestSchema,
   HeartbeatSchema,
@@ -22,9 +21,11 @@ import {
   type SessionState,
   verdictFromWire,
 } from "@leash/wire";
-import { Connection, type RequestOutcome } from "./connection.js";
+import { Connection } from "./connection.js";
 import { LeashError, type LeashErrorCode } from "./errors.js";
+import { GrpcConnection } from "./grpc-connection.js";
 import { receiptProblem } from "./receipt-check.js";
+import type { RequestOutcome, Transport } from "./transport.js";
 import type {
   ClientOptions,
   ClientRegisterRequest,
@@ -66,14 +67,14 @@ type PayloadValue<C> = Extract<Payload, { case: C }> extends { value: infer V } 
 const systemClock: Clock = { nowNs: () => Date.now() * 1e6 };
 
 export function createClient(options: ClientOptions): Client {
-  const key = hmacKeyOf(options.hmacKey);
-  for (const name of ["socketPath", "organizationId", "agentId"] as const) {
-    if (typeof options[name] !== "string" || options[name] === "") {
+  for (const name of ["organizationId", "agentId"] as const) {
+    if (typeof options?.[name] !== "string" || options[name] === "") {
       throw new LeashError("invalid_argument", `createClient: ${name} must be a non-empty string`);
     }
   }
-  if (typeof options.keyId !== "string")
-    throw new LeashError("invalid_argument", "createClient: keyId must be a string");
+  if ((options.socketPath === undefined) === (options.grpc === undefined)) {
+    throw new LeashError("invalid_argument", "createClient: give one of socketPath or grpc");
+  }
   if (options.daemonPublicKey !== undefined && !/^[0-9a-f]{64}$/i.test(options.daemonPublicKey)) {
     throw new LeashError(
       "invalid_argument",
@@ -92,30 +93,20 @@ export function createClient(options: ClientOptions): Client {
       "createClient: heartbeatIntervalMs must be ≥ 0 (0 turns it off)",
     );
   }
-  const connection = new Connection({
-    socketPath: options.socketPath,
-    key,
-    keyId: options.keyId,
-    clock: systemClock,
+  const reconnect = {
     initialDelayMs: positive(
       "reconnect.initialDelayMs",
       options.reconnect?.initialDelayMs ?? DEFAULT_RECONNECT.initialDelayMs,
     ),
-    onStray: (envelope) => {
-      if (envelope.payload.case !== "error") return;
-      const e = envelope.payload.value;
-      options.onBackgroundError?.(
-        new LeashError(
-          "daemon_error",
-          `the daemon refused a notification or late request: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
-        ),
-      );
-    },
     maxDelayMs: positive(
       "reconnect.maxDelayMs",
       options.reconnect?.maxDelayMs ?? DEFAULT_RECONNECT.maxDelayMs,
     ),
-  });
+  };
+  const connection: Transport =
+    options.grpc !== undefined
+      ? new GrpcConnection({ target: options.grpc, organizationId: options.organizationId, ...reconnect })
+      : socketConnection(options, reconnect);
   connection.start();
 
   let currentSession: string | null = null;
@@ -129,21 +120,18 @@ export function createClient(options: ClientOptions): Client {
     expected: C,
   ): Promise<PayloadValue<C>> {
     const outcome = await connection.request(payload, controlTimeoutMs);
-    const envelope = answerOf(outcome);
-    if (envelope.payload.case === "error") {
-      const e = envelope.payload.value;
+    const answer = answerOf(outcome);
+    if (answer.case === "error") {
+      const e = answer.value;
       throw new LeashError(
         "daemon_error",
         `the daemon refused: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
       );
     }
-    if (envelope.payload.case !== expected) {
-      throw new LeashError(
-        "bad_response",
-        `the daemon answered ${envelope.payload.case} to a ${payload.case}`,
-      );
+    if (answer.case !== expected) {
+      throw new LeashError("bad_response", `the daemon answered ${answer.case} to a ${payload.case}`);
     }
-    return envelope.payload.value as PayloadValue<C>;
+    return answer.value as PayloadValue<C>;
   }
 
   function sessionOf(given: string | undefined): string {
@@ -244,7 +232,7 @@ export function createClient(options: ClientOptions): Client {
           timeoutMs,
         );
         if (!outcome.ok) return deny(`fail_closed:${outcome.failure}`, outcome.message, hash);
-        const payload = outcome.envelope.payload;
+        const payload = outcome.answer;
         if (payload.case === "error") {
           const e = payload.value;
           return deny("fail_closed:daemon_error", `${errorCodeName(e.code)} ${e.detail}: ${e.message}`, hash);
@@ -316,7 +304,7 @@ export function createClient(options: ClientOptions): Client {
       } catch (error) {
         throw new LeashError("invalid_argument", `postExec: actual_cost_usd: ${messageOf(error)}`);
       }
-      const outcome = await connection.notify(
+      const outcome = await connection.settle(
         {
           case: "postExec",
           value: create(PostExecNotificationSchema, {
@@ -334,6 +322,14 @@ export function createClient(options: ClientOptions): Client {
       );
       if (!outcome.ok)
         throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
+      // gRPC acknowledges (Empty) or refuses; the socket's notification has no answer to wait for.
+      if (outcome.answer?.case === "error") {
+        const e = outcome.answer.value;
+        throw new LeashError(
+          "daemon_error",
+          `the daemon refused: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
+        );
+      }
       return { session_id: sessionId, call_number: settlement.call_number };
     },
 
@@ -389,8 +385,8 @@ const FAILURE_CODES: Record<string, LeashErrorCode> = {
   bad_response: "bad_response",
 };
 
-function answerOf(outcome: RequestOutcome): Envelope {
-  if (outcome.ok) return outcome.envelope;
+function answerOf(outcome: RequestOutcome): Payload {
+  if (outcome.ok) return outcome.answer;
   throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
 }
 
@@ -437,6 +433,40 @@ function nonceOf(nonce: PreExecCall["nonce"]): bigint {
     throw new Error("nonce must be a non-empty string or an integer");
   const digest = createHash("sha256").update(nonce).digest();
   return (digest.readBigUInt64BE(0) >> 12n) + 1n;
+}
+
+/** The Unix-socket transport: SP/1.0 envelopes HMAC'd with the organization's key. */
+function socketConnection(
+  options: ClientOptions,
+  reconnect: { initialDelayMs: number; maxDelayMs: number },
+): Connection {
+  if (typeof options.socketPath !== "string" || options.socketPath === "")
+    throw new LeashError("invalid_argument", "createClient: socketPath must be a non-empty string");
+  if (options.hmacKey === undefined)
+    throw new LeashError(
+      "invalid_argument",
+      "createClient: the socket needs hmacKey (the organization's key)",
+    );
+  const key = hmacKeyOf(options.hmacKey);
+  if (typeof options.keyId !== "string")
+    throw new LeashError("invalid_argument", "createClient: keyId must be a string");
+  return new Connection({
+    socketPath: options.socketPath,
+    key,
+    keyId: options.keyId,
+    clock: systemClock,
+    ...reconnect,
+    onStray: (envelope) => {
+      if (envelope.payload.case !== "error") return;
+      const e = envelope.payload.value;
+      options.onBackgroundError?.(
+        new LeashError(
+          "daemon_error",
+          `the daemon refused a notification or late request: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
+        ),
+      );
+    },
+  });
 }
 
 function hmacKeyOf(key: Uint8Array | string): Uint8Array {

@@ -16,13 +16,7 @@ import {
   sealEnvelope,
   WireError,
 } from "@leash/wire";
-
-/** Why a request got no usable answer; the client turns each into a fail-closed reason. */
-export type RequestFailure = "daemon_unavailable" | "timeout" | "bad_response";
-
-export type RequestOutcome =
-  | { ok: true; envelope: Envelope }
-  | { ok: false; failure: RequestFailure; message: string };
+import type { RequestOutcome, SettleOutcome, Transport } from "./transport.js";
 
 export interface ConnectionOptions {
   socketPath: string;
@@ -41,7 +35,7 @@ class BadResponse extends Error {}
 /** How many timed-out ids are remembered, so their late answers are ignored rather than suspect. */
 const LATE_IDS = 1024;
 
-export class Connection {
+export class Connection implements Transport {
   readonly #options: ConnectionOptions;
   readonly #pending = new PendingRequests();
   readonly #late = new Set<string>();
@@ -84,7 +78,7 @@ export class Connection {
     socket.ref(); // a request in flight keeps the process alive; an idle client does not
     socket.write(encodeFrame(body));
     try {
-      return { ok: true, envelope: await answer };
+      return { ok: true, answer: (await answer).payload };
     } catch (error) {
       if (WireError.isInstance(error) && error.code === "request_timeout") {
         this.#rememberLate(messageId);
@@ -101,7 +95,7 @@ export class Connection {
    * Sends a notification that gets no answer (post_exec: the RPC returns Empty, which has no envelope
    * payload); resolves once the frame is written. A later answer to it (an Error) goes to onStray.
    */
-  async notify(payload: Payload, timeoutMs: number): Promise<RequestOutcome | { ok: true }> {
+  async settle(payload: Payload, timeoutMs: number): Promise<SettleOutcome> {
     const ready = await this.#ready(timeoutMs);
     if (!("socket" in ready)) return ready;
     const messageId = newMessageId();
@@ -116,7 +110,7 @@ export class Connection {
                 failure: "daemon_unavailable",
                 message: `cannot write to the daemon: ${error.message}`,
               }
-            : { ok: true },
+            : { ok: true, answer: null },
         );
       });
     });

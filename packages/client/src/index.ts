@@ -1,4 +1,4 @@
-// @leash/client: the agent's side of the Leash sidecar daemon (SHACKLE SP/1.0 over a Unix socket).
+// @leash/client: the agent's side of the Leash sidecar daemon (SHACKLE SP/1.0 over a Unix socket or gRPC).
 // It decides nothing: the daemon does; the client fails closed (DENY) whenever it cannot trust an answer.
 
 export {

@@ -2,15 +2,38 @@
 // guarded tool moves from library mode to the daemon unchanged. Plain data; no I/O here.
 import type { GuardConfig, SessionState } from "@leash/wire";
 
+/** PEM text or bytes for TLS: `ca` (default: the system's roots), and `cert` + `key` for mTLS. */
+export interface GrpcTlsOptions {
+  ca?: string | Uint8Array;
+  cert?: string | Uint8Array;
+  key?: string | Uint8Array;
+}
+
+/** The daemon's gRPC address (`leash serve --grpc`). */
+export interface GrpcTarget {
+  /** "host:port" (or "[v6]:port"). */
+  address: string;
+  /** TLS options (default: TLS with the system's roots); `false`: plaintext, loopback addresses only. */
+  tls?: GrpcTlsOptions | false;
+  /** The name the server's certificate must carry, when it is not the address's host. */
+  serverName?: string;
+}
+
+/**
+ * One transport: `socketPath` (SP/1.0 envelopes, HMAC'd with `hmacKey`) or `grpc` (the ShackleDaemon
+ * service; TLS or mTLS authenticates, no HMAC).
+ */
 export interface ClientOptions {
   /** The daemon's Unix socket. */
-  socketPath: string;
+  socketPath?: string;
+  /** The daemon's gRPC service, instead of the socket. */
+  grpc?: GrpcTarget;
   organizationId: string;
   agentId: string;
-  /** The organization's HMAC key: raw bytes or hex, at least 32 bytes. */
-  hmacKey: Uint8Array | string;
-  /** Which of the organization's keys `hmacKey` is (Envelope.key_id). */
-  keyId: string;
+  /** Socket only: the organization's HMAC key, raw bytes or hex, at least 32 bytes. */
+  hmacKey?: Uint8Array | string;
+  /** Socket only: which of the organization's keys `hmacKey` is (Envelope.key_id). */
+  keyId?: string;
   /** The daemon's Ed25519 public key (64 hex): when given, every verdict's receipt is verified. */
   daemonPublicKey?: string;
   /** How long a pre_exec waits for its verdict before failing closed. Default 50 ms. */

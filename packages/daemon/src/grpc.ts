@@ -1,6 +1,5 @@
 // The daemon's gRPC transport (`--grpc HOST:PORT`): the standard ShackleDaemon service on @grpc/grpc-js over
 // the shared request handler. Bare messages, no Envelopes: the peer is authenticated by mTLS, not by HMAC.
-import { type DescMessage, fromBinary, type MessageShape, toBinary } from "@bufbuild/protobuf";
 import { EmptySchema } from "@bufbuild/protobuf/wkt";
 import {
   ServerCredentials as Credentials,
@@ -16,10 +15,15 @@ import {
 import {
   ErrorCode,
   type Error as ErrorMessage,
+  GRPC_ERROR_CODE_METADATA,
+  GRPC_ERROR_DETAIL_METADATA,
+  GRPC_ORGANIZATION_METADATA,
+  GRPC_PROTOCOL_VERSION_METADATA,
   MAX_FRAME_BYTES,
   type Payload,
   PROTOCOL_VERSION,
   ShackleDaemon,
+  shackleGrpcService,
 } from "@leash/wire";
 import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -59,12 +63,12 @@ export class GrpcConfigError extends Error {
 }
 
 /** The metadata a refusal carries: its Appendix B code name and detail. */
-export const ERROR_CODE_METADATA = "leash-error-code";
-export const ERROR_DETAIL_METADATA = "leash-error-detail";
+export const ERROR_CODE_METADATA = GRPC_ERROR_CODE_METADATA;
+export const ERROR_DETAIL_METADATA = GRPC_ERROR_DETAIL_METADATA;
 /** Insecure loopback mode only: which configured organization the caller acts for. */
-export const ORGANIZATION_METADATA = "leash-organization";
+export const ORGANIZATION_METADATA = GRPC_ORGANIZATION_METADATA;
 /** The SP/1.0 version the client speaks (default 1.0.0); a Register negotiates from it. */
-export const PROTOCOL_VERSION_METADATA = "leash-protocol-version";
+export const PROTOCOL_VERSION_METADATA = GRPC_PROTOCOL_VERSION_METADATA;
 /** A URI SAN of this form names the organization; without one, the subject CN does. */
 const ORG_URI_PREFIX = "leash:org:";
 
@@ -108,24 +112,9 @@ export function checkGrpcOptions(options: GrpcOptions): { host: string; port: nu
   return parsed;
 }
 
-/** The service definition from the generated descriptor: `/shackle.sp1.ShackleDaemon/<Method>`, protobuf binary. */
+/** The service definition from the generated descriptor (`@leash/wire`'s, which clients use too). */
 export function shackleServiceDefinition(): ServiceDefinition {
-  const definition: Record<string, ServiceDefinition[string]> = {};
-  for (const method of ShackleDaemon.methods) {
-    const input = method.input as DescMessage;
-    const output = method.output as DescMessage;
-    definition[method.name] = {
-      path: `/${ShackleDaemon.typeName}/${method.name}`,
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (value: MessageShape<DescMessage>) => Buffer.from(toBinary(input, value)),
-      requestDeserialize: (bytes: Buffer) => fromBinary(input, bytes),
-      responseSerialize: (value: MessageShape<DescMessage>) => Buffer.from(toBinary(output, value)),
-      responseDeserialize: (bytes: Buffer) => fromBinary(output, bytes),
-      originalName: method.localName,
-    };
-  }
-  return definition as ServiceDefinition;
+  return shackleGrpcService() as ServiceDefinition;
 }
 
 const PAYLOAD_CASE: Record<string, Payload["case"]> = {

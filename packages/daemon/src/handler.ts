@@ -225,6 +225,12 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   const { engine, config, clock, logger, metrics } = options;
   /** session id → its organization: a request may only name a session of its own organization. */
   const sessionOrgs = new Map<string, string>();
+  /**
+   * The settlements of each session still being written. A PreExec of that session waits for them, so
+   * a settlement that arrived first is durable before the next decision reads the budget (the socket's
+   * PostExec is fire-and-forget: without this, on PostgreSQL the two could commit in either order).
+   */
+  const settling = new Map<string, Set<Promise<unknown>>>();
   const remember = (sessionId: string, org: string) => {
     if (sessionOrgs.size >= SESSIONS_REMEMBERED) sessionOrgs.clear();
     sessionOrgs.set(sessionId, org);
@@ -297,7 +303,11 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   }
 
   async function preExec(request: PreExecRequest, context: RequestContext): Promise<Payload> {
+    // Looked up before the first await: only settlements that arrived before this request count.
+    const pending = settling.get(request.sessionId);
+    const earlier = pending === undefined ? undefined : Promise.allSettled([...pending]);
     await checkSession(request.sessionId, context.auth);
+    if (earlier !== undefined) await earlier;
     const estimate = moneyFromWire(
       request.estimatedCostUsd,
       request.estimatedCostUsdDecimal,
@@ -361,16 +371,29 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   }
 
   async function postExec(request: PostExecNotification, context: RequestContext): Promise<Answer> {
-    await checkSession(request.sessionId, context.auth);
-    const actual =
-      moneyFromWire(request.actualCostUsd, request.actualCostUsdDecimal, "actual_cost_usd") ?? "0";
-    const settled = await engine.postExec({
-      session_id: request.sessionId,
-      call_number: callNumberOf(request.callNumber, "call_number"),
-      actual_cost_usd: actual,
-      success: request.success,
-      ...(request.idempotencyKey === "" ? {} : { idempotency_key: request.idempotencyKey }),
-    });
+    // Registered before the first await, so a PreExec of the session that arrives next always waits for it.
+    const settlement = (async () => {
+      await checkSession(request.sessionId, context.auth);
+      const actual =
+        moneyFromWire(request.actualCostUsd, request.actualCostUsdDecimal, "actual_cost_usd") ?? "0";
+      return engine.postExec({
+        session_id: request.sessionId,
+        call_number: callNumberOf(request.callNumber, "call_number"),
+        actual_cost_usd: actual,
+        success: request.success,
+        ...(request.idempotencyKey === "" ? {} : { idempotency_key: request.idempotencyKey }),
+      });
+    })();
+    const mine = settling.get(request.sessionId) ?? new Set<Promise<unknown>>();
+    settling.set(request.sessionId, mine);
+    mine.add(settlement);
+    let settled: Awaited<typeof settlement>;
+    try {
+      settled = await settlement;
+    } finally {
+      mine.delete(settlement);
+      if (mine.size === 0 && settling.get(request.sessionId) === mine) settling.delete(request.sessionId);
+    }
     if (!settled.replayed && settled.budget_remaining_usd !== null) metrics.holdsSettled.inc();
     return null;
   }

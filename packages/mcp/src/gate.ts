@@ -14,6 +14,8 @@ export interface GateCall {
   previous_error?: string;
   /** The tool's policy is `hitl`: judged in the session whose guard asks a human for every call. */
   always_hitl?: boolean;
+  /** The MCP request's `_meta.traceparent`: the engine's span for this call becomes its child. */
+  traceparent?: string;
 }
 
 export interface GateVerdict {
@@ -37,6 +39,8 @@ export interface Settlement {
   actual_cost_usd: string | number;
   success: boolean;
   error_message?: string;
+  /** The MCP request's `_meta.traceparent`, for the settlement's span. */
+  traceparent?: string;
 }
 
 /** How a paused call gets its human answer, where the gate can record one. */
@@ -125,6 +129,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         params: call.params,
         nonce: call.nonce,
         ...(call.previous_error === undefined ? {} : { previous_error: call.previous_error }),
+        ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
       });
       return {
         verdict: result.verdict,
@@ -146,6 +151,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         actual_cost_usd: settlement.actual_cost_usd,
         success: settlement.success,
         ...(settlement.error_message === undefined ? {} : { error_message: settlement.error_message }),
+        ...(settlement.traceparent === undefined ? {} : { traceparent: settlement.traceparent }),
       });
     },
     hitl: {

@@ -283,7 +283,13 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
    * nobody answered) and whether it waited.
    */
   async function throughHuman(
-    call: { tool: string; args: Record<string, unknown>; nonce: string; always_hitl: boolean },
+    call: {
+      tool: string;
+      args: Record<string, unknown>;
+      nonce: string;
+      always_hitl: boolean;
+      traceparent?: string;
+    },
     verdict: GateVerdict,
     signal: AbortSignal,
   ): Promise<{ verdict: GateVerdict; requestId: string | null; waited: boolean }> {
@@ -297,6 +303,7 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
         params: call.args,
         nonce: call.nonce,
         always_hitl: call.always_hitl,
+        ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
       });
     if (server.getClientCapabilities()?.elicitation) {
       const decision = await askUser(call.tool, call.args, verdict, signal);
@@ -330,6 +337,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     const tool = request.params.name;
     const args = request.params.arguments ?? {};
     const settings = tools[tool] ?? {};
+    // The engine's spans for this call are children of the agent's trace, when it sent one.
+    const traceparent = (request.params._meta as { traceparent?: unknown } | undefined)?.traceparent;
+    const traced = typeof traceparent === "string" ? { traceparent } : {};
     if (settings.policy === "deny") {
       const decision = { verdict: "DENY", reason: "mcp_policy:tool_denied", receipt: null };
       return leashResult(tool, denialText(tool, "mcp_policy:tool_denied"), decision);
@@ -343,12 +353,17 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
       params: args,
       nonce,
       always_hitl,
+      ...traced,
       ...(settings.estimate_usd === undefined ? {} : { estimate_usd: settings.estimate_usd }),
       ...(lastError.has(tool) ? { previous_error: lastError.get(tool) as string } : {}),
     });
     let pending: { requestId: string | null; waited: boolean } = { requestId: null, waited: false };
     if (verdict.verdict === "HITL") {
-      const answered = await throughHuman({ tool, args, nonce, always_hitl }, verdict, extra.signal);
+      const answered = await throughHuman(
+        { tool, args, nonce, always_hitl, ...traced },
+        verdict,
+        extra.signal,
+      );
       verdict = answered.verdict;
       pending = answered;
     }
@@ -372,7 +387,12 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
       )) as CallToolResult;
     } catch (error) {
       // The call may have run: the estimate is what it is taken to have cost.
-      await settle(verdict, { actual_cost_usd: estimate, success: false, error_message: message(error) });
+      await settle(verdict, {
+        actual_cost_usd: estimate,
+        success: false,
+        error_message: message(error),
+        ...traced,
+      });
       if (upstreamGone !== null) throw gone();
       throw error;
     }
@@ -384,6 +404,7 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     await settle(verdict, {
       actual_cost_usd: actual,
       success: !failed,
+      ...traced,
       ...(errorText === undefined ? {} : { error_message: errorText }),
     });
     if (errorText !== undefined) lastError.set(tool, errorText);

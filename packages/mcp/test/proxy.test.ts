@@ -6,6 +6,13 @@ import { createMemorySubstrate } from "@leash/substrate-memory";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { propagation } from "@opentelemetry/api";
+import { W3CTraceContextPropagator } from "@opentelemetry/core";
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from "@opentelemetry/sdk-trace-base";
 import { afterEach, expect, it } from "vitest";
 import { createLeashProxy, engineGate, type LeashProxy, upstreamTransport } from "../src/index.js";
 import { firstText, TEST_SERVER, workspace } from "./harness.js";
@@ -16,11 +23,16 @@ afterEach(async () => {
   proxy = undefined;
 });
 
-async function start(config = {}) {
+async function start(config = {}, tracing: { exporter?: InMemorySpanExporter } = {}) {
   const ws = workspace();
   const substrate = createMemorySubstrate();
   await substrate.migrate();
-  const engine = createEngine({ substrate, signer: generateKeyPair().signer });
+  const tracer =
+    tracing.exporter &&
+    new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(tracing.exporter)] }).getTracer(
+      "test",
+    );
+  const engine = createEngine({ substrate, signer: generateKeyPair().signer, ...(tracer ? { tracer } : {}) });
   const gate = await engineGate({ engine, agent_id: "lib-test", config });
   const traced: (string | undefined)[] = [];
   proxy = await createLeashProxy({
@@ -48,6 +60,32 @@ it("runs every tools/call inside the trace-context hook, with the agent's tracep
   await client.callTool({ name: "echo", arguments: { text: "a" }, _meta: { traceparent } });
   await client.callTool({ name: "echo", arguments: { text: "b" } });
   expect(traced).toEqual([traceparent, undefined]);
+}, 30_000);
+
+it("makes the engine's spans of a call children of the agent's traceparent", async () => {
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  try {
+    const exporter = new InMemorySpanExporter();
+    const { client } = await start({}, { exporter });
+    const traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+    await client.callTool({
+      name: "echo",
+      arguments: { text: "a" },
+      _meta: { traceparent: `00-${traceId}-00f067aa0ba902b7-01` },
+    });
+    await client.callTool({ name: "echo", arguments: { text: "b" } });
+    const spans = exporter.getFinishedSpans();
+    const evaluates = spans.filter((s) => s.name.startsWith("leash.evaluate"));
+    const settles = spans.filter((s) => s.name === "leash.post_exec");
+    expect(evaluates).toHaveLength(2);
+    expect(settles).toHaveLength(2);
+    expect(evaluates[0]?.spanContext().traceId).toBe(traceId);
+    expect(evaluates[0]?.parentSpanContext?.spanId).toBe("00f067aa0ba902b7");
+    expect(settles[0]?.spanContext().traceId).toBe(traceId);
+    expect(evaluates[1]?.spanContext().traceId).not.toBe(traceId);
+  } finally {
+    propagation.disable();
+  }
 }, 30_000);
 
 it("passes progress, log notifications and cancellation through both ways", async () => {

@@ -24,6 +24,14 @@ export {
 export { decodeEnvelope, encodeEnvelope, encodeFrame, FrameDecoder, MAX_FRAME_BYTES } from "./framing.js";
 export * from "./gen/shackle/sp1/shackle_pb.js";
 export {
+  GRPC_ERROR_CODE_METADATA,
+  GRPC_ERROR_DETAIL_METADATA,
+  GRPC_ORGANIZATION_METADATA,
+  GRPC_PROTOCOL_VERSION_METADATA,
+  type GrpcMethodDefinition,
+  shackleGrpcService,
+} from "./grpc-service.js";
+export {
   checkEnvelopeHmac,
   HMAC_BYTES,
   HMAC_FIELD,

@@ -1,0 +1,162 @@
+// @leash/client over gRPC with TLS and mTLS against the real daemon (openssl-made certificates): the
+// organization's certificate is served and its receipts verify; no certificate or another CA's fails closed.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { generateKeyPair } from "@leash/chain";
+import { type Daemon, parseDaemonConfig, startDaemon } from "@leash/daemon";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Client, createClient, type GrpcTlsOptions } from "../src/index.js";
+
+const dir = mkdtempSync(join(tmpdir(), "leash-client-tls-"));
+const pem = (name: string) => readFileSync(join(dir, name));
+let daemon: Daemon;
+const signer = generateKeyPair();
+const clients: Client[] = [];
+
+/** A CA, and leaves signed by it: `ssl(...)` is openssl in the scratch directory. */
+function makePki(): void {
+  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+  const ca = (name: string) =>
+    ssl(
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.pem`,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${name}`,
+    );
+  const leaf = (name: string, signedBy: string, cn: string, san: string) => {
+    ssl(
+      "req",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.csr`,
+      "-subj",
+      `/CN=${cn}`,
+    );
+    writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
+    ssl(
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      `${signedBy}.pem`,
+      "-CAkey",
+      `${signedBy}.key`,
+      "-CAcreateserial",
+      "-out",
+      `${name}.pem`,
+      "-days",
+      "2",
+      "-extfile",
+      `${name}.ext`,
+    );
+  };
+  ca("ca");
+  ca("other-ca");
+  leaf("server", "ca", "leash.test", "DNS:leash.test,IP:127.0.0.1");
+  leaf("acme", "ca", "acme", "URI:leash:org:acme");
+  leaf("impostor", "other-ca", "acme", "URI:leash:org:acme");
+}
+
+beforeAll(async () => {
+  makePki();
+  daemon = await startDaemon({
+    config: parseDaemonConfig({
+      organizations: {
+        acme: {
+          hmac_keys: { k1: { hex: "ab".repeat(32) } },
+          agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+        },
+        globex: { hmac_keys: { k2: { hex: "cd".repeat(32) } } },
+      },
+    }),
+    signer: signer.signer,
+    store: `sqlite:${join(dir, "leash.db")}`,
+    socketPath: join(dir, "leash.sock"),
+    grpc: {
+      listen: "127.0.0.1:0",
+      tls: { cert: pem("server.pem"), key: pem("server.key"), clientCa: pem("ca.pem") },
+    },
+    logger: pino({ level: "silent" }),
+  });
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of clients) c.close();
+  await daemon?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function client(tls: GrpcTlsOptions, serverName = "leash.test"): Client {
+  const c = createClient({
+    grpc: { address: daemon.grpcAddress as string, tls, serverName },
+    organizationId: "acme",
+    agentId: "research-bot",
+    daemonPublicKey: signer.publicKeyHex,
+    timeoutMs: 5000,
+    controlTimeoutMs: 5000,
+    heartbeatIntervalMs: 0,
+  });
+  clients.push(c);
+  return c;
+}
+
+describe("gRPC with mTLS", () => {
+  it("a client certificate naming acme registers and gets verified ALLOWs; the policy is the daemon's", async () => {
+    const c = client({ ca: pem("ca.pem"), cert: pem("acme.pem"), key: pem("acme.key") });
+    const { session_id, active_config } = await c.register();
+    expect(active_config?.budgetUsdDecimal).toBe("0.5");
+    const r = await c.preExec({
+      session_id,
+      tool_name: "web_search",
+      params: { q: "x" },
+      estimated_cost_usd: "0.01",
+    });
+    expect([r.verdict, r.reason, r.fail_closed, r.budget_remaining_usd]).toEqual([
+      "ALLOW",
+      "within_thresholds",
+      false,
+      "0.49",
+    ]);
+    await c.postExec({ session_id, call_number: r.call_number, actual_cost_usd: "0.01" });
+    expect((await c.getSession()).budgetRemainingUsdDecimal).toBe("0.49");
+  });
+
+  it("no client certificate, or one from another CA: register throws, preExec fails closed", async () => {
+    for (const tls of [
+      { ca: pem("ca.pem") },
+      { ca: pem("ca.pem"), cert: pem("impostor.pem"), key: pem("impostor.key") },
+    ]) {
+      const c = client(tls);
+      await expect(c.register()).rejects.toMatchObject({ code: "daemon_unavailable" });
+      const r = await c.preExec({ session_id: "s1", tool_name: "web_search" });
+      expect([r.verdict, r.reason]).toEqual(["DENY", "fail_closed:daemon_unavailable"]);
+    }
+  });
+
+  it("a server certificate for another name, or from a CA the client does not trust, fails closed", async () => {
+    for (const c of [
+      client({ ca: pem("ca.pem"), cert: pem("acme.pem"), key: pem("acme.key") }, "elsewhere.test"),
+      client({ ca: pem("other-ca.pem"), cert: pem("acme.pem"), key: pem("acme.key") }),
+    ]) {
+      const r = await c.preExec({ session_id: "s1", tool_name: "web_search" });
+      expect([r.verdict, r.reason]).toEqual(["DENY", "fail_closed:daemon_unavailable"]);
+    }
+  });
+});
