@@ -201,6 +201,32 @@ describe.each(STORE_KINDS)("leash recover on %s", (kind) => {
     expect((await L(["verify", "--pubkey", A.pubHex])).stdout).toMatch(/^OK: 3 entries verified/);
   });
 
+  it("a hand-edited reserved_usd: exit 1 naming it; --repair with the key rebuilds it from the chain", async () => {
+    const s = await fill(0, "--budget", "1");
+    for (const n of ["1", "2"]) {
+      const r = await L([
+        "evaluate",
+        ...["--session", s, "--tool", "t", "--nonce", n, "--estimate", "0.25", "--key-file", A.file],
+      ]);
+      expect(r.code).toBe(0);
+    }
+    await store.exec(`UPDATE leash_budget_accounts SET reserved_usd = '0' WHERE account_id = 'session:${s}'`);
+    const refused = await recoverCmd();
+    expectFailed(refused, 1);
+    expect(refused.stderr).toContain("the state tables disagree with the replayed chain");
+    expect(refused.stdout).toContain(`budget_accounts session:${s} reserved_usd: store "0", chain "0.5"`);
+    const repaired = await recoverCmd("--repair", "--key-file", A.file);
+    expect(repaired.stderr).toBe("");
+    expect(repaired.code).toBe(0);
+    expect(repaired.stdout).toContain("rewrote 1 snapshot value(s) from the replayed chain");
+    expect(JSON.parse((await L(["session", "show", s])).stdout).budget_remaining_usd).toBe("0.5");
+    const verified = await L(["verify", "--replay", "--pubkey", A.pubHex]);
+    expect(verified.code).toBe(0);
+    expect(verified.stdout).toMatch(
+      /^OK: 4 entries verified.*\nREPLAY OK: 4 entries replayed, 2 decisions, every verdict re-derived\n$/s,
+    );
+  });
+
   it("refuses a signing key that is not the chain's key in force: exit 2, nothing written", async () => {
     await fill(1);
     const r = await recoverCmd("--key-file", B.file);

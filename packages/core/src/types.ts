@@ -142,4 +142,10 @@ export interface DecideInputs {
   nowNs?: number;
   rng?: number;
   errorText?: string;
+  /**
+   * SHA-256 of a string's UTF-8 bytes as lowercase hex, for the argument digest (rule 4). A runtime
+   * may pass a native one (node:crypto); absent, core's own pure implementation is used. It must be
+   * a correct SHA-256: decide() trusts it as it trusts its own.
+   */
+  sha256Hex?: (text: string) => string;
 }

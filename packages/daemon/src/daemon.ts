@@ -1,9 +1,11 @@
 // startDaemon(): the Leash sidecar — the store opened and its chain verified, the engine, the Unix socket,
 // the optional HTTP probes, and a clean shutdown. Decisions are the engine's; framing is the transport's.
+
 import { readFileSync } from "node:fs";
 import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
+import { compareSnapshots, describeDifferences, replayChain } from "@leash/recovery";
 import { ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -99,6 +101,26 @@ async function checkChain(substrate: Substrate, signer: Signer, trusted: readonl
   }
 }
 
+/**
+ * Replays the verified chain and compares the state tables with it: a daemon serving on a hand-edited
+ * spent_usd or circuit flag would decide on a state its own chain contradicts (fail closed).
+ */
+async function checkStateTables(substrate: Substrate): Promise<void> {
+  const replay = await replayChain(wholeChain(substrate));
+  if (!replay.ok) {
+    const m = replay.mismatch!;
+    throw new Error(
+      `the audit chain does not replay: entry ${m.index} (seq ${m.seq}) records ${m.field} ${JSON.stringify(m.recorded)}, the entries before it give ${JSON.stringify(m.expected)}: run \`leash verify --replay\``,
+    );
+  }
+  const differences = await compareSnapshots(substrate, replay.projection);
+  if (differences.length > 0) {
+    throw new Error(
+      `the state tables disagree with the replayed chain: ${describeDifferences(differences)}: run \`leash recover --repair\``,
+    );
+  }
+}
+
 export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   const { config, signer } = options;
   const logger = options.logger ?? pino({ level: "info" }, pino.destination(2));
@@ -123,6 +145,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   };
   try {
     await checkChain(substrate, signer, options.trustedPublicKeys ?? []);
+    await checkStateTables(substrate);
     const engine = createEngine({
       substrate,
       signer,

@@ -21,7 +21,6 @@ import {
   type BudgetAccount,
   type Call,
   type ChainEntryRecord,
-  canonicalHash,
   canonicalizationError,
   type Decision,
   decide,
@@ -61,6 +60,7 @@ import {
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
 import { checkResumeRequest } from "./resume-input.js";
 import {
   callIdOf,
@@ -436,6 +436,7 @@ export function createEngine(options: EngineOptions): Engine {
               nowNs,
               rng: rngValue ?? undefined,
               ...(previousError === undefined ? {} : { errorText: previousError }),
+              sha256Hex: nodeSha256Hex,
             }),
             state,
             call,
@@ -445,7 +446,9 @@ export function createEngine(options: EngineOptions): Engine {
       decision = { verdict: "DENY", reason: estimate.reason };
     }
     const paramsValue = call.params ?? {};
-    const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
+    // The canonical text is kept for the entry (replay re-runs decide() on it); its digest is the hash.
+    const paramsText = canonicalizationError(paramsValue) === null ? canonicalParamsText(paramsValue) : null;
+    const paramsHash = paramsText === null ? null : nodeSha256Hex(paramsText);
     const expectedHash = request.expected_params_hash;
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;
@@ -568,6 +571,12 @@ export function createEngine(options: EngineOptions): Engine {
           // config never changes: it is in its session_registered entry).
           state,
           now_ns: nowNs,
+          ...replayInputs({
+            paramsText,
+            expectedHash,
+            hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
+            holdTtlNs: reservation_id === null ? null : ttlNs,
+          }),
         },
         nowNs,
         head,
@@ -662,6 +671,8 @@ export function createEngine(options: EngineOptions): Engine {
             // How far past its limit this left the budget (0 within it): what an overrun beyond
             // what was left amounts to, while the remaining reads 0.
             over_limit_usd: overLimit(accounts),
+            // The key the settlement is stored under, for replay (a retry with it is a no-op).
+            idempotency_key: settled.reservation.idempotency_key,
           },
           nowNs,
         );

@@ -1,6 +1,9 @@
 // @leash/engine: library mode (SHACKLE SP/1.0 Model A) — evaluate, postExec, HITL, resets, guard().
 // Bring a substrate (@leash/substrate-sqlite, -postgres or -memory); the engine owns no storage.
 
+// The pieces of evaluate() beyond decide(), for @leash/recovery's replay, which re-runs them on the chain.
+export { budgetEnabled, guardAccountId, sessionAccountId } from "./accounts.js";
+export { outranksEstimate, resolveEstimate } from "./call-input.js";
 export {
   DEFAULT_CONFIG,
   type LeashConfigFile,
@@ -11,6 +14,15 @@ export {
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
+export {
+  bindToPausedTool,
+  boundRequest,
+  boundRequestId,
+  type EngineDecision,
+  PARAMS_HASH_MISMATCH,
+  releasesApproval,
+  TOOL_MISMATCH,
+} from "./hitl-binding.js";
 export { MAX_RESERVATION_TTL_S } from "./limits.js";
 export {
   type OpenStoreOptions,
@@ -19,4 +31,5 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
+export { nodeSha256Hex, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export type * from "./types.js";

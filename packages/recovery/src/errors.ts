@@ -11,6 +11,10 @@ export type RecoveryErrorCode =
   | "outbox_mismatch"
   /** The signer given is not the key in force at the chain's head: what it signed would not verify. */
   | "signer_mismatch"
+  /** A verified entry records a verdict, state or amount that does not follow from the entries before it (replay). */
+  | "replay_mismatch"
+  /** The state tables (sessions, nonces, budget accounts, holds) are not the projection of the chain: edited or torn. */
+  | "snapshot_mismatch"
   /** The store (or the checkpoint file) failed while recovering: unreachable, corrupt, closed; `cause` holds the original error. */
   | "store_failed"
   /** An option is malformed: no trusted key, a non-positive interval. */

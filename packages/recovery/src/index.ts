@@ -14,5 +14,22 @@ export {
   recover,
   redactUrl,
 } from "./recover.js";
+export {
+  ChainReplayer,
+  emptyProjection,
+  nonceKey,
+  type Projection,
+  type ReplayMismatch,
+  type ReplayResult,
+  recordedForm,
+  replayChain,
+} from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
+export {
+  compareSnapshots,
+  describeDifferences,
+  repairSnapshots,
+  type SnapshotDifference,
+  type SnapshotTable,
+} from "./snapshot-check.js";
 export { findStaleSessions, lastSeenNs } from "./stale.js";

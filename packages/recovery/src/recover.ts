@@ -15,6 +15,13 @@ import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
+import { type ReplayMismatch, replayChain } from "./replay/replay.js";
+import {
+  compareSnapshots,
+  describeDifferences,
+  repairSnapshots,
+  type SnapshotDifference,
+} from "./snapshot-check.js";
 import { findStaleSessions } from "./stale.js";
 
 export interface RecoverOptions {
@@ -51,6 +58,12 @@ export interface RecoverOptions {
   pageSize?: number;
   /** Signature checks kept in flight on the libuv pool while verifying (default 8; 1 = synchronous). */
   verifyParallel?: number;
+  /**
+   * Replay the verified chain and compare the snapshot tables with it (default true): a hand-edited
+   * spent_usd, circuit flag, counter, nonce or hold is a problem (fail closed). With `repair` and a
+   * signer the differing rows are rewritten from the chain, with a "snapshot_repaired" entry.
+   */
+  checkSnapshots?: boolean;
 }
 
 /** A problem that makes the store unfit to serve. */
@@ -125,6 +138,22 @@ export interface RecoveryReport {
     overdue: number;
     /** Released by this run, each with a "reservation_expired" chain entry. */
     expired: number;
+  };
+  snapshots: {
+    /** Whether the chain was replayed and the snapshot tables compared with it. */
+    checked: boolean;
+    /** Entries replayed. */
+    replayed: number;
+    /** Decisions whose verdict was re-derived; from which entry every verdict was (see ReplayResult). */
+    verdicts_checked: number;
+    proved_from: number;
+    /** The first entry whose recorded verdict or state does not follow from the ones before it. */
+    replay_mismatch: ReplayMismatch | null;
+    /** Snapshot values that differ from the replayed chain, when recovery looked. */
+    differences: SnapshotDifference[];
+    /** Of them, rewritten from the chain by this run (repair), and the entry that records it. */
+    repaired: number;
+    repair_entry_seq: number | null;
   };
   sessions: {
     /** ACTIVE/PAUSED sessions past staleAfterMissed × heartbeatIntervalMs without a heartbeat. */
@@ -234,6 +263,16 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       requeued: 0,
     },
     reservations: { overdue: 0, expired: 0 },
+    snapshots: {
+      checked: false,
+      replayed: 0,
+      verdicts_checked: 0,
+      proved_from: 0,
+      replay_mismatch: null,
+      differences: [],
+      repaired: 0,
+      repair_entry_seq: null,
+    },
     sessions: { overdue: [], markedStale: [] },
   };
   const problem = (code: RecoveryErrorCode, message: string, failure?: ChainFailure) => {
@@ -323,6 +362,17 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
           `the signing key ${signer.keyId} is not among the trusted public keys: the genesis entry it would sign would not verify`,
         );
       }
+    }
+
+    // The state tables against the chain they must be a projection of.
+    if (result.ok && options.checkSnapshots !== false) {
+      stage = "replaying the chain and checking the snapshots";
+      await checkSnapshotTables(substrate, report, {
+        pageSize,
+        repair: repair && signer !== undefined && report.problems.length === 0 ? signer : null,
+        nowNs: clock.nowNs(),
+      });
+      for (const p of snapshotProblems(report)) problem(p.code, p.message);
     }
 
     const writable = report.problems.length === 0;
@@ -461,6 +511,58 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
   report.ok = report.problems.length === 0;
   report.durationMs = performance.now() - started;
   return report;
+}
+
+async function checkSnapshotTables(
+  substrate: Substrate,
+  report: RecoveryReport,
+  options: { pageSize: number; repair: Signer | null; nowNs: number },
+): Promise<void> {
+  async function* entries() {
+    for (let from = 0; ; ) {
+      const page = await substrate.transaction((tx) => tx.chain.range(from, options.pageSize));
+      yield* page;
+      if (page.length < options.pageSize) return;
+      from = page[page.length - 1]!.seq + 1;
+    }
+  }
+  const replay = await replayChain(entries());
+  const s = report.snapshots;
+  s.checked = true;
+  s.replayed = replay.count;
+  s.verdicts_checked = replay.verdicts_checked;
+  s.proved_from = replay.proved_from;
+  s.replay_mismatch = replay.mismatch;
+  if (!replay.ok) return;
+  s.differences = await compareSnapshots(substrate, replay.projection);
+  if (s.differences.length === 0 || options.repair === null) return;
+  const done = await repairSnapshots(substrate, replay, s.differences, options.repair, options.nowNs);
+  s.repaired = done.repaired.length;
+  s.repair_entry_seq = done.entry_seq;
+  report.actions.push(
+    `rewrote ${done.repaired.length} snapshot value(s) from the replayed chain (snapshot_repaired entry ${done.entry_seq})`,
+  );
+  s.differences = done.left;
+}
+
+function snapshotProblems(report: RecoveryReport): { code: RecoveryErrorCode; message: string }[] {
+  const s = report.snapshots;
+  if (s.replay_mismatch !== null) {
+    const m = s.replay_mismatch;
+    return [
+      {
+        code: "replay_mismatch",
+        message: `entry ${m.index} (seq ${m.seq}${m.session_id === null ? "" : `, session ${m.session_id}`}) does not follow from the entries before it: ${m.message}`,
+      },
+    ];
+  }
+  if (s.differences.length === 0) return [];
+  return [
+    {
+      code: "snapshot_mismatch",
+      message: `the state tables disagree with the replayed chain: ${describeDifferences(s.differences)}; rebuild them with leash recover --repair`,
+    },
+  ];
 }
 
 function safeKeyId(key: string | Uint8Array): string | null {

@@ -48,6 +48,25 @@ export function formatReport(report: RecoveryReport): string {
     const after = cp.written === null ? "not written" : `now ${cp.written.count} entries`;
     out.push(`  checkpoint ${cp.location}: was ${before}, ${after}`);
   }
+  const snap = report.snapshots;
+  if (snap.checked) {
+    const proved =
+      snap.proved_from === 0
+        ? "every verdict re-derived"
+        : `verdicts re-derived from entry ${snap.proved_from}`;
+    const state =
+      snap.replay_mismatch !== null
+        ? `FAILED at entry ${snap.replay_mismatch.index}`
+        : snap.differences.length === 0
+          ? "state tables agree"
+          : `${plural(snap.differences.length, "state value")} differ`;
+    out.push(`  replay: ${plural(snap.replayed, "entry", "entries")}, ${proved}; ${state}`);
+    for (const d of snap.differences.slice(0, 5)) {
+      out.push(
+        `    ${d.table} ${d.id} ${d.field}: store ${JSON.stringify(d.snapshot)}, chain ${JSON.stringify(d.replayed)}`,
+      );
+    }
+  }
   const c = outbox.counts;
   const leases = Object.entries(outbox.liveLeases)
     .map(([holder, n]) => `${holder}: ${n}`)

@@ -131,7 +131,10 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
           "--checkpoint <file>",
           'a {"count","head_hash"} checkpoint: verified against, then replaced once the store passes',
         )
-        .option("--repair", "queue chain entries the outbox lacks again, so the relay ships them")
+        .option(
+          "--repair",
+          "queue chain entries the outbox lacks again, and (with a signing key) rebuild state tables that disagree with the replayed chain",
+        )
         .option(
           "--requeue-dead",
           "with --repair: move DEAD outbox items back to PENDING, attempts reset (once their sink is fixed)",
@@ -149,14 +152,20 @@ and their last error kept: for once the sink that refused them is fixed); with a
 (--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) releases budget holds past
 their TTL and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
 without one only counts them; and, when all is well, writes the checkpoint.
+Before any of those writes it replays the verified chain (decide, feedback, the budget arithmetic) and
+compares the state tables with it: sessions' state, counters and circuit flag, nonces, budget
+accounts' spent/reserved and the holds. A difference (a hand-edited spent_usd, say) fails closed
+(snapshot_mismatch); with --repair and the signing key the differing rows are rewritten from the chain
+and a signed "snapshot_repaired" entry records which. An entry whose verdict or state does not follow
+from the ones before it fails as replay_mismatch.
 Nothing is written to a store whose chain fails. Keep the checkpoint where the store's writers cannot
 reach it. The store must exist and be migrated: recover creates nothing.
 
 Output: the report on stdout, "recovery OK …" or "recovery FAILED …" first; on failure one line on
 stderr saying what failed, where (seq), and the \`leash verify\` command to inspect it with.
 Exit status: 0 the store is consistent (after the repairs, with --repair), 1 it is not (the chain does
-not verify, the outbox names entries the chain lacks, entries are missing from the outbox without
---repair) or a store error, 2 bad flags, keys, checkpoint file or store URL, or a signing key that is
+not verify or does not replay, the outbox names entries the chain lacks, entries are missing from the
+outbox without --repair, the state tables disagree with the chain) or a store error, 2 bad flags, keys, checkpoint file or store URL, or a signing key that is
 not the chain's key in force.`,
     )
     .action(async (options: RecoverCommandOptions) => {

@@ -3,6 +3,7 @@
 import { rename, writeFile } from "node:fs/promises";
 import { type Checkpoint, checkpointOf, type VerifyChainResult, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
+import { type ReplayResult, replayChain } from "@leash/recovery";
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
@@ -16,6 +17,7 @@ export interface VerifyOptions extends StoreOptions {
   readonly checkpoint?: string;
   readonly writeCheckpoint?: string;
   readonly verifier: "node" | "noble";
+  readonly replay?: boolean;
 }
 
 const HASH = /^[0-9a-f]{64}$/;
@@ -53,6 +55,31 @@ async function writeCheckpoint(path: string, checkpoint: Checkpoint): Promise<vo
   }
 }
 
+/** The line `--replay` adds: the chain's verdicts and state follow from its entries, or where they stop. */
+export function replayLine(result: ReplayResult): string {
+  if (result.ok) {
+    const proved =
+      result.proved_from === 0
+        ? "every verdict re-derived"
+        : `verdicts re-derived from entry ${result.proved_from} (earlier decisions record no replay inputs)`;
+    return `REPLAY OK: ${result.count} entries replayed, ${result.verdicts_checked} decisions, ${proved}\n`;
+  }
+  const m = result.mismatch!;
+  const session = m.session_id === null ? "" : `, session ${m.session_id}`;
+  return `REPLAY FAILED at entry ${m.index} (seq ${m.seq}${session}): ${m.kind} ${m.field}: expected ${JSON.stringify(m.expected)}, recorded ${JSON.stringify(m.recorded)}\n`;
+}
+
+/** Buffers a one-shot stream (stdin) while it is verified, so replay can read it a second time. */
+async function* kept(
+  entries: AsyncIterable<ChainEntryRecord>,
+  into: ChainEntryRecord[],
+): AsyncGenerator<ChainEntryRecord> {
+  for await (const entry of entries) {
+    into.push(entry);
+    yield entry;
+  }
+}
+
 /** The one line verify ends with. */
 export function resultLine(
   result: VerifyChainResult,
@@ -73,6 +100,8 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     options.checkpoint === undefined ? undefined : await readCheckpoint(options.checkpoint, io);
 
   let entries: AsyncIterable<ChainEntryRecord>;
+  /** The entries again, for --replay (a file or the store is read twice; stdin is kept in memory). */
+  let again: () => Promise<Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>>;
   let total = 0;
   let describe: ((index: number) => string | undefined) | undefined;
   let substrate: Substrate | undefined;
@@ -80,6 +109,14 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
   if (options.file !== undefined) {
     const source = await jsonlEntries(options.file, io);
     entries = source.entries;
+    const file = options.file;
+    if (file === "-") {
+      const buffered: ChainEntryRecord[] = [];
+      if (options.replay === true) entries = kept(entries, buffered);
+      again = async () => buffered;
+    } else {
+      again = async () => (await jsonlEntries(file, io)).entries;
+    }
     const label = options.file === "-" ? "<stdin>" : options.file;
     describe = (index) => {
       const line = source.unreadable.get(index);
@@ -88,8 +125,10 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
   } else {
     const { target } = await loadSettings(options, io);
     url = target.url;
-    substrate = await openExistingStore(target);
-    entries = storeEntries(substrate);
+    const opened = await openExistingStore(target);
+    substrate = opened;
+    entries = storeEntries(opened);
+    again = async () => storeEntries(opened);
   }
   try {
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
@@ -111,7 +150,14 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
       await writeCheckpoint(options.writeCheckpoint, checkpointOf(result));
     }
     io.stdout(resultLine(result, describe));
-    return result.ok ? 0 : EXIT_REFUSED;
+    if (!result.ok) return EXIT_REFUSED;
+    if (options.replay === true) {
+      // Only a chain whose signatures verify is worth replaying: what it proves rests on them.
+      const replayed = await replayChain(await again());
+      io.stdout(replayLine(replayed));
+      if (!replayed.ok) return EXIT_REFUSED;
+    }
+    return 0;
   } catch (err) {
     throw (url === undefined ? undefined : storeFailure(err, url)) ?? err;
   } finally {
@@ -140,6 +186,10 @@ export function registerVerify(program: Command, io: Io, setExit: (code: number)
         'a {"count","head_hash"} checkpoint: a shorter or rewritten chain fails as truncated',
       )
       .option("--write-checkpoint <file>", "after a successful verify, write the chain's checkpoint there")
+      .option(
+        "--replay",
+        "also re-derive every session's state, budget and verdict from the entries (decide, feedback, budget arithmetic)",
+      )
       .addOption(
         new Option(
           "--verifier <impl>",
@@ -161,6 +211,11 @@ Output: one line on stdout,
   OK: <n> entries verified, head <hash>
   FAILED at entry <index> (seq <seq>): <kind>: <message>
 with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key.
+With --replay, once the signatures verify, a second line:
+  REPLAY OK: <n> entries replayed, <d> decisions, every verdict re-derived
+  REPLAY FAILED at entry <index> (seq <seq>, session <id>): <kind> <field>: expected <json>, recorded <json>
+(decisions written before entries recorded their params are folded on their recorded verdict; the
+line then says from which entry on every verdict was re-derived).
 Exit status: 0 the whole chain verifies, 1 it does not (or a store error), 2 bad flags, keys, files or store URL.`,
     )
     .action(async (options: VerifyOptions) => {

@@ -12,10 +12,11 @@ const NUMBER_TEXT = { numberText: true } as const;
  * canonical_hash(). Any JSON value is hashed (the fixtures publish one for array params too).
  * A JsonNumberText (params read with parseJsonKeepingNumberText) hashes as Python reads its
  * literal (`1e16` as `1e+16`, `10.0` as `10.0`); a plain number as numberToCanonical prints it.
+ * `hash` replaces the pure SHA-256 (a runtime passes node:crypto's; see DecideInputs.sha256Hex).
  * @throws CanonicalizationError when params have no canonical form.
  */
-export function canonicalHash(params: unknown): string {
-  return sha256Hex(canonicalJson(params, NUMBER_TEXT));
+export function canonicalHash(params: unknown, hash: (text: string) => string = sha256Hex): string {
+  return hash(canonicalJson(params, NUMBER_TEXT));
 }
 
 /**

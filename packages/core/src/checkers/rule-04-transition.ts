@@ -1,6 +1,7 @@
 // Rule 4 (spec §3.6): a human decision releases exactly one (nonce, args digest) pair, once.
 // It returns unconditionally when a transition is pending; it never records consumption (feedback does).
 import { canonicalHash } from "../canonical/index.js";
+import { sha256Hex } from "../crypto/sha256.js";
 import { allow, deny, hitl } from "../decision.js";
 import { TERMINAL_STATUSES } from "../reasons.js";
 import type { Decision } from "../types.js";
@@ -18,6 +19,12 @@ const NONCE_MISMATCH = deny("hitl_transition:nonce_mismatch");
 const DIGEST_MISMATCH = deny("hitl_transition:digest_mismatch");
 const APPROVE = allow("hitl_transition:approve");
 const MODIFY = allow("hitl_transition:modify_successor");
+
+function digestOf(ctx: DecideContext): string {
+  const hash = ctx.inputs.sha256Hex;
+  if (ctx.paramsText !== null) return (hash ?? sha256Hex)(ctx.paramsText);
+  return canonicalHash(ctx.params, hash);
+}
 
 /** An empty string binds nothing, like an absent field. */
 const bound = (value: unknown) => present(value) && value !== "";
@@ -63,8 +70,9 @@ export function checkTransition(ctx: DecideContext): Decision | null {
   const digestBound = bound(authDigest);
   if (!nonceBound && !digestBound) return UNBOUND;
   if (nonceBound && !sameNonce(ctx.call.nonce, authNonce)) return NONCE_MISMATCH;
-  // The digest is computed only here: it is the one rule that needs canonical JSON + SHA-256.
-  if (digestBound && (typeof authDigest !== "string" || canonicalHash(ctx.params) !== norm(authDigest))) {
+  // The digest is computed only here: it is the one rule that needs canonical JSON + SHA-256 (rule 1
+  // has usually built the text already, see rule-01-canonicalizable.ts).
+  if (digestBound && (typeof authDigest !== "string" || digestOf(ctx) !== norm(authDigest))) {
     return DIGEST_MISMATCH;
   }
   return released;

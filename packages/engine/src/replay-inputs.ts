@@ -1,0 +1,46 @@
+// The inputs a decision entry carries beyond what decide() saw, so a replay can re-derive the verdict
+// from the chain alone (@leash/recovery's replayChain). It records; it decides and checks nothing.
+import * as crypto from "node:crypto";
+import { canonicalJson } from "@leash/core";
+
+const NUMBER_TEXT = { numberText: true } as const;
+
+/**
+ * node:crypto's SHA-256 (hex) for the argument digest; core's pure one is the browser's fallback.
+ * The one-shot crypto.hash (Node 20.12+) skips the Hash object a createHash call builds, which costs
+ * more than hashing a few hundred bytes.
+ */
+export const nodeSha256Hex: (text: string) => string =
+  typeof crypto.hash === "function"
+    ? (text) => crypto.hash("sha256", text, "hex")
+    : (text) => crypto.createHash("sha256").update(text).digest("hex");
+
+/** Bumped when a decision entry gains an input replay needs; entries without it are not re-derived. */
+export const REPLAY_INPUTS_VERSION = 1;
+
+/** The params' canonical JSON, as canonicalHash hashes it (number literals as Python reads them). */
+export function canonicalParamsText(params: unknown): string {
+  return canonicalJson(params, NUMBER_TEXT);
+}
+
+export interface ReplayInputsArgs {
+  /** Canonical JSON of the params, or null when they have none (rule 1 then decides). */
+  paramsText: string | null;
+  /** The caller's digest of the params (a daemon's tool_params_hash), when given. */
+  expectedHash: string | null | undefined;
+  /** The HITL request this call opened, when it was paused. */
+  hitlRequestId: string | null;
+  /** The TTL of the hold the call placed, when it placed one. */
+  holdTtlNs: number | null;
+}
+
+/** The fields added to a decision entry's data (see REPLAY_INPUTS_VERSION). */
+export function replayInputs(args: ReplayInputsArgs): Record<string, unknown> {
+  return {
+    replay_inputs: REPLAY_INPUTS_VERSION,
+    params_json: args.paramsText,
+    expected_params_hash: args.expectedHash ?? null,
+    hitl_request_id: args.hitlRequestId,
+    hold_ttl_ns: args.holdTtlNs,
+  };
+}

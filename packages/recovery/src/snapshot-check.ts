@@ -1,0 +1,250 @@
+// The snapshot check: the store's state tables (sessions, nonces, budget accounts, holds) against the
+// projection a replay of the chain gives, and the repair that rewrites them from it. It reads no chain.
+
+import { Money } from "@leash/budget-guard";
+import { appendEntry, type Signer } from "@leash/chain";
+import {
+  type Nonce,
+  type Reservation,
+  type SessionRecord,
+  type Substrate,
+  SubstrateError,
+} from "@leash/core";
+import { enqueueEntry } from "@leash/outbox";
+import { type Projection, type ReplayResult, recordedForm } from "./replay/replay.js";
+
+export type SnapshotTable = "sessions" | "nonces" | "budget_accounts" | "reservations";
+
+/** One snapshot value that is not what the chain gives. */
+export interface SnapshotDifference {
+  table: SnapshotTable;
+  /** The row: session id, account id, reservation id, or for a missing nonce `["<session>", <nonce>]`. */
+  id: string;
+  field: string;
+  /** As stored (null: the row is missing). */
+  snapshot: unknown;
+  /** As the replayed chain gives it (null: the chain has no such row). */
+  replayed: unknown;
+  /** False when the port cannot undo it (a row the chain never wrote cannot be deleted through it). */
+  repairable: boolean;
+}
+
+const same = (a: unknown, b: unknown): boolean =>
+  JSON.stringify(sorted(recordedForm(a))) === JSON.stringify(sorted(recordedForm(b)));
+
+/** Keys in one order, so two states compare by content. */
+function sorted(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sorted);
+  if (value === null || typeof value !== "object") return value;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(value).sort()) out[k] = sorted((value as Record<string, unknown>)[k]);
+  return out;
+}
+
+const sameMoney = (a: string | null, b: string | null): boolean =>
+  a === null || b === null ? a === b : new Money(a).eq(new Money(b));
+
+const SESSION_FIELDS = ["agent_id", "organization_id", "status", "call_count", "config", "state"] as const;
+const RESERVATION_FIELDS = [
+  "session_id",
+  "call_number",
+  "account_ids",
+  "status",
+  "expires_ns",
+  "resolved_ns",
+  "created_ns",
+] as const;
+
+/** Compares every snapshot row the projection names (and every session and hold the store lists). */
+export async function compareSnapshots(
+  substrate: Substrate,
+  projection: Projection,
+): Promise<SnapshotDifference[]> {
+  const out: SnapshotDifference[] = [];
+  const diff = (
+    table: SnapshotTable,
+    id: string,
+    field: string,
+    snapshot: unknown,
+    replayed: unknown,
+    repairable = true,
+  ) =>
+    out.push({
+      table,
+      id,
+      field,
+      snapshot: recordedForm(snapshot),
+      replayed: recordedForm(replayed),
+      repairable,
+    });
+  await substrate.transaction(async (tx) => {
+    const stored = new Map((await tx.sessions.list()).map((s) => [s.session_id, s]));
+    for (const [id, replayed] of projection.sessions) {
+      const row = stored.get(id);
+      if (row === undefined) {
+        diff("sessions", id, "row", null, "present");
+        continue;
+      }
+      for (const field of SESSION_FIELDS) {
+        if (field === "state") {
+          // Field by field, so the report names the edited one (circuit_tripped, total_calls, …).
+          const keys = new Set([...Object.keys(row.state), ...Object.keys(replayed.state)]);
+          for (const key of keys) {
+            const a = (row.state as Record<string, unknown>)[key];
+            const b = (replayed.state as Record<string, unknown>)[key];
+            if (!same(a ?? null, b ?? null)) diff("sessions", id, `state.${key}`, a ?? null, b ?? null);
+          }
+        } else if (!same(row[field], replayed[field])) {
+          diff("sessions", id, field, row[field], replayed[field]);
+        }
+      }
+    }
+    for (const id of stored.keys()) {
+      if (!projection.sessions.has(id)) diff("sessions", id, "row", "present", null, false);
+    }
+
+    for (const [sessionId, nonces] of projection.nonces) {
+      for (const nonce of nonces.values()) {
+        if (!(await tx.nonces.has(sessionId, nonce))) {
+          diff("nonces", JSON.stringify([sessionId, nonce]), "row", null, "present");
+        }
+      }
+      const count = await tx.nonces.count(sessionId);
+      if (count > nonces.size) diff("nonces", sessionId, "count", count, nonces.size, false);
+    }
+    for (const id of projection.sessions.keys()) {
+      if (!projection.nonces.has(id)) {
+        const count = await tx.nonces.count(id);
+        if (count > 0) diff("nonces", id, "count", count, 0, false);
+      }
+    }
+
+    for (const [id, replayed] of projection.ledger.accounts) {
+      const row = await tx.budgets.getAccount(id);
+      if (row === null) {
+        diff("budget_accounts", id, "row", null, "present");
+        continue;
+      }
+      for (const field of ["spent_usd", "reserved_usd", "limit_usd"] as const) {
+        if (!sameMoney(row[field], replayed[field]))
+          diff("budget_accounts", id, field, row[field], replayed[field]);
+      }
+      if (row.parent_id !== replayed.parent_id)
+        diff("budget_accounts", id, "parent_id", row.parent_id, replayed.parent_id);
+      if (row.scope !== replayed.scope) diff("budget_accounts", id, "scope", row.scope, replayed.scope);
+    }
+
+    const holds = new Map((await tx.budgets.listReservations({})).map((r) => [r.reservation_id, r]));
+    for (const [id, replayed] of projection.ledger.reservations) {
+      const row = holds.get(id);
+      if (row === undefined) {
+        diff("reservations", id, "row", null, "present");
+        continue;
+      }
+      for (const field of RESERVATION_FIELDS) {
+        if (!same(row[field], replayed[field])) diff("reservations", id, field, row[field], replayed[field]);
+      }
+      for (const field of ["amount_usd", "actual_usd"] as const) {
+        if (!sameMoney(row[field], replayed[field]))
+          diff("reservations", id, field, row[field], replayed[field]);
+      }
+    }
+    for (const id of holds.keys()) {
+      if (!projection.ledger.reservations.has(id)) diff("reservations", id, "row", "present", null, false);
+    }
+  });
+  return out;
+}
+
+/** One line for a report: the first difference, and how many more. */
+export function describeDifferences(differences: readonly SnapshotDifference[]): string {
+  const first = differences[0];
+  if (first === undefined) return "the snapshot tables agree with the replayed chain";
+  const more = differences.length > 1 ? ` (and ${differences.length - 1} more)` : "";
+  return `${first.table} ${first.id} ${first.field} is ${JSON.stringify(first.snapshot)} in the store, but the chain gives ${JSON.stringify(first.replayed)}${more}`;
+}
+
+/**
+ * Rewrites the differing snapshot rows from the projection and appends a signed "snapshot_repaired"
+ * entry naming them, in one transaction (the outbox item with it). Rows the port cannot delete stay,
+ * and are left in the returned list. The caller has checked that `signer` is the key in force.
+ */
+export async function repairSnapshots(
+  substrate: Substrate,
+  replay: ReplayResult,
+  differences: readonly SnapshotDifference[],
+  signer: Signer,
+  nowNs: number,
+): Promise<{ repaired: SnapshotDifference[]; left: SnapshotDifference[]; entry_seq: number }> {
+  const { projection } = replay;
+  const repaired = differences.filter((d) => d.repairable);
+  const left = differences.filter((d) => !d.repairable);
+  const seq = await substrate.transaction(async (tx) => {
+    const head = await tx.chain.head();
+    if (head?.entry_hash !== replay.head?.entry_hash) {
+      // Another writer appended since the replay: the projection is no longer the chain's.
+      throw new SubstrateError(
+        "conflict",
+        "the chain moved while its snapshots were being checked; run recovery again",
+      );
+    }
+    const sessions = new Set(repaired.filter((d) => d.table === "sessions").map((d) => d.id));
+    for (const id of sessions) {
+      const replayed = projection.sessions.get(id)!;
+      const row = await tx.sessions.get(id);
+      const next: SessionRecord =
+        row === null
+          ? replayed
+          : {
+              ...row,
+              status: replayed.status,
+              config: replayed.config,
+              state: replayed.state,
+              call_count: replayed.call_count,
+            };
+      if (row === null) await tx.sessions.insert(next);
+      else await tx.sessions.update(next);
+    }
+    for (const d of repaired.filter((x) => x.table === "nonces" && x.field === "row")) {
+      const [sessionId, nonce] = JSON.parse(d.id) as [string, Nonce];
+      await tx.nonces.add(sessionId, nonce, nowNs);
+    }
+    for (const id of new Set(repaired.filter((d) => d.table === "budget_accounts").map((d) => d.id))) {
+      const replayed = projection.ledger.accounts.get(id)!;
+      const row = await tx.budgets.getAccount(id);
+      if (row === null) await tx.budgets.insertAccount(replayed);
+      else {
+        const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
+        await tx.budgets.updateAccount({
+          ...row,
+          limit_usd,
+          spent_usd,
+          reserved_usd,
+          parent_id,
+          scope,
+          updated_ns: Math.max(row.updated_ns, nowNs),
+        });
+      }
+    }
+    for (const id of new Set(repaired.filter((d) => d.table === "reservations").map((d) => d.id))) {
+      const replayed: Reservation = projection.ledger.reservations.get(id)!;
+      const row = await tx.budgets.getReservation(id);
+      if (row === null) await tx.budgets.insertReservation(replayed);
+      else await tx.budgets.updateReservation(replayed);
+    }
+    const entry = await appendEntry(tx, {
+      kind: "snapshot_repaired",
+      data: {
+        chain_count: replay.count,
+        chain_head_hash: replay.head?.entry_hash ?? null,
+        repaired: repaired.map((d) => `${d.table} ${d.id} ${d.field}`),
+        left: left.map((d) => `${d.table} ${d.id} ${d.field}`),
+      },
+      signer,
+      nowNs,
+    });
+    await enqueueEntry(tx, entry);
+    return entry.seq;
+  });
+  return { repaired, left, entry_seq: seq };
+}

@@ -1,0 +1,182 @@
+// The snapshot check on real substrates: a spent_usd, circuit flag, counter, hold or nonce edited in the
+// store itself is caught by recover() (fail closed), and --repair rebuilds it from the chain with an entry.
+import { generateKeyPair, parseEntryBody } from "@leash/chain";
+import type { ChainEntryRecord, Substrate } from "@leash/core";
+import { createEngine } from "@leash/engine";
+import { afterEach, describe, expect, it } from "vitest";
+import { assertRecovered, RecoveryError, recover, replayChain } from "../src/index.js";
+import { KINDS, type Kind, manualClock, openStore, param, type TestStore } from "./support.js";
+
+const KEY = generateKeyPair();
+
+let store: TestStore | undefined;
+afterEach(async () => {
+  await store?.close();
+  store = undefined;
+});
+
+const readChain = (substrate: Substrate): Promise<ChainEntryRecord[]> =>
+  substrate.transaction((tx) => tx.chain.range(0, 1_000_000));
+
+/** A budgeted session with settled and open holds, nonces, and a tripped circuit. */
+async function seeded(kind: Kind) {
+  store = await openStore(kind);
+  const clock = manualClock();
+  const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, clock });
+  const session = await engine.register({ agent_id: "bot", config: { budget_usd: 10, max_repeat_calls: 2 } });
+  const id = session.session_id;
+  for (let i = 0; i < 4; i++) {
+    clock.advanceMs(10);
+    const r = await engine.evaluate({
+      session_id: id,
+      tool_name: `t${i % 2}`,
+      params: { i },
+      nonce: `n${i}`,
+      estimated_cost_usd: 0.5,
+    });
+    expect(r.verdict).toBe("ALLOW");
+    if (i < 2) await engine.postExec({ session_id: id, call_number: r.call_number, actual_cost_usd: "0.25" });
+  }
+  // The same call three times trips the circuit (max_repeat_calls 2).
+  for (let i = 0; i < 3; i++) {
+    await engine.evaluate({
+      session_id: id,
+      tool_name: "same",
+      params: {},
+      nonce: `r${i}`,
+      estimated_cost_usd: 0.1,
+    });
+  }
+  expect((await engine.getSession(id)).state.circuit_tripped).toBe(true);
+  return { store, clock, id, account: `session:${id}`, hold: `${id}#3` };
+}
+
+type Edit = "spent_usd" | "circuit" | "counter" | "reservation" | "nonce";
+
+/** The edit an attacker (or a broken tool) makes in the store, behind the engine's back. */
+async function edit(
+  s: TestStore,
+  what: Edit,
+  ids: { id: string; account: string; hold: string },
+): Promise<void> {
+  if (s.kind === "memory") {
+    await s.substrate.transaction(async (tx) => {
+      const session = (await tx.sessions.get(ids.id))!;
+      if (what === "spent_usd") {
+        const account = (await tx.budgets.getAccount(ids.account))!;
+        await tx.budgets.updateAccount({ ...account, spent_usd: "0" });
+      } else if (what === "circuit") {
+        await tx.sessions.update({ ...session, state: { ...session.state, circuit_tripped: false } });
+      } else if (what === "counter") {
+        await tx.sessions.update({ ...session, call_count: session.call_count - 1 });
+      } else if (what === "reservation") {
+        const hold = (await tx.budgets.getReservation(ids.hold))!;
+        await tx.budgets.updateReservation({ ...hold, amount_usd: "0.000001" });
+      } else {
+        await tx.nonces.add(ids.id, "never-seen", 1);
+      }
+    });
+    return;
+  }
+  const p = (n: number) => param(s, n);
+  switch (what) {
+    case "spent_usd":
+      return s.sql(`UPDATE leash_budget_accounts SET spent_usd = '0' WHERE account_id = ${p(1)}`, [
+        ids.account,
+      ]);
+    case "circuit":
+      return s.sql(
+        s.kind === "sqlite"
+          ? `UPDATE leash_sessions SET state = json_set(state, '$.circuit_tripped', json('false')) WHERE session_id = ?`
+          : `UPDATE leash_sessions SET state = jsonb_set(state, '{circuit_tripped}', 'false') WHERE session_id = $1`,
+        [ids.id],
+      );
+    case "counter":
+      return s.sql(`UPDATE leash_sessions SET call_count = call_count - 1 WHERE session_id = ${p(1)}`, [
+        ids.id,
+      ]);
+    case "reservation":
+      return s.sql(`UPDATE leash_reservations SET amount_usd = '0.000001' WHERE reservation_id = ${p(1)}`, [
+        ids.hold,
+      ]);
+    case "nonce":
+      return s.sql(`DELETE FROM leash_nonces WHERE session_id = ${p(1)}`, [ids.id]);
+  }
+}
+
+/** The difference each edit must show up as (table and field). */
+const SEEN_AS: Record<Edit, { table: string; field: string }> = {
+  spent_usd: { table: "budget_accounts", field: "spent_usd" },
+  circuit: { table: "sessions", field: "state.circuit_tripped" },
+  counter: { table: "sessions", field: "call_count" },
+  reservation: { table: "reservations", field: "amount_usd" },
+  nonce: { table: "nonces", field: "" },
+};
+
+describe.each(KINDS)("the snapshot check on %s", (kind: Kind) => {
+  it("passes the tables of an untouched store", async () => {
+    const { store: s } = await seeded(kind);
+    const report = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
+    expect(report.problems).toEqual([]);
+    expect(report.snapshots).toMatchObject({ checked: true, differences: [], replay_mismatch: null });
+    expect(report.snapshots.replayed).toBe((await readChain(s.substrate)).length);
+  });
+
+  const edits: Edit[] = ["spent_usd", "circuit", "counter", "reservation", "nonce"];
+  it.each(edits)(
+    "catches an edited %s, refuses to serve, and repairs it from the chain",
+    async (what) => {
+      const { store: s, clock, ...ids } = await seeded(kind);
+      await edit(s, what, ids);
+      const substrate = await s.another(); // a fresh handle: no row cached from before the edit
+      const report = await recover(substrate, { publicKeys: [KEY.publicKeyHex], clock });
+      expect(report.ok).toBe(false);
+      expect(report.problems.map((p) => p.code)).toEqual(["snapshot_mismatch"]);
+      const seen = report.snapshots.differences[0]!;
+      expect(seen.table).toBe(SEEN_AS[what].table);
+      if (SEEN_AS[what].field !== "") expect(seen.field).toBe(SEEN_AS[what].field);
+      expect(seen.snapshot).not.toEqual(seen.replayed);
+      expect(() => assertRecovered(report)).toThrow(RecoveryError);
+      // Nothing was written while the store was refused.
+      const before = await readChain(substrate);
+      expect(before.at(-1)!.kind).not.toBe("snapshot_repaired");
+
+      const repaired = await recover(substrate, {
+        publicKeys: [KEY.publicKeyHex],
+        clock,
+        signer: KEY.signer,
+        repair: true,
+      });
+      const repairable = report.snapshots.differences.every((d) => d.repairable);
+      if (!repairable) {
+        // A row the chain never wrote cannot be deleted through the port: still refused, and said so.
+        expect(repaired.ok).toBe(false);
+        expect(repaired.problems.map((p) => p.code)).toEqual(["snapshot_mismatch"]);
+        return;
+      }
+      expect(repaired.problems).toEqual([]);
+      expect(repaired.snapshots.repaired).toBe(report.snapshots.differences.length);
+      const chain = await readChain(substrate);
+      const entry = chain[repaired.snapshots.repair_entry_seq!]!;
+      expect(entry.kind).toBe("snapshot_repaired");
+      const body = parseEntryBody(entry.body) as { data: { repaired: string[] } };
+      expect(body.data.repaired[0]).toContain(SEEN_AS[what].table);
+
+      const again = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
+      expect(again.ok).toBe(true);
+      expect(again.snapshots.differences).toEqual([]);
+      expect((await replayChain(chain)).ok).toBe(true);
+      // The engine serves on the repaired tables: the circuit is tripped again, so the next call is denied.
+      const engine = createEngine({ substrate, signer: KEY.signer, clock });
+      const next = await engine.evaluate({
+        session_id: ids.id,
+        tool_name: "x",
+        params: {},
+        nonce: "after",
+        estimated_cost_usd: 0.1,
+      });
+      expect(next.reason).toBe("circuit_open");
+    },
+    30_000,
+  );
+});
