@@ -31,6 +31,7 @@ import {
   type HitlRequest,
   type Nonce,
   type PendingRequest,
+  type PendingTransition,
   type Reservation,
   recordHumanDecision,
   resetCircuit,
@@ -207,6 +208,11 @@ function dueInState(state: State, nowNs: number): boolean {
     (state.pending_transition === null || state.pending_transition === undefined)
   );
 }
+
+const hasTransition = (state: State): boolean =>
+  state.pending_transition !== null &&
+  typeof state.pending_transition === "object" &&
+  Object.keys(state.pending_transition).length > 0;
 
 /** This call is the session's next attempt of the tool whose request expired: it is told hitl_timeout. */
 function timedOut(state: State, call: Call): boolean {
@@ -561,6 +567,29 @@ export function createEngine(options: EngineOptions): Engine {
     return expireRows(pending);
   }
 
+  /** The approval (or modify successor) that released `nonce` and was used, as a consumed transition. */
+  async function consumedTransition(
+    tx: SubstrateTx,
+    sessionId: string,
+    nonce: Nonce,
+  ): Promise<PendingTransition | null> {
+    const used = await tx.hitl.list({ sessionId, status: "CONSUMED" });
+    const row = used.find((r) =>
+      r.decision === "modify" ? r.successor_nonce === nonce : r.decision === "approve" && r.nonce === nonce,
+    );
+    if (row === undefined) return null;
+    return {
+      decision: row.decision!,
+      original_nonce: row.nonce,
+      original_args_digest: row.args_digest,
+      ...(row.decision === "modify"
+        ? { successor_nonce: row.successor_nonce, successor_args_digest: row.successor_args_digest }
+        : {}),
+      terminal_status: "consumed",
+      resume_attempt: true,
+    };
+  }
+
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
     if (!budgetEnabled(session.config)) return null;
     return (await available(tx, sessionAccountId(session.config, session))).toFixed();
@@ -624,6 +653,13 @@ export function createEngine(options: EngineOptions): Engine {
               : estimate.hold.toNumber(),
     };
     const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
+    // A re-dispatch of an approval already used: decide() is shown that approval as consumed, so rule 3
+    // answers duplicate_resume_no_effect (spec §3.6). Looked up only for a nonce already seen.
+    const replayed =
+      seen && hasNonce && malformed === null && !hasTransition(state)
+        ? await consumedTransition(tx, session.session_id, nonce)
+        : null;
+    if (replayed !== null) state.pending_transition = replayed;
     let remainingBefore: Money | null = null;
     // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
     // the chain head is read with them (after them, in lock order) for the entry this call writes.
@@ -707,6 +743,8 @@ export function createEngine(options: EngineOptions): Engine {
     // The timeout is told once: the session then no longer waits on that request (the DENY trips
     // the circuit, as a human's reject does).
     if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
+    // The consumed approval was shown to decide() for this call only; the session keeps none.
+    if (replayed !== null) next = { ...next, pending_transition: session.state.pending_transition ?? null };
     let opened: HitlRequest | null = null;
     if (decision.verdict === "HITL") {
       const account = accounts?.[0];
