@@ -193,7 +193,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     // An approval is single use: the same dispatch again is a replay.
     const replay = await evaluate(s, "w1", "--params", params);
     expect(replay.code).toBe(3);
-    expect(json(replay).reason).toBe("policy_violation:duplicate_nonce");
+    expect(json(replay).reason).toBe("policy_violation:duplicate_resume_no_effect");
   });
 
   it("an approval covers only the paused call's params", async () => {

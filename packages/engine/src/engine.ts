@@ -1153,6 +1153,7 @@ export function createEngine(options: EngineOptions): Engine {
         });
         const onAbort = () => finish(() => reject(signal?.reason));
         signal?.addEventListener("abort", onAbort, { once: true });
+        if (signal?.aborted) onAbort(); // aborted while the first read was under way
         if (timeoutMs !== undefined) deadline = setTimeout(() => finish(() => resolve(latest)), timeoutMs);
         // The next poll comes at the poll interval, or sooner when the request expires before it.
         const delayFor = (request: HitlRequestView) =>

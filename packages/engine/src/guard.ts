@@ -80,7 +80,11 @@ export function guard<Args extends unknown[], Result>(
       const requestId = verdict.hitl_request_id;
       options.onHitl?.(await engine.getHitl(requestId));
       const answered = await engine.waitForHitl(requestId, options.signal ? { signal: options.signal } : {});
-      if (answered.status === "expired" || answered.decision === "approve" || answered.decision === "reject") {
+      if (
+        answered.status === "expired" ||
+        answered.decision === "approve" ||
+        answered.decision === "reject"
+      ) {
         // The same call again: the engine answers with what the human (or the clock) decided, on record.
         verdict = await dispatch(params, nonce);
       } else if (answered.decision === "modify" && answered.successor !== null) {
