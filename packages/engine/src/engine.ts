@@ -222,6 +222,9 @@ function timedOut(state: State, call: Call): boolean {
 
 const DEFAULT_HITL_POLL_MS = 500;
 
+/** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
+const NUMBER_TEXT = { numberText: true } as const;
+
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
 const HINTED_SESSIONS_MAX = 10_000;
 
@@ -765,7 +768,7 @@ export function createEngine(options: EngineOptions): Engine {
         decided_ns: null,
         // What the operator judges: the exact params (canonical JSON, so the digest can be checked
         // by eye or by tool), the budget as it stood, and which policy paused the call.
-        params_json: paramsHash === null ? null : canonicalJson(paramsValue),
+        params_json: paramsHash === null ? null : canonicalJson(paramsValue, NUMBER_TEXT),
         budget_spent_usd: account === undefined ? null : account.spent_usd,
         budget_limit_usd: account === undefined ? null : account.limit_usd,
         budget_remaining_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
@@ -1110,7 +1113,7 @@ export function createEngine(options: EngineOptions): Engine {
             decision: checked.decision,
             operator_id: checked.operator_id,
             successor,
-            successor_params_json: checked.params === null ? null : canonicalJson(checked.params),
+            successor_params_json: checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
             comment: checked.comment,
           })
         ).decided;
