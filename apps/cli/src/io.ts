@@ -11,6 +11,8 @@ export interface Io {
   readStdin(): Promise<string>;
   /** Progress output is for humans watching a terminal, never for pipes or logs. */
   readonly stderrIsTTY: boolean;
+  /** Colour (leash tail) is for a terminal: never for pipes, files or tests. */
+  readonly stdoutIsTTY?: boolean;
   readonly stdinIsTTY: boolean;
   /** Environment variables (LEASH_STORE); tests pass their own so the caller's shell cannot leak in. */
   readonly env: Readonly<Record<string, string | undefined>>;
@@ -54,6 +56,7 @@ export function nodeIo(): Io {
       return Buffer.concat(chunks).toString("utf8");
     },
     stderrIsTTY: process.stderr.isTTY === true,
+    stdoutIsTTY: process.stdout.isTTY === true,
     stdinIsTTY: process.stdin.isTTY === true,
     env: process.env,
     onStop: (handler) => {

@@ -14,12 +14,15 @@ import { registerHash } from "./commands/hash.js";
 import { registerHitl } from "./commands/hitl.js";
 import { registerKey } from "./commands/key.js";
 import { registerKeygen } from "./commands/keygen.js";
+import { registerMcp } from "./commands/mcp.js";
 import { registerMigrate } from "./commands/migrate.js";
 import { registerReceipt } from "./commands/receipt.js";
 import { registerRecover } from "./commands/recover.js";
 import { registerRelay } from "./commands/relay.js";
 import { registerServe } from "./commands/serve.js";
 import { registerSession } from "./commands/session.js";
+import { registerSessions } from "./commands/sessions.js";
+import { registerTail } from "./commands/tail.js";
 import { registerVerify } from "./commands/verify.js";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io, nodeIo } from "./io.js";
 
@@ -67,6 +70,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   // Library mode: the engine on a store (sqlite:, postgres://, memory:).
   registerMigrate(program, io, setExit);
   registerSession(program, io, setExit);
+  registerSessions(program, io, setExit);
   registerGuard(program, io, setExit);
   registerEvaluate(program, io, setExit);
   registerHitl(program, io, setExit);
@@ -77,11 +81,14 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerVerify(program, io, setExit);
   registerExport(program, io, setExit);
   registerReceipt(program, io, setExit);
+  registerTail(program, io, setExit);
   // Startup checks, and shipping the chain elsewhere.
   registerRecover(program, io, setExit);
   registerRelay(program, io, setExit);
   // The sidecar daemon (SP/1.0 Model B).
   registerServe(program, io, setExit);
+  // Where agents live: an MCP server behind Leash.
+  registerMcp(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   checkRequiredOptionsLast(program);
   return program;

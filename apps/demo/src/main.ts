@@ -1,25 +1,110 @@
 #!/usr/bin/env node
-// `pnpm demo`: a scripted agent under Leash in library mode on the embedded SQLite store, then an audit.
-// It needs no setup and leaves nothing behind but a temporary directory; it is not a test.
-import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+// `pnpm demo`: scripted agents under Leash in library mode on the embedded SQLite store, an audit, and
+// an HTML report. It needs no setup; it leaves the report behind (nothing else); it is not a test.
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { createEngine } from "@leash/engine";
 import { verifyReceipt } from "@leash/receipts";
 import { openSqliteSubstrate } from "@leash/substrate-sqlite";
 import Database from "better-sqlite3";
-import { budget, replay, retryLoop, type Step } from "./scenarios.js";
+import { countKinds, describeConfig, describeKind, entriesSentence, explainReason } from "./explain.js";
+import { type AgentReport, type ReportData, renderReport, type SpendPoint } from "./report.js";
+import { type Agent, type Narrator, SCENES, type Step } from "./scenarios.js";
 import { table } from "./table.js";
 
 const out = (line = "") => process.stdout.write(`${line}\n`);
+
+const USAGE = `usage: pnpm demo [--report FILE | --no-report]
+
+Plays four scripted agents under Leash (library mode, a temporary SQLite store), audits the chain,
+and writes an HTML report that opens offline (default ./leash-demo-report.html).`;
+
+const TRY_NEXT: Array<[string, string]> = [
+  [
+    "mkdir -p /tmp/leash-try && pnpm leash keygen --out /tmp/leash-try/demo.key",
+    "a signing key of your own, outside the working tree (the demo's dies with it)",
+  ],
+  [
+    'export LEASH_STORE=sqlite:/tmp/leash-try/try.db LEASH_SIGNING_KEY="$(cat /tmp/leash-try/demo.key)"',
+    "the store and the key every command below uses",
+  ],
+  ["pnpm leash session create --agent me --session s1 --budget 1 --max-repeat 3", "a guarded session"],
+  [
+    'pnpm leash evaluate --session s1 --tool search --params \'{"q":"x"}\' --nonce 1 --estimate 0.1',
+    "ask Leash about one call; run it again with the same nonce: a replay, refused",
+  ],
+  ["pnpm leash tail --follow", "watch verdicts as they happen (in another terminal, with the same exports)"],
+  ["pnpm leash sessions list", "every session, its status and its budget left"],
+  ["pnpm leash verify --pubkey /tmp/leash-try/demo.pub.hex", "check the whole signed chain yourself"],
+];
+
+/** Splits text into lines of at most `width` characters, at spaces. */
+function wrap(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  if (line !== "") lines.push(line);
+  return lines;
+}
 
 async function readChain(substrate: Substrate): Promise<ChainEntryRecord[]> {
   return substrate.transaction((tx) => tx.chain.range(0, Number.MAX_SAFE_INTEGER));
 }
 
-async function main(): Promise<number> {
+const dataOf = (e: ChainEntryRecord) => (JSON.parse(e.body) as { data: Record<string, unknown> }).data;
+
+/** Budget used (spent or held) after each of a session's entries, read from the chain itself. */
+function spendSeries(entries: readonly ChainEntryRecord[], sessionId: string, budget: number): SpendPoint[] {
+  const points: SpendPoint[] = [];
+  for (const e of entries) {
+    if (e.session_id !== sessionId) continue;
+    if (e.kind === "session_registered")
+      points.push({ seq: e.seq, used: 0, verdict: null, label: "registered" });
+    if (e.kind !== "decision" && e.kind !== "post_exec") continue;
+    const data = dataOf(e);
+    if (typeof data.budget_after_usd !== "string") continue;
+    const used = budget - Number(data.budget_after_usd);
+    points.push(
+      e.kind === "decision"
+        ? { seq: e.seq, used, verdict: String(data.verdict), label: `call ${String(data.call_number)}` }
+        : { seq: e.seq, used, verdict: null, label: `call ${String(data.call_number)} settled` },
+    );
+  }
+  return points;
+}
+
+/** Bad command-line arguments: one line on stderr, exit 2, nothing run. */
+class UsageError extends Error {}
+
+function parseArgs(argv: readonly string[]): { report: string | null } | "help" {
+  let report: string | null = "leash-demo-report.html";
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") return "help";
+    if (arg === "--no-report") report = null;
+    else if (arg === "--report") {
+      const value = argv[++i];
+      if (value === undefined || value === "") throw new UsageError("--report needs a file name");
+      report = value;
+    } else throw new UsageError(`unknown argument ${JSON.stringify(arg)} (see --help)`);
+  }
+  return { report: report === null ? null : resolve(report) };
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const args = parseArgs(argv);
+  if (args === "help") {
+    out(USAGE);
+    return 0;
+  }
   const dir = mkdtempSync(join(tmpdir(), "leash-demo-"));
   const path = join(dir, "leash.db");
   try {
@@ -28,31 +113,53 @@ async function main(): Promise<number> {
     // A demo key lives only in this process; a real deployment loads one (`leash keygen`).
     const key = generateKeyPair();
     const engine = createEngine({ substrate, signer: key.signer });
-    out(`Leash demo — library mode, SQLite store ${path}`);
-    out(`signing key ${key.signer.keyId} (ephemeral, demo only), public key ${key.signer.publicKeyHex}`);
+    out("Leash demo — four scripted agents call tools; before every call Leash answers ALLOW, DENY or HITL");
+    out("(ask a human), and signs each answer into a hash-chained audit log. Library mode, SQLite store:");
+    out(`  ${path}`);
+    out(`signing key ${key.signer.keyId} (ephemeral, demo only)`);
 
     const steps: Step[] = [];
-    let scenario = "";
-    const report = (step: Step) => {
-      if (step.scenario !== scenario) {
-        scenario = step.scenario;
+    const agents: Array<Agent & { scene: string }> = [];
+    let scene = "";
+    let explained = new Set<string>();
+    const narrator: Narrator = {
+      scene(title, story) {
+        scene = title;
+        explained = new Set();
         out();
-        out(`── ${scenario} ${"─".repeat(Math.max(0, 60 - scenario.length))}`);
-      }
-      steps.push(step);
-      const { verdict, reason, budget_remaining_usd } = step.result;
-      const left =
-        budget_remaining_usd === null ? "" : `  (budget left $${Number(budget_remaining_usd).toFixed(2)})`;
-      out(
-        `  ${step.label.padEnd(30)} ${verdict.padEnd(5)} ${reason.padEnd(34)}${step.note ? ` ${step.note}` : ""}${left}`,
-      );
+        out(`── ${title} ${"─".repeat(Math.max(0, 66 - title.length))}`);
+        for (const line of wrap(story, 96)) out(`  ${line}`);
+      },
+      introduce(agent) {
+        agents.push({ ...agent, scene });
+        out();
+        out(`  Meet ${agent.agent_id}: ${agent.role}. Its guard config says it`);
+        for (const line of describeConfig(agent.config)) out(`    · ${line}`);
+        out(`    (${JSON.stringify(agent.config)})`);
+        out();
+      },
+      step(step) {
+        steps.push(step);
+        const { verdict, reason, budget_remaining_usd } = step.result;
+        const left =
+          budget_remaining_usd === null ? "" : `  (budget left $${Number(budget_remaining_usd).toFixed(2)})`;
+        out(
+          `  ${step.label.padEnd(30)} ${verdict.padEnd(5)} ${reason.padEnd(34)}${step.note ? ` ${step.note}` : ""}${left}`,
+        );
+        // Each reason in plain words the first time it appears in a scene.
+        if (!explained.has(reason)) {
+          explained.add(reason);
+          out(`  ${"".padEnd(30)} ↳ ${explainReason(reason)}`);
+        }
+      },
+      aside(text) {
+        out(`  … ${text}`);
+      },
     };
-    await retryLoop(engine, report);
-    await budget(engine, report);
-    await replay(engine, report);
+    for (const play of SCENES) await play(engine, narrator);
 
     out();
-    out("── audit ─────────────────────────────────────────────────────────");
+    out("── The audit ───────────────────────────────────────────────────────");
     const entries = await readChain(substrate);
     const verified = await verifyChain(entries, { publicKeys: [key.signer.publicKeyHex] });
     if (!verified.ok) {
@@ -60,23 +167,37 @@ async function main(): Promise<number> {
       return 1;
     }
     out(`  chain verified: ${verified.count} signed entries, head ${verified.head_hash.slice(0, 16)}…`);
+    const kinds = entries.map((e) => e.kind);
+    out(`  ${entriesSentence(kinds)}`);
+    for (const line of table(
+      ["entry kind", "entries", "what one records"],
+      countKinds(kinds).map(([kind, n]) => [kind, String(n), describeKind(kind)]),
+    ))
+      out(`    ${line}`);
 
     const counts = new Map<string, number>();
     for (const e of entries) {
       if (e.kind !== "decision") continue;
-      const { verdict, reason } = JSON.parse(e.body).data as { verdict: string; reason: string };
+      const { verdict, reason } = dataOf(e) as { verdict: string; reason: string };
       counts.set(`${verdict}\u0000${reason}`, (counts.get(`${verdict}\u0000${reason}`) ?? 0) + 1);
     }
+    const verdicts = [...counts].sort().map(([k, count]) => {
+      const [verdict, reason] = k.split("\u0000") as [string, string];
+      return { verdict, reason, count };
+    });
     out();
     for (const line of table(
-      ["verdict", "reason", "decisions"],
-      [...counts].sort().map(([k, n]) => [...k.split("\u0000"), String(n)]),
+      ["verdict", "reason", "decisions", "in plain words"],
+      verdicts.map((v) => [v.verdict, v.reason, String(v.count), explainReason(v.reason)]),
     ))
       out(`  ${line}`);
 
-    let good = 0;
-    for (const step of steps)
-      if ((await verifyReceipt(step.result.receipt ?? "", key.signer.publicKeyHex)).ok) good++;
+    const checked: Array<Step & { receiptOk: boolean }> = [];
+    for (const step of steps) {
+      const receiptOk = (await verifyReceipt(step.result.receipt ?? "", key.signer.publicKeyHex)).ok;
+      checked.push({ ...step, receiptOk });
+    }
+    const good = checked.filter((s) => s.receiptOk).length;
     const forged = (steps[0]!.result.receipt ?? "").replace(
       /\.(.)/,
       (_, c: string) => `.${c === "e" ? "f" : "e"}`,
@@ -111,18 +232,59 @@ async function main(): Promise<number> {
         ? "  a tampered copy VERIFIED (bug)"
         : `  a copy with one DENY rewritten to ALLOW fails verification at seq ${tampered.failure.seq}: ${tampered.failure.kind}`,
     );
+
+    out();
+    out("── What to try next ────────────────────────────────────────────────");
+    for (const [command, why] of TRY_NEXT) out(`  ${command}\n      ${why}`);
+    out(
+      "  README.md: the CLI, library mode, the daemon and its clients; docs/architecture.md: how it works.",
+    );
+
+    if (args.report !== null) {
+      const data: ReportData = {
+        generatedAt: new Date().toISOString(),
+        keyId: key.signer.keyId,
+        publicKeyHex: key.signer.publicKeyHex,
+        agents: agents.map((agent): AgentReport => {
+          const sessionId = steps.find((s) => s.agent_id === agent.agent_id)?.session_id ?? "";
+          const budget = typeof agent.config.budget_usd === "number" ? agent.config.budget_usd : null;
+          return {
+            scene: agent.scene,
+            agent,
+            plainConfig: describeConfig(agent.config),
+            budget,
+            series: spendSeries(entries, sessionId, budget ?? 0),
+          };
+        }),
+        steps: checked,
+        verdicts,
+        entryKinds: countKinds(kinds),
+        entriesSentence: entriesSentence(kinds),
+        chain: { ok: true, count: verified.count, headHash: verified.head_hash },
+        tampered: {
+          seq: victim.seq,
+          failsAt: tampered.ok ? null : tampered.failure.seq,
+          kind: tampered.ok ? null : tampered.failure.kind,
+        },
+        forgedRejected: rejected,
+        tryNext: TRY_NEXT,
+      };
+      writeFileSync(args.report, renderReport(data));
+      out();
+      out(`Report (one HTML file, works offline): ${args.report}`);
+    }
     return good === steps.length && rejected && !tampered.ok ? 0 : 1;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-main().then(
+main(process.argv.slice(2)).then(
   (code) => {
     process.exitCode = code;
   },
   (error: unknown) => {
     process.stderr.write(`leash demo: ${error instanceof Error ? error.message : String(error)}\n`);
-    process.exitCode = 1;
+    process.exitCode = error instanceof UsageError ? 2 : 1;
   },
 );

@@ -46,7 +46,13 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
-import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
+import {
+  malformedInput,
+  outranksEstimate,
+  recordableErrorText,
+  recordableEstimate,
+  resolveEstimate,
+} from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
 import {
@@ -64,6 +70,15 @@ import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import {
+  callIdOf,
+  defined,
+  type EngineSpan,
+  EngineTracing,
+  SPAN_EVALUATE,
+  SPAN_POST_EXEC,
+  SPAN_RESUME,
+} from "./tracing.js";
 import type {
   ChainOpenReport,
   EngineOptions,
@@ -321,6 +336,7 @@ export function createEngine(options: EngineOptions): Engine {
     readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
   });
   const auditor = new Auditor(options.signer, trust);
+  const tracing = new EngineTracing(options.tracer);
   /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
   const accountsOf = new Map<string, readonly string[]>();
   function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
@@ -514,7 +530,7 @@ export function createEngine(options: EngineOptions): Engine {
       successor_params_json?: string | null;
       comment?: string | null;
     },
-  ): Promise<{ next: SessionRecord; decided: HitlRequest }> {
+  ): Promise<{ next: SessionRecord; decided: HitlRequest; entry: ChainEntryRecord }> {
     const nowNs = clock.nowNs();
     const state = recordHumanDecision(
       { ...session.state, pending_request: boundRequest(open) },
@@ -542,7 +558,7 @@ export function createEngine(options: EngineOptions): Engine {
       updated_ns: nowNs,
     };
     await tx.sessions.update(next);
-    await auditor.record(
+    const entry = await auditor.record(
       tx,
       "hitl_decision",
       {
@@ -559,7 +575,7 @@ export function createEngine(options: EngineOptions): Engine {
       },
       nowNs,
     );
-    return { next, decided };
+    return { next, decided, entry };
   }
 
   /** Expires the due requests of one session (of every session without one). */
@@ -677,12 +693,21 @@ export function createEngine(options: EngineOptions): Engine {
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
     }
+    const previousError = recordableErrorText(request.previous_error);
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
     // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
     let decision: Verdicted =
       malformed === null
-        ? bindToPausedTool(decide(config, state, call, { nowNs, rng: rngValue ?? undefined }), state, call)
+        ? bindToPausedTool(
+            decide(config, state, call, {
+              nowNs,
+              rng: rngValue ?? undefined,
+              ...(previousError === undefined ? {} : { errorText: previousError }),
+            }),
+            state,
+            call,
+          )
         : MALFORMED;
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
@@ -824,6 +849,8 @@ export function createEngine(options: EngineOptions): Engine {
           budget_after_usd: remaining,
           reservation_id,
           rng: rngValue,
+          // An input decide() saw (error amplification), so replay sees it too; absent when not given.
+          ...(previousError === undefined ? {} : { previous_error: previousError }),
           operator_id: null,
           // What decide() saw, so the verdict can be re-derived from the log alone (the session's
           // config never changes: it is in its session_registered entry).
@@ -887,6 +914,132 @@ export function createEngine(options: EngineOptions): Engine {
     };
   }
 
+  function postExecIn(request: PostExecRequest, span: EngineSpan): Promise<PostExecResult> {
+    if (typeof request !== "object" || request === null) {
+      return Promise.reject(new LeashError("invalid_argument", "postExec needs a request object"));
+    }
+    const { call_number: callNumber } = request;
+    if (!Number.isSafeInteger(callNumber) || callNumber < 1) {
+      return Promise.reject(
+        new LeashError("invalid_argument", "call_number must be a whole number of at least 1"),
+      );
+    }
+    let actual: Money;
+    try {
+      actual = toMoney(request.actual_cost_usd);
+    } catch (cause) {
+      return Promise.reject(
+        new LeashError("invalid_argument", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
+      );
+    }
+    return transaction(async (tx) => {
+      const session = await loadSession(tx, request.session_id);
+      const nowNs = clock.nowNs();
+      if (!budgetEnabled(session.config)) {
+        // Without a budget no hold records which calls were allowed; a call never evaluated is
+        // still refused.
+        if (callNumber > session.call_count) throw neverAllowed(session.session_id, callNumber);
+        return {
+          session_id: session.session_id,
+          call_number: callNumber,
+          actual_usd: actual.toFixed(),
+          overrun_usd: "0",
+          budget_remaining_usd: null,
+          replayed: false,
+          late: false,
+        };
+      }
+      const id = reservationId(session.session_id, callNumber);
+      const hold = await tx.budgets.getReservation(id);
+      if (hold === null) throw neverAllowed(session.session_id, callNumber);
+      const settled = await settleOnce(tx, hold, actual, nowNs, request.idempotency_key ?? `postexec:${id}`);
+      const accounts = await accountChain(tx, sessionAccountId(session.config, session));
+      const remaining = chainAvailable(accounts).toFixed();
+      if (!settled.replayed) {
+        const entry = await auditor.record(
+          tx,
+          "post_exec",
+          {
+            session_id: session.session_id,
+            call_number: callNumber,
+            reservation_id: id,
+            estimated_usd: settled.amount_usd.toFixed(),
+            actual_usd: settled.actual_usd.toFixed(),
+            overrun_usd: settled.overrun_usd.toFixed(),
+            success: request.success ?? true,
+            ...(request.success === false && recordableErrorText(request.error_message) !== undefined
+              ? { error_message: recordableErrorText(request.error_message) }
+              : {}),
+            budget_after_usd: remaining,
+            // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
+            // back already, and the actual was spent all the same (real money was).
+            late: settled.late,
+            hold_status: hold.status,
+            // How far past its limit this left the budget (0 within it): what an overrun beyond
+            // what was left amounts to, while the remaining reads 0.
+            over_limit_usd: overLimit(accounts),
+          },
+          nowNs,
+        );
+        if (span.recording) span.set({ "leash.chain.seq": entry.seq });
+        const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
+        await tx.sessions.update({
+          ...session,
+          state: {
+            ...session.state,
+            budget_spent_usd: spent.toNumber(),
+            budget_remaining_usd: Number(remaining),
+          },
+          updated_ns: nowNs,
+        });
+      }
+      return {
+        session_id: session.session_id,
+        call_number: callNumber,
+        actual_usd: settled.actual_usd.toFixed(),
+        overrun_usd: settled.overrun_usd.toFixed(),
+        budget_remaining_usd: remaining,
+        replayed: settled.replayed,
+        late: settled.late,
+      };
+    });
+  }
+
+  function resumeIn(input: ResumeRequest, span: EngineSpan): Promise<SessionView> {
+    let request: ReturnType<typeof checkResumeRequest>;
+    try {
+      request = checkResumeRequest(input); // before the transaction: bad input records nothing
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    // An answer after the deadline finds the expiry recorded, and is refused (LeashHitlExpired).
+    return expireSession(request.session_id)
+      .then(() =>
+        transaction(async (tx) => {
+          const session = await loadSession(tx, request.session_id);
+          const open = await answeredRequest(tx, session, request.request_id);
+          const { next, decided, entry } = await answerIn(tx, session, open, request);
+          if (span.recording) {
+            span.set(
+              defined({
+                "gen_ai.tool.name": open.tool_name,
+                "gen_ai.tool.call.id": callIdOf(undefined, open.nonce),
+                "leash.hitl.decision": request.decision,
+                "leash.hitl.request_id": open.request_id,
+                "leash.call_number": open.call_number,
+                "leash.chain.seq": entry.seq,
+              }),
+            );
+          }
+          return { view: await view(tx, next), decided };
+        }),
+      )
+      .then(({ view: answered, decided }) => {
+        events.emit({ type: "hitl_decided", request: hitlView(decided) });
+        return answered;
+      });
+  }
+
   return {
     substrate,
 
@@ -938,8 +1091,17 @@ export function createEngine(options: EngineOptions): Engine {
         return Promise.reject(new LeashError("invalid_argument", "evaluate needs a request object"));
       }
       const malformed = malformedInput(request);
+      const toolName = typeof request.tool_name === "string" ? request.tool_name : "";
+      const span = tracing.start(`${SPAN_EVALUATE} ${toolName}`, request.traceparent, () =>
+        defined({
+          "gen_ai.operation.name": "execute_tool",
+          "gen_ai.tool.name": toolName,
+          "gen_ai.tool.call.id": callIdOf(request.call_id, request.nonce),
+          "leash.session_id": typeof request.session_id === "string" ? request.session_id : undefined,
+        }),
+      );
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      return transaction(
+      const answer = transaction(
         (tx) => evaluateIn(tx, request, malformed),
         evaluateHints(request, accountsOf, malformed !== null),
       ).then(
@@ -952,96 +1114,20 @@ export function createEngine(options: EngineOptions): Engine {
           throw error;
         },
       );
+      return span.recording ? answer.then(...endEvaluateSpan(span)) : answer;
     },
 
     postExec(request) {
-      const { call_number: callNumber } = request;
-      if (!Number.isSafeInteger(callNumber) || callNumber < 1) {
-        return Promise.reject(
-          new LeashError("invalid_argument", "call_number must be a whole number of at least 1"),
-        );
-      }
-      let actual: Money;
-      try {
-        actual = toMoney(request.actual_cost_usd);
-      } catch (cause) {
-        return Promise.reject(
-          new LeashError("invalid_argument", `actual_cost_usd: ${(cause as Error).message}`, { cause }),
-        );
-      }
-      return transaction(async (tx) => {
-        const session = await loadSession(tx, request.session_id);
-        const nowNs = clock.nowNs();
-        if (!budgetEnabled(session.config)) {
-          // Without a budget no hold records which calls were allowed; a call never evaluated is
-          // still refused.
-          if (callNumber > session.call_count) throw neverAllowed(session.session_id, callNumber);
-          return {
-            session_id: session.session_id,
-            call_number: callNumber,
-            actual_usd: actual.toFixed(),
-            overrun_usd: "0",
-            budget_remaining_usd: null,
-            replayed: false,
-            late: false,
-          };
-        }
-        const id = reservationId(session.session_id, callNumber);
-        const hold = await tx.budgets.getReservation(id);
-        if (hold === null) throw neverAllowed(session.session_id, callNumber);
-        const settled = await settleOnce(
-          tx,
-          hold,
-          actual,
-          nowNs,
-          request.idempotency_key ?? `postexec:${id}`,
-        );
-        const accounts = await accountChain(tx, sessionAccountId(session.config, session));
-        const remaining = chainAvailable(accounts).toFixed();
-        if (!settled.replayed) {
-          await auditor.record(
-            tx,
-            "post_exec",
-            {
-              session_id: session.session_id,
-              call_number: callNumber,
-              reservation_id: id,
-              estimated_usd: settled.amount_usd.toFixed(),
-              actual_usd: settled.actual_usd.toFixed(),
-              overrun_usd: settled.overrun_usd.toFixed(),
-              success: request.success ?? true,
-              budget_after_usd: remaining,
-              // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
-              // back already, and the actual was spent all the same (real money was).
-              late: settled.late,
-              hold_status: hold.status,
-              // How far past its limit this left the budget (0 within it): what an overrun beyond
-              // what was left amounts to, while the remaining reads 0.
-              over_limit_usd: overLimit(accounts),
-            },
-            nowNs,
-          );
-          const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
-          await tx.sessions.update({
-            ...session,
-            state: {
-              ...session.state,
-              budget_spent_usd: spent.toNumber(),
-              budget_remaining_usd: Number(remaining),
-            },
-            updated_ns: nowNs,
-          });
-        }
-        return {
-          session_id: session.session_id,
-          call_number: callNumber,
-          actual_usd: settled.actual_usd.toFixed(),
-          overrun_usd: settled.overrun_usd.toFixed(),
-          budget_remaining_usd: remaining,
-          replayed: settled.replayed,
-          late: settled.late,
-        };
-      });
+      const span = tracing.start(SPAN_POST_EXEC, request?.traceparent, () =>
+        defined({
+          "gen_ai.operation.name": "execute_tool",
+          "gen_ai.tool.call.id": callIdOf(request?.call_id, undefined),
+          "leash.session_id": typeof request?.session_id === "string" ? request.session_id : undefined,
+          "leash.call_number": typeof request?.call_number === "number" ? request.call_number : undefined,
+        }),
+      );
+      const answer = postExecIn(request, span);
+      return span.recording ? answer.then(...endPostExecSpan(span)) : answer;
     },
 
     getSession(sessionId) {
@@ -1051,26 +1137,15 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     resume(input) {
-      let request: ReturnType<typeof checkResumeRequest>;
-      try {
-        request = checkResumeRequest(input); // before the transaction: bad input records nothing
-      } catch (error) {
-        return Promise.reject(error);
-      }
-      // An answer after the deadline finds the expiry recorded, and is refused (LeashHitlExpired).
-      return expireSession(request.session_id)
-        .then(() =>
-          transaction(async (tx) => {
-            const session = await loadSession(tx, request.session_id);
-            const open = await answeredRequest(tx, session, request.request_id);
-            const { next, decided } = await answerIn(tx, session, open, request);
-            return { view: await view(tx, next), decided };
-          }),
-        )
-        .then(({ view: answered, decided }) => {
-          events.emit({ type: "hitl_decided", request: hitlView(decided) });
-          return answered;
-        });
+      const span = tracing.start(SPAN_RESUME, input?.traceparent, () =>
+        defined({
+          "gen_ai.operation.name": "execute_tool",
+          "leash.session_id": typeof input?.session_id === "string" ? input.session_id : undefined,
+          "leash.hitl.decision": typeof input?.decision === "string" ? input.decision : undefined,
+        }),
+      );
+      const answer = resumeIn(input, span);
+      return span.recording ? answer.then(...endResumeSpan(span)) : answer;
     },
 
     async listHitl(filter = {}) {
@@ -1356,6 +1431,76 @@ export function createEngine(options: EngineOptions): Engine {
       return checkpoint;
     },
   };
+}
+
+/** A remaining budget as a span attribute: a number dashboards can plot (the exact text is in the chain). */
+function budgetAttribute(remaining: string | null): number | undefined {
+  return remaining === null ? undefined : Number(remaining);
+}
+
+/** then() handlers that end an evaluate span with its answer: a DENY is an answer, a rejection an error. */
+function endEvaluateSpan(span: EngineSpan) {
+  return [
+    (result: EvaluateResult) => {
+      span.set(
+        defined({
+          "leash.verdict": result.verdict,
+          "leash.reason": result.reason,
+          "leash.session_id": result.session_id,
+          "leash.call_number": result.call_number,
+          "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
+          "leash.chain.seq": result.entry_seq,
+        }),
+      );
+      span.end();
+      return result;
+    },
+    (error: unknown): never => {
+      span.end(error);
+      throw error;
+    },
+  ] as const;
+}
+
+function endPostExecSpan(span: EngineSpan) {
+  return [
+    (result: PostExecResult) => {
+      span.set(
+        defined({
+          "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
+          "leash.actual_usd": Number(result.actual_usd),
+          "leash.overrun_usd": Number(result.overrun_usd),
+          "leash.replayed": result.replayed,
+          "leash.late": result.late,
+        }),
+      );
+      span.end();
+      return result;
+    },
+    (error: unknown): never => {
+      span.end(error);
+      throw error;
+    },
+  ] as const;
+}
+
+function endResumeSpan(span: EngineSpan) {
+  return [
+    (view: SessionView) => {
+      span.set(
+        defined({
+          "leash.session_status": view.status,
+          "leash.budget_remaining_usd": budgetAttribute(view.budget_remaining_usd),
+        }),
+      );
+      span.end();
+      return view;
+    },
+    (error: unknown): never => {
+      span.end(error);
+      throw error;
+    },
+  ] as const;
 }
 
 /** DENY without a decision or an entry: the store's chain does not verify (fail closed). */

@@ -12,6 +12,7 @@ import type {
   Substrate,
   Verdict,
 } from "@leash/core";
+import type { Tracer } from "@opentelemetry/api";
 
 export interface EngineOptions {
   substrate: Substrate;
@@ -42,6 +43,11 @@ export interface EngineOptions {
   checkpointStore?: CheckpointStore;
   /** A checkpoint the caller has just verified itself (recover() does): read instead of checkpointStore. */
   trustedCheckpoint?: Checkpoint;
+  /**
+   * Where the engine's spans go (README: OpenTelemetry). Default: the global provider's tracer named
+   * `@leash/engine`, a no-op until the application installs an OpenTelemetry SDK.
+   */
+  tracer?: Tracer;
 }
 
 /** Keeps one checkpoint, somewhere the store's writers cannot reach (same shape as @leash/recovery's). */
@@ -95,6 +101,16 @@ export interface EvaluateRequest {
    * "policy_violation:params_hash_mismatch": the agent and the daemon do not agree on what it runs.
    */
   expected_params_hash?: string;
+  /**
+   * The error the caller saw in this tool's previous result (an MCP `isError` text, an HTTP 401
+   * body). With `error_amplification`, an error signal in it lowers the repeat limit by one, as one
+   * in `params` does (spec §3.9); recorded in the decision's entry (at most 1,024 characters).
+   */
+  previous_error?: string;
+  /** The framework's id for this tool call (AI SDK toolCallId, …): the span's `gen_ai.tool.call.id` (else the nonce). Not recorded in the chain. */
+  call_id?: string;
+  /** A W3C traceparent (an MCP request's `_meta.traceparent`): the parent of this call's span. Not recorded in the chain. */
+  traceparent?: string;
 }
 
 /**
@@ -145,8 +161,14 @@ export interface PostExecRequest {
   call_number: number;
   actual_cost_usd: number | string;
   success?: boolean;
+  /** With `success: false`: what went wrong, recorded in the post_exec entry (at most 1,024 characters). */
+  error_message?: string;
   /** A retried postExec with the same key is a no-op. Default: derived from session and call number. */
   idempotency_key?: string;
+  /** The span's `gen_ai.tool.call.id` (as in evaluate); not recorded in the chain. */
+  call_id?: string;
+  /** A W3C traceparent: the parent of this settlement's span; not recorded in the chain. */
+  traceparent?: string;
 }
 
 export interface PostExecResult {
@@ -185,6 +207,8 @@ export interface ResumeRequest {
    * answer lands on that request or nowhere; absent, on the session's open request.
    */
   request_id?: string;
+  /** A W3C traceparent: the parent of this decision's span; not recorded in the chain. */
+  traceparent?: string;
 }
 
 /** A HITL request as an operator sees it (engine.getHitl / listHitl). */
