@@ -12,17 +12,30 @@ export {
   readConfigDocument,
 } from "./config-file.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
-export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
+export {
+  LeashAlreadyDecided,
+  LeashDenied,
+  LeashError,
+  type LeashErrorCode,
+  LeashHitl,
+  LeashHitlExpired,
+} from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
 export {
   bindToPausedTool,
   boundRequest,
   boundRequestId,
+  consumedTransitionOf,
   type EngineDecision,
+  HITL_TIMEOUT,
+  hasTransition,
   PARAMS_HASH_MISMATCH,
+  pausedOf,
   releasesApproval,
   TOOL_MISMATCH,
+  timedOut,
 } from "./hitl-binding.js";
+export { DEFAULT_HITL_TIMEOUT_S, hitlExpiresNs, hitlView, TIMEOUT_OPERATOR } from "./hitl-view.js";
 export { MAX_RESERVATION_TTL_S } from "./limits.js";
 export {
   type OpenStoreOptions,

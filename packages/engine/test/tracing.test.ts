@@ -147,7 +147,7 @@ describe.each(KINDS)("spans on %s", (kind) => {
       "gen_ai.tool.call.id": "p-2",
       "leash.hitl.decision": "approve",
       "leash.call_number": paused.call_number,
-      "leash.chain.seq": paused.entry_seq! + 1,
+      "leash.chain.seq": paused.entry_seq! + 2, // after the paused call's hitl_request entry
       "leash.session_status": "ACTIVE",
     });
   });

@@ -18,6 +18,8 @@ const configArb: fc.Arbitrary<Config> = fc.record(
     hitl_budget_threshold: fc.constantFrom(0.2, 0.5),
     max_total_calls: fc.integer({ min: 2, max: 20 }),
     default_estimate_usd: fc.constantFrom(0.01, 0.3),
+    // Short enough for an "expire" step to outlast it: the hitl_expired entry and hitl_timeout replay too.
+    hitl_timeout_s: fc.constantFrom(60, 3_600),
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Config>;
@@ -84,6 +86,7 @@ const REFUSALS = new Set([
   "no_pending_request",
   "reservation_not_found",
   "hitl_already_decided",
+  "hitl_expired",
   "settlement_conflict",
   "invalid_argument",
 ]);
@@ -151,6 +154,7 @@ describe.each(KINDS)("live state equals the replayed chain on %s", (kind: Kind) 
                 case "expire":
                   clock.advanceMs(step.advanceMs);
                   await engine.expireReservations();
+                  await engine.expireHitl();
                   break;
               }
             } catch (error) {

@@ -3,7 +3,7 @@
 import { appendEntry, generateKeyPair, parseEntryBody } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { afterEach, describe, expect, it } from "vitest";
-import { replayChain } from "../src/index.js";
+import { compareSnapshots, replayChain } from "../src/index.js";
 import { KINDS, type Kind, manualClock, openStore, type TestStore } from "./support.js";
 import { runWorkload, seededRandom, workloadEngine } from "./workload.js";
 
@@ -39,6 +39,8 @@ describe.each(KINDS)("replayChain on %s", (kind: Kind) => {
       "decision",
       "post_exec",
       "hitl_decision",
+      "hitl_request",
+      "hitl_expired",
       "circuit_reset",
       "reservation_expired",
       "session_stale",
@@ -54,6 +56,55 @@ describe.each(KINDS)("replayChain on %s", (kind: Kind) => {
         .map((e) => (parseEntryBody(e.body) as { data: { verdict: string } }).data.verdict),
     );
     expect([...verdicts].sort()).toEqual(["ALLOW", "DENY", "HITL"]);
+    // The engine's own HITL outcomes were re-derived too: an expired request's next attempt, and a
+    // used approval's re-dispatch (shown to decide() as consumed).
+    const reasons = new Set(
+      entries
+        .filter((e) => e.kind === "decision")
+        .map((e) => (parseEntryBody(e.body) as { data: { reason: string } }).data.reason),
+    );
+    expect(reasons).toContain("hitl_timeout");
+  }, 30_000);
+});
+
+describe.each(KINDS)("replayChain over a human's answers on %s", (kind: Kind) => {
+  it("re-derives approve, a used approval's re-dispatch, modify and an expiry, and the tables agree", async () => {
+    store = await openStore(kind);
+    const clock = manualClock();
+    const engine = workloadEngine(store.substrate, clock);
+    const { session_id } = await engine.register({
+      agent_id: "reviewed",
+      config: { hitl_mode: "always", hitl_timeout_s: 60 },
+    });
+    const call = (nonce: string, params: Record<string, unknown> = { q: "a" }) =>
+      engine.evaluate({ session_id, tool_name: "pay", params, nonce });
+    const reasons: string[] = [];
+    const paused = await call("1");
+    await engine.answerHitl(paused.hitl_request_id!, { decision: "approve", operatorId: "op" });
+    reasons.push((await call("1")).reason, (await call("1")).reason);
+    await engine.reset(session_id, "op"); // the duplicate's DENY tripped the circuit
+    const second = await call("2", { q: "b" });
+    const modified = await engine.answerHitl(second.hitl_request_id!, {
+      decision: "modify",
+      operatorId: "op",
+      params: { q: "c" },
+    });
+    reasons.push((await call(String(modified.successor?.nonce), { q: "c" })).reason);
+    await call("3", { q: "d" });
+    clock.advanceMs(61_000);
+    reasons.push((await call("3", { q: "d" })).reason);
+    expect(reasons).toEqual([
+      "hitl_transition:approve",
+      "policy_violation:duplicate_resume_no_effect",
+      "hitl_transition:modify_successor",
+      "hitl_timeout",
+    ]);
+    const entries = await readChain(store.substrate);
+    const result = await replayChain(entries);
+    expect(result.mismatch).toBeNull();
+    expect(result.verdicts_checked).toBe(entries.filter((e) => e.kind === "decision").length);
+    expect(result.kinds.hitl_expired).toBe(1);
+    expect(await compareSnapshots(store.substrate, (await replayChain(entries)).projection)).toEqual([]);
   }, 30_000);
 });
 

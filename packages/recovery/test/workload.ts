@@ -19,7 +19,7 @@ export function seededRandom(seed: number): () => number {
 export const CONFIGS: Config[] = [
   { budget_usd: 5, max_repeat_calls: 3 },
   { budget_usd: 1, default_estimate_usd: 0.05, hitl_budget_threshold: 0.5 },
-  { hitl_mode: "always" },
+  { hitl_mode: "always", hitl_timeout_s: 300 },
   {
     max_total_calls: 12,
     window_max_calls: 6,
@@ -96,6 +96,7 @@ export async function runWorkload(
       } else if (roll < 0.94) {
         clock.advanceMs(400_000);
         await engine.expireReservations();
+        await engine.expireHitl();
       } else if (roll < 0.97) {
         await engine.markStale(sessionId, { staleAfterNs: 1 });
         if (random() < 0.5) await engine.heartbeat(sessionId); // back from STALE
@@ -108,6 +109,7 @@ export async function runWorkload(
         "no_pending_request",
         "reservation_not_found",
         "hitl_already_decided",
+        "hitl_expired",
         "settlement_conflict",
       ];
       if (code === undefined || !expected.includes(code)) throw error;

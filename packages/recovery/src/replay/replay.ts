@@ -35,15 +35,21 @@ import {
   boundRequest,
   boundRequestId,
   budgetEnabled,
+  consumedTransitionOf,
   type EngineDecision,
   guardAccountId,
+  HITL_TIMEOUT,
+  hasTransition,
+  hitlExpiresNs,
   nodeSha256Hex,
   outranksEstimate,
   PARAMS_HASH_MISMATCH,
+  pausedOf,
   releasesApproval,
   resolveEstimate,
   sessionAccountId,
   TOOL_MISMATCH,
+  timedOut,
 } from "@leash/engine";
 import { ReplayLedger } from "./budget-ledger.js";
 
@@ -252,6 +258,10 @@ export class ChainReplayer {
         return this.#postExec(data, nowNs);
       case "hitl_decision":
         return this.#hitlDecision(data, nowNs);
+      case "hitl_expired":
+        return this.#hitlExpired(data, nowNs);
+      case "hitl_request":
+        return; // announces the request its decision entry (just before) opened; no state of its own
       case "circuit_reset":
         return this.#reset(data, nowNs);
       case "session_stale": {
@@ -395,6 +405,17 @@ export class ChainReplayer {
               : estimate.hold.toNumber(),
     };
     const state: State = { ...session.state, seen_nonces: seen ? [nonce] : [] };
+    // A re-dispatch of a used approval is shown that approval as consumed, as the engine does.
+    const reused =
+      seen && !malformed && !hasTransition(state)
+        ? consumedTransitionOf(
+            [...this.projection.hitl.values()].filter(
+              (r) => r.session_id === session.session_id && r.status === "CONSUMED",
+            ),
+            nonce as Nonce,
+          )
+        : null;
+    if (reused !== null) state.pending_transition = reused;
     let remainingBefore: Money | null = null;
     let accounts: BudgetAccount[] | undefined;
     const ledger = this.projection.ledger;
@@ -419,7 +440,9 @@ export class ChainReplayer {
           ? TOOL_MISMATCH
           : data.reason === PARAMS_HASH_MISMATCH.reason
             ? PARAMS_HASH_MISMATCH
-            : { verdict: data.verdict, reason: data.reason }
+            : data.reason === HITL_TIMEOUT.reason
+              ? HITL_TIMEOUT
+              : { verdict: data.verdict, reason: data.reason }
       ) as EngineDecision;
       this.provedFrom = index + 1;
     } else {
@@ -439,6 +462,7 @@ export class ChainReplayer {
       if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
         decision = { verdict: "DENY", reason: estimate.reason };
       }
+      if (!malformed && decision.verdict !== "DENY" && timedOut(state, call)) decision = HITL_TIMEOUT;
       const expectedHash = data.expected_params_hash;
       if (typeof expectedHash === "string" && expectedHash !== paramsHash) decision = PARAMS_HASH_MISMATCH;
     }
@@ -486,6 +510,9 @@ export class ChainReplayer {
             nowNs,
             paramsHash,
           });
+    // As the engine: the timeout is told once, and a used approval shown to decide() is not kept.
+    if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
+    if (reused !== null) next = { ...next, pending_transition: session.state.pending_transition ?? null };
     if (decision.verdict === "HITL") {
       const named = data.hitl_request_id;
       const request: HitlRequest = {
@@ -503,6 +530,15 @@ export class ChainReplayer {
         successor_args_digest: null,
         created_ns: nowNs,
         decided_ns: null,
+        // The operator's view (params, budget, policy) is not state replay derives; the expiry is.
+        params_json: null,
+        budget_spent_usd: null,
+        budget_limit_usd: null,
+        budget_remaining_usd: null,
+        policy_id: null,
+        expires_ns: hitlExpiresNs(config, nowNs),
+        comment: null,
+        successor_params_json: null,
       };
       this.projection.hitl.set(request.request_id, request);
       next = { ...next, pending_request: boundRequest(request) };
@@ -604,6 +640,42 @@ export class ChainReplayer {
       },
       updated_ns: nowNs,
     });
+  }
+
+  /** An unanswered request expired: its row closes and the paused call is marked for hitl_timeout. */
+  #hitlExpired(data: Data, nowNs: number): void {
+    const session = this.#session(data);
+    const requestId = data.request_id as string;
+    const open = this.projection.hitl.get(requestId);
+    if (open === undefined || open.session_id !== session.session_id || open.status !== "PENDING") {
+      throw new Mismatch(
+        "request_id",
+        "a PENDING request of the session",
+        open?.status ?? requestId,
+        `request ${requestId} of session ${session.session_id} cannot expire`,
+      );
+    }
+    expectEqual("expires_ns", open.expires_ns, data.expires_ns);
+    if (open.expires_ns === null || open.expires_ns > nowNs) {
+      throw new Mismatch("expires_ns", `<= ${nowNs}`, open.expires_ns, `request ${requestId} was not due`);
+    }
+    this.projection.hitl.set(requestId, {
+      ...open,
+      status: "EXPIRED",
+      operator_id: data.operator_id as string,
+      decided_ns: nowNs,
+    });
+    const paused = pausedOf(session.state);
+    if (paused !== null && paused.request_id === requestId) {
+      this.#put({
+        ...session,
+        state: {
+          ...session.state,
+          pending_request: { ...paused, expired: true } as State["pending_request"],
+        },
+        updated_ns: nowNs,
+      });
+    }
   }
 
   async #hitlDecision(data: Data, nowNs: number): Promise<void> {
