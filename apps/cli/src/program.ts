@@ -5,6 +5,7 @@ import { Command, CommanderError, type Option } from "commander";
 import { registerBench } from "./commands/bench.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
+import { registerConsole } from "./commands/console.js";
 import { registerDecide } from "./commands/decide.js";
 import { registerEvaluate } from "./commands/evaluate.js";
 import { registerExpire } from "./commands/expire.js";
@@ -80,6 +81,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerRelay(program, io, setExit);
   // The sidecar daemon (SP/1.0 Model B).
   registerServe(program, io, setExit);
+  registerConsole(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   checkRequiredOptionsLast(program);
   return program;
