@@ -68,6 +68,8 @@ export interface Config {
   deny_jitter_ratio?: number;
   hitl_mode?: HitlMode;
   hitl_budget_threshold?: number;
+  /** How long a HITL request waits for a human before it expires (a DENY `hitl_timeout`). The engine's; default 900. */
+  hitl_timeout_s?: number;
   parent_guard_id?: string;
   /**
    * The estimate a budgeted call without `estimated_cost_usd` is held at (a number or exact

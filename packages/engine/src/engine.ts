@@ -23,11 +23,14 @@ import {
   type ChainEntryRecord,
   canonicalHash,
   canonicalizationError,
+  canonicalJson,
   type Decision,
   decide,
   denyProbability,
   feedback,
   type HitlRequest,
+  type Nonce,
+  type PendingRequest,
   type Reservation,
   recordHumanDecision,
   resetCircuit,
@@ -44,28 +47,38 @@ import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId }
 import { Auditor, type ChainHead } from "./audit.js";
 import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
-import { LeashAlreadyDecided, LeashError } from "./errors.js";
+import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
 import {
+  type BoundRequest,
   bindToPausedTool,
   boundRequest,
   boundRequestId,
   type EngineDecision,
+  HITL_TIMEOUT,
   PARAMS_HASH_MISMATCH,
   releasesApproval,
   TOOL_MISMATCH,
 } from "./hitl-binding.js";
+import { HitlEvents } from "./hitl-events.js";
+import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
-import { checkResumeRequest } from "./resume-input.js";
+import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import type {
   ChainOpenReport,
   EngineOptions,
   EvaluateRequest,
   EvaluateResult,
+  HitlAnswer,
+  HitlEvent,
+  HitlListFilter,
+  HitlRequestView,
+  HumanDecision,
   PostExecRequest,
   PostExecResult,
   RegisterRequest,
   ResumeRequest,
   SessionView,
+  WaitForHitlOptions,
 } from "./types.js";
 
 /** The default clock: epoch nanoseconds that never go backwards within the process. */
@@ -177,6 +190,32 @@ async function settleOnce(
   }
 }
 
+/** The session's paused call as its state names it, when it names a request (states before did not). */
+function pausedOf(state: State): BoundRequest | null {
+  const paused = state.pending_request as Partial<BoundRequest> | null | undefined;
+  return typeof paused?.request_id === "string" ? (paused as BoundRequest) : null;
+}
+
+/** An unanswered request of the session is past its expiry: evaluate records the expiry first. */
+function dueInState(state: State, nowNs: number): boolean {
+  const paused = pausedOf(state);
+  return (
+    paused !== null &&
+    paused.expired !== true &&
+    typeof paused.expires_ns === "number" &&
+    paused.expires_ns <= nowNs &&
+    (state.pending_transition === null || state.pending_transition === undefined)
+  );
+}
+
+/** This call is the session's next attempt of the tool whose request expired: it is told hitl_timeout. */
+function timedOut(state: State, call: Call): boolean {
+  const paused = pausedOf(state);
+  return paused?.expired === true && paused.tool_name === call.tool_name;
+}
+
+const DEFAULT_HITL_POLL_MS = 500;
+
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
 const HINTED_SESSIONS_MAX = 10_000;
 
@@ -192,6 +231,29 @@ export interface Engine {
    * invalid_argument, before anything is written.
    */
   resume(request: ResumeRequest): Promise<SessionView>;
+  /**
+   * HITL requests, oldest first, optionally of one session and/or in one status. Requests past
+   * their expiry are expired (and recorded) first.
+   */
+  listHitl(filter?: HitlListFilter): Promise<HitlRequestView[]>;
+  /** One request as it is stored now (a read: expiry is recorded by list, answer, wait or expireHitl). */
+  getHitl(requestId: string): Promise<HitlRequestView>;
+  /**
+   * An operator's answer to one request (spec §3.6), recorded with a hitl_decision entry. modify takes
+   * the operator's params: the engine names a successor nonce and binds their canonical digest.
+   * An answered request throws LeashAlreadyDecided, an expired one LeashHitlExpired; both change nothing.
+   */
+  answerHitl(requestId: string, answer: HitlAnswer): Promise<HitlRequestView>;
+  /**
+   * Resolves once the request is answered or expired (recording the expiry when its time is up). An
+   * answer through this engine resolves it at once; one written by another process is seen at the
+   * next poll (EngineOptions.hitlPollMs). With `timeoutMs` it resolves with the still-pending request.
+   */
+  waitForHitl(requestId: string, options?: WaitForHitlOptions): Promise<HitlRequestView>;
+  /** Listens to this engine's HITL events (after each commit); returns the unsubscribe function. */
+  onHitlEvent(listener: (event: HitlEvent) => void): () => void;
+  /** Expires every unanswered request past its expiry (of one session, when given); returns how many. */
+  expireHitl(options?: { sessionId?: string }): Promise<number>;
   /** Operator reset of a tripped circuit. */
   reset(sessionId: string, operatorId: string): Promise<SessionView>;
   heartbeat(sessionId: string): Promise<void>;
@@ -232,6 +294,11 @@ export function createEngine(options: EngineOptions): Engine {
   const rng = options.rng ?? Math.random;
   const ttlNs = reservationTtlNs(options.reservationTtlMs);
   const newId = options.newId ?? randomUUID;
+  const pollMs = options.hitlPollMs ?? DEFAULT_HITL_POLL_MS;
+  if (typeof pollMs !== "number" || !Number.isFinite(pollMs) || pollMs <= 0) {
+    throw new LeashError("invalid_argument", `hitlPollMs must be a positive number, got ${String(pollMs)}`);
+  }
+  const events = new HitlEvents();
   if (options.signer === undefined) {
     throw new LeashError(
       "invalid_argument",
@@ -320,6 +387,7 @@ export function createEngine(options: EngineOptions): Engine {
           `session ${sessionId} has no request ${JSON.stringify(requestId)}`,
         );
       }
+      if (named.status === "EXPIRED") throw new LeashHitlExpired(named);
       if (named.status !== "PENDING") throw new LeashAlreadyDecided(named);
       if (named.request_id !== open?.request_id) {
         throw new LeashError(
@@ -333,8 +401,164 @@ export function createEngine(options: EngineOptions): Engine {
     // The state names the last request a human answered until its answer is used (or reset).
     const lastId = boundRequestId(session.state);
     const last = lastId === null ? null : await tx.hitl.get(lastId);
-    if (last !== null && last.session_id === sessionId) throw new LeashAlreadyDecided(last);
+    if (last !== null && last.session_id === sessionId) {
+      throw last.status === "EXPIRED" ? new LeashHitlExpired(last) : new LeashAlreadyDecided(last);
+    }
     throw new LeashError("no_pending_request", `session ${sessionId} has no call awaiting a human`);
+  }
+
+  /**
+   * Records that request `requestId` of `session` (locked by the caller) expired unanswered, when it
+   * is still PENDING and past its expiry: the row, the session's paused call (so its next attempt is
+   * told hitl_timeout) and a hitl_expired entry by "system:timeout". Returns the session as it now is.
+   */
+  async function expireIn(
+    tx: SubstrateTx,
+    session: SessionRecord,
+    requestId: string,
+    nowNs: number,
+    expired: HitlEvent[],
+  ): Promise<SessionRecord> {
+    const row = await tx.hitl.get(requestId);
+    if (row === null || row.session_id !== session.session_id || !isDue(row, nowNs)) return session;
+    const closed: HitlRequest = {
+      ...row,
+      status: "EXPIRED",
+      operator_id: TIMEOUT_OPERATOR,
+      decided_ns: nowNs,
+    };
+    await tx.hitl.update(closed);
+    let next = session;
+    const paused = pausedOf(session.state);
+    if (paused !== null && paused.request_id === row.request_id) {
+      next = {
+        ...session,
+        state: { ...session.state, pending_request: { ...paused, expired: true } as PendingRequest },
+        updated_ns: nowNs,
+      };
+      await tx.sessions.update(next);
+    }
+    await auditor.record(
+      tx,
+      "hitl_expired",
+      {
+        session_id: session.session_id,
+        request_id: row.request_id,
+        call_number: row.call_number,
+        tool_name: row.tool_name,
+        nonce: row.nonce,
+        args_digest: row.args_digest,
+        operator_id: TIMEOUT_OPERATOR,
+        expires_ns: row.expires_ns,
+        now_ns: nowNs,
+      },
+      nowNs,
+    );
+    expired.push({ type: "hitl_expired", request: hitlView(closed) });
+    return next;
+  }
+
+  /** Expires the due requests among `rows`, one transaction per session; returns the events. */
+  async function expireRows(rows: readonly HitlRequest[]): Promise<HitlEvent[]> {
+    const bySession = new Map<string, string[]>();
+    const nowNs = clock.nowNs();
+    for (const row of rows) {
+      if (!isDue(row, nowNs)) continue;
+      const ids = bySession.get(row.session_id);
+      if (ids === undefined) bySession.set(row.session_id, [row.request_id]);
+      else ids.push(row.request_id);
+    }
+    const all: HitlEvent[] = [];
+    for (const [sessionId, ids] of bySession) {
+      const done = await transaction(async (tx) => {
+        const found: HitlEvent[] = [];
+        let session = await tx.sessions.get(sessionId);
+        if (session === null) return found;
+        const at = clock.nowNs();
+        for (const id of ids) session = await expireIn(tx, session, id, at, found);
+        return found;
+      });
+      for (const event of done) events.emit(event);
+      all.push(...done);
+    }
+    return all;
+  }
+
+  /** Reads one request outside any write (its session id tells the writer which row to lock first). */
+  async function readRequest(requestId: string): Promise<HitlRequest> {
+    const row = await substrate.transaction((tx) => tx.hitl.get(requestId));
+    if (row === null) {
+      throw new LeashError("hitl_not_found", `no HITL request ${JSON.stringify(requestId)}`);
+    }
+    return row;
+  }
+
+  /** Writes a human's answer on `open` (the session's open request, locked with its session). */
+  async function answerIn(
+    tx: SubstrateTx,
+    session: SessionRecord,
+    open: HitlRequest,
+    answer: {
+      decision: HumanDecision;
+      operator_id: string;
+      successor?: { nonce: Nonce; args_digest: string } | undefined;
+      successor_params_json?: string | null;
+      comment?: string | null;
+    },
+  ): Promise<{ next: SessionRecord; decided: HitlRequest }> {
+    const nowNs = clock.nowNs();
+    const state = recordHumanDecision(
+      { ...session.state, pending_request: boundRequest(open) },
+      answer.decision,
+      answer.successor && { nonce: answer.successor.nonce, argsDigest: answer.successor.args_digest },
+    );
+    // Every answer closes its request, defer and escalate too: the agent's next attempt then asks
+    // again as a new request, so no request can take two answers.
+    const decided: HitlRequest = {
+      ...open,
+      status: "DECIDED",
+      decision: answer.decision,
+      operator_id: answer.operator_id,
+      successor_nonce: answer.successor?.nonce ?? null,
+      successor_args_digest: answer.successor?.args_digest ?? null,
+      successor_params_json: answer.successor_params_json ?? null,
+      comment: answer.comment ?? null,
+      decided_ns: nowNs,
+    };
+    await tx.hitl.update(decided);
+    const next: SessionRecord = {
+      ...session,
+      status: state.status ?? session.status,
+      state: storable(state),
+      updated_ns: nowNs,
+    };
+    await tx.sessions.update(next);
+    await auditor.record(
+      tx,
+      "hitl_decision",
+      {
+        session_id: session.session_id,
+        request_id: open.request_id,
+        call_number: open.call_number,
+        tool_name: open.tool_name,
+        decision: answer.decision,
+        operator_id: answer.operator_id,
+        nonce: open.nonce,
+        args_digest: open.args_digest,
+        successor: answer.successor ?? null,
+        ...(answer.comment ? { comment: answer.comment } : {}),
+      },
+      nowNs,
+    );
+    return { next, decided };
+  }
+
+  /** Expires the due requests of one session (of every session without one). */
+  async function expireSession(sessionId?: string): Promise<HitlEvent[]> {
+    const pending = await substrate.transaction((tx) =>
+      tx.hitl.list(sessionId === undefined ? { status: "PENDING" } : { sessionId, status: "PENDING" }),
+    );
+    return expireRows(pending);
   }
 
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
@@ -360,19 +584,24 @@ export function createEngine(options: EngineOptions): Engine {
     tx: SubstrateTx,
     request: EvaluateRequest,
     malformed: string | null,
-  ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord }> {
+  ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord; hitl: HitlEvent[] }> {
     checkSessionId(request.session_id); // before any statement names it
     // A malformed call is denied without its tool name or nonce reaching a store or the chain.
     const nonce = malformed === null ? request.nonce : undefined;
     const hasNonce = nonce !== undefined && nonce !== null;
     // Independent reads are issued together (a pipelining substrate answers them in one round
     // trip). The nonce lookup needs no lock of its own: the session row's lock orders its calls.
-    const [session, seen] = await Promise.all([
+    const [loaded, seen] = await Promise.all([
       loadSession(tx, request.session_id),
       hasNonce ? tx.nonces.has(request.session_id, nonce) : false,
     ]);
-    const { config } = session;
+    const { config } = loaded;
     const nowNs = clock.nowNs();
+    const hitlEvents: HitlEvent[] = [];
+    // A request past its expiry is closed before this call is judged (lazily: nothing else watches the clock).
+    const session = dueInState(loaded.state, nowNs)
+      ? await expireIn(tx, loaded, pausedOf(loaded.state)!.request_id, nowNs, hitlEvents)
+      : loaded;
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
     // Under a budget every call needs a valid estimate (its own or the config's default for its tool);
@@ -419,6 +648,8 @@ export function createEngine(options: EngineOptions): Engine {
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
     }
+    // The paused call's request expired unanswered: its next attempt is told so, unless denied anyway.
+    if (malformed === null && decision.verdict !== "DENY" && timedOut(state, call)) decision = HITL_TIMEOUT;
     const paramsValue = call.params ?? {};
     const paramsHash = canonicalizationError(paramsValue) === null ? canonicalHash(paramsValue) : null;
     const expectedHash = request.expected_params_hash;
@@ -473,7 +704,12 @@ export function createEngine(options: EngineOptions): Engine {
             nowNs,
             paramsHash,
           });
+    // The timeout is told once: the session then no longer waits on that request (the DENY trips
+    // the circuit, as a human's reject does).
+    if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
+    let opened: HitlRequest | null = null;
     if (decision.verdict === "HITL") {
+      const account = accounts?.[0];
       const request: HitlRequest = {
         request_id: newId(),
         session_id: session.session_id,
@@ -489,8 +725,19 @@ export function createEngine(options: EngineOptions): Engine {
         successor_args_digest: null,
         created_ns: nowNs,
         decided_ns: null,
+        // What the operator judges: the exact params (canonical JSON, so the digest can be checked
+        // by eye or by tool), the budget as it stood, and which policy paused the call.
+        params_json: paramsHash === null ? null : canonicalJson(paramsValue),
+        budget_spent_usd: account === undefined ? null : account.spent_usd,
+        budget_limit_usd: account === undefined ? null : account.limit_usd,
+        budget_remaining_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
+        policy_id: canonicalHash(config),
+        expires_ns: hitlExpiresNs(config, nowNs),
+        comment: null,
+        successor_params_json: null,
       };
       await tx.hitl.insert(request);
+      opened = request;
       // The state names the request, so the human's answer and its use are tied to this one.
       next = { ...next, pending_request: boundRequest(request) };
     }
@@ -553,6 +800,32 @@ export function createEngine(options: EngineOptions): Engine {
         `nonce ${JSON.stringify(nonce)} of session ${session.session_id} was recorded by another transaction despite the session's lock`,
       );
     }
+    if (opened !== null) {
+      // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params
+      // stay in the store: the chain carries their digest only, as decision entries do.
+      await auditor.record(
+        tx,
+        "hitl_request",
+        {
+          session_id: opened.session_id,
+          request_id: opened.request_id,
+          call_number: opened.call_number,
+          tool_name: opened.tool_name,
+          nonce: opened.nonce,
+          args_digest: opened.args_digest,
+          reason: opened.reason,
+          budget_spent_usd: opened.budget_spent_usd,
+          budget_limit_usd: opened.budget_limit_usd,
+          budget_remaining_usd: opened.budget_remaining_usd,
+          policy_id: opened.policy_id,
+          created_ns: opened.created_ns,
+          expires_ns: opened.expires_ns,
+        },
+        nowNs,
+        { seq: entry.seq, entry_hash: entry.entry_hash },
+      );
+      hitlEvents.push({ type: "hitl_request", request: hitlView(opened) });
+    }
     return {
       result: {
         session_id: session.session_id,
@@ -566,8 +839,10 @@ export function createEngine(options: EngineOptions): Engine {
         params_hash: paramsHash,
         entry_seq: entry.seq,
         entry_hash: entry.entry_hash,
+        ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
       },
       entry,
+      hitl: hitlEvents,
     };
   }
 
@@ -627,7 +902,10 @@ export function createEngine(options: EngineOptions): Engine {
         (tx) => evaluateIn(tx, request, malformed),
         evaluateHints(request, accountsOf, malformed !== null),
       ).then(
-        ({ result, entry }) => ({ ...result, receipt: compactJws(entry) }),
+        ({ result, entry, hitl }) => {
+          for (const event of hitl) events.emit(event);
+          return { ...result, receipt: compactJws(entry) };
+        },
         (error: unknown) => {
           if (error instanceof ChainUnverifiedError) return chainUnverified(request, error);
           throw error;
@@ -738,51 +1016,143 @@ export function createEngine(options: EngineOptions): Engine {
       } catch (error) {
         return Promise.reject(error);
       }
-      return transaction(async (tx) => {
-        const session = await loadSession(tx, request.session_id);
-        const open = await answeredRequest(tx, session, request.request_id);
-        const nowNs = clock.nowNs();
-        const state = recordHumanDecision(
-          { ...session.state, pending_request: boundRequest(open) },
-          request.decision,
-          request.successor && { nonce: request.successor.nonce, argsDigest: request.successor.args_digest },
-        );
-        // Every answer closes its request, defer and escalate too: the agent's next attempt then asks
-        // again as a new request, so no request can take two answers.
-        await tx.hitl.update({
-          ...open,
-          status: "DECIDED",
-          decision: request.decision,
-          operator_id: request.operator_id,
-          successor_nonce: request.successor?.nonce ?? null,
-          successor_args_digest: request.successor?.args_digest ?? null,
-          decided_ns: nowNs,
+      // An answer after the deadline finds the expiry recorded, and is refused (LeashHitlExpired).
+      return expireSession(request.session_id)
+        .then(() =>
+          transaction(async (tx) => {
+            const session = await loadSession(tx, request.session_id);
+            const open = await answeredRequest(tx, session, request.request_id);
+            const { next, decided } = await answerIn(tx, session, open, request);
+            return { view: await view(tx, next), decided };
+          }),
+        )
+        .then(({ view: answered, decided }) => {
+          events.emit({ type: "hitl_decided", request: hitlView(decided) });
+          return answered;
         });
-        const next: SessionRecord = {
-          ...session,
-          status: state.status ?? session.status,
-          state: storable(state),
-          updated_ns: nowNs,
-        };
-        await tx.sessions.update(next);
-        await auditor.record(
-          tx,
-          "hitl_decision",
-          {
-            session_id: session.session_id,
-            request_id: open.request_id,
-            call_number: open.call_number,
-            tool_name: open.tool_name,
-            decision: request.decision,
-            operator_id: request.operator_id,
-            nonce: open.nonce,
-            args_digest: open.args_digest,
-            successor: request.successor ?? null,
-          },
-          nowNs,
-        );
-        return view(tx, next);
+    },
+
+    async listHitl(filter = {}) {
+      if (filter === null || typeof filter !== "object") {
+        throw new LeashError("invalid_argument", "listHitl takes a filter object");
+      }
+      const status = filter.status === undefined ? undefined : storedStatus(filter.status);
+      if (filter.sessionId !== undefined) checkSessionId(filter.sessionId);
+      await expireSession(filter.sessionId);
+      const rows = await substrate.transaction((tx) =>
+        tx.hitl.list({
+          ...(filter.sessionId === undefined ? {} : { sessionId: filter.sessionId }),
+          ...(status === undefined ? {} : { status }),
+        }),
+      );
+      rows.sort((a, b) => a.created_ns - b.created_ns || a.request_id.localeCompare(b.request_id));
+      return rows.map(hitlView);
+    },
+
+    async getHitl(requestId) {
+      if (typeof requestId !== "string" || requestId === "") {
+        throw new LeashError("invalid_argument", "a request id must be a non-empty string");
+      }
+      return hitlView(await readRequest(requestId));
+    },
+
+    async answerHitl(requestId, answer) {
+      const checked = checkHitlAnswer(requestId, answer);
+      const found = await readRequest(requestId);
+      // Past its expiry: the expiry is recorded (its own commit) and this answer refused below.
+      await expireRows([found]);
+      // Named outside the transaction, which a substrate may retry: one successor per answer.
+      const successor =
+        checked.params === null ? undefined : { nonce: newId(), args_digest: canonicalHash(checked.params) };
+      const decided = await transaction(async (tx) => {
+        const session = await loadSession(tx, found.session_id);
+        const open = await answeredRequest(tx, session, requestId);
+        return (
+          await answerIn(tx, session, open, {
+            decision: checked.decision,
+            operator_id: checked.operator_id,
+            successor,
+            successor_params_json: checked.params === null ? null : canonicalJson(checked.params),
+            comment: checked.comment,
+          })
+        ).decided;
       });
+      const answered = hitlView(decided);
+      events.emit({ type: "hitl_decided", request: answered });
+      return answered;
+    },
+
+    async waitForHitl(requestId, waitOptions = {}) {
+      const { signal, timeoutMs } = waitOptions;
+      if (timeoutMs !== undefined && (typeof timeoutMs !== "number" || !(timeoutMs >= 0))) {
+        throw new LeashError(
+          "invalid_argument",
+          `timeoutMs must be a number of milliseconds, got ${String(timeoutMs)}`,
+        );
+      }
+      signal?.throwIfAborted();
+      const first = await this.getHitl(requestId);
+      if (first.status !== "pending") return first;
+      return new Promise<HitlRequestView>((resolve, reject) => {
+        let latest = first;
+        let done = false;
+        let poller: ReturnType<typeof setTimeout> | undefined;
+        let deadline: ReturnType<typeof setTimeout> | undefined;
+        const finish = (settle: () => void) => {
+          if (done) return;
+          done = true;
+          clearTimeout(poller);
+          clearTimeout(deadline);
+          off();
+          signal?.removeEventListener("abort", onAbort);
+          settle();
+        };
+        // An answer or expiry through this engine resolves the wait at once.
+        const off = events.on((event) => {
+          if (event.type !== "hitl_request" && event.request.request_id === requestId) {
+            finish(() => resolve(event.request));
+          }
+        });
+        const onAbort = () => finish(() => reject(signal?.reason));
+        signal?.addEventListener("abort", onAbort, { once: true });
+        if (timeoutMs !== undefined) deadline = setTimeout(() => finish(() => resolve(latest)), timeoutMs);
+        // The next poll comes at the poll interval, or sooner when the request expires before it.
+        const delayFor = (request: HitlRequestView) =>
+          request.expires_ns === null
+            ? pollMs
+            : Math.min(pollMs, Math.max(1, Math.ceil((request.expires_ns - clock.nowNs()) / 1e6)));
+        const poll = async () => {
+          try {
+            let current = await this.getHitl(requestId);
+            if (
+              current.status === "pending" &&
+              current.expires_ns !== null &&
+              clock.nowNs() >= current.expires_ns
+            ) {
+              await expireRows([await readRequest(requestId)]);
+              current = await this.getHitl(requestId);
+            }
+            latest = current;
+            if (current.status !== "pending") finish(() => resolve(current));
+            else if (!done) poller = setTimeout(poll, delayFor(current));
+          } catch (error) {
+            finish(() => reject(error));
+          }
+        };
+        poller = setTimeout(poll, delayFor(first));
+      });
+    },
+
+    onHitlEvent(listener) {
+      if (typeof listener !== "function") {
+        throw new LeashError("invalid_argument", "onHitlEvent takes a listener function");
+      }
+      return events.on(listener);
+    },
+
+    async expireHitl(expireOptions = {}) {
+      if (expireOptions.sessionId !== undefined) checkSessionId(expireOptions.sessionId);
+      return (await expireSession(expireOptions.sessionId)).length;
     },
 
     reset(sessionId, operatorId) {

@@ -9,6 +9,8 @@ export type LeashErrorCode =
   | "invalid_argument"
   | "no_pending_request"
   | "hitl_already_decided"
+  | "hitl_expired"
+  | "hitl_not_found"
   | "reservation_not_found"
   | "settlement_conflict"
   | "config_invalid"
@@ -30,6 +32,8 @@ export class LeashError extends LeashBaseError<LeashErrorCode> {
     invalid_argument: "INVALID_ARGUMENT",
     no_pending_request: "NO_PENDING_REQUEST",
     hitl_already_decided: "HITL_ALREADY_DECIDED",
+    hitl_expired: "HITL_EXPIRED",
+    hitl_not_found: "HITL_NOT_FOUND",
     reservation_not_found: "RESERVATION_NOT_FOUND",
     settlement_conflict: "SETTLEMENT_CONFLICT",
     config_invalid: "CONFIG_INVALID",
@@ -100,5 +104,28 @@ export class LeashAlreadyDecided extends LeashError {
     this.callNumber = request.call_number;
     this.decision = request.decision;
     this.operatorId = request.operator_id;
+  }
+}
+
+/**
+ * Thrown when an answer comes for a request whose time ran out (its expiry is recorded with operator
+ * "system:timeout"): the agent has been, or will be, told DENY hitl_timeout. Nothing else was recorded.
+ */
+export class LeashHitlExpired extends LeashError {
+  static override readonly marker = Symbol.for("leash.engine.LeashHitlExpired");
+  override name = "LeashHitlExpired";
+  readonly requestId: string;
+  readonly sessionId: string;
+  readonly callNumber: number;
+  readonly expiresNs: number | null;
+  constructor(request: HitlRequest) {
+    super(
+      "hitl_expired",
+      `request ${request.request_id} (call ${request.call_number}) of session ${request.session_id} expired unanswered`,
+    );
+    this.requestId = request.request_id;
+    this.sessionId = request.session_id;
+    this.callNumber = request.call_number;
+    this.expiresNs = request.expires_ns;
   }
 }

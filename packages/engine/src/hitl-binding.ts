@@ -31,6 +31,10 @@ export const PARAMS_HASH_MISMATCH: EngineDecision & { reason: EngineReason } = {
 export interface BoundRequest extends PendingRequest {
   request_id: string;
   call_number: number;
+  /** When the request stops waiting (so evaluate knows without reading the request). */
+  expires_ns?: number | null;
+  /** It expired unanswered: the session's next call of the tool is told DENY hitl_timeout. */
+  expired?: boolean;
 }
 
 export function boundRequest(request: HitlRequest): BoundRequest {
@@ -41,8 +45,15 @@ export function boundRequest(request: HitlRequest): BoundRequest {
     reason: request.reason,
     request_id: request.request_id,
     call_number: request.call_number,
+    expires_ns: request.expires_ns,
   };
 }
+
+/** The engine's DENY for the call whose request expired unanswered (told once, then forgotten). */
+export const HITL_TIMEOUT: EngineDecision & { reason: EngineReason } = {
+  verdict: "DENY",
+  reason: "hitl_timeout",
+};
 
 const RELEASED = new Set<string>(["hitl_transition:approve", "hitl_transition:modify_successor"]);
 

@@ -3,8 +3,16 @@
 
 export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject } from "./config-file.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
-export { LeashAlreadyDecided, LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
+export {
+  LeashAlreadyDecided,
+  LeashDenied,
+  LeashError,
+  type LeashErrorCode,
+  LeashHitl,
+  LeashHitlExpired,
+} from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
+export { DEFAULT_HITL_TIMEOUT_S, hitlView, TIMEOUT_OPERATOR } from "./hitl-view.js";
 export { MAX_RESERVATION_TTL_S } from "./limits.js";
 export {
   type OpenStoreOptions,

@@ -1,8 +1,8 @@
 // Checks a human's answer (resume) before anything is read or written: one clear error for bad input.
 // It decides nothing about the session; which request the answer lands on is engine.ts's resume.
-import type { Nonce } from "@leash/core";
+import { canonicalizationError, type Nonce } from "@leash/core";
 import { LeashError } from "./errors.js";
-import type { HumanDecision, ResumeRequest } from "./types.js";
+import type { HitlAnswer, HumanDecision, ResumeRequest } from "./types.js";
 
 const DECISIONS: readonly HumanDecision[] = ["approve", "reject", "modify", "defer", "escalate"];
 const DIGEST = /^[0-9a-f]{64}$/;
@@ -63,5 +63,50 @@ export function checkResumeRequest(request: ResumeRequest): ResumeRequest & { de
     ...request,
     decision,
     ...(decision === "modify" ? { successor: successor as { nonce: Nonce; args_digest: string } } : {}),
+  };
+}
+
+/** An operator's answer (answerHitl) checked before anything is read: one clear error for bad input. */
+export function checkHitlAnswer(
+  requestId: unknown,
+  answer: HitlAnswer,
+): {
+  decision: HumanDecision;
+  operator_id: string;
+  comment: string | null;
+  params: Record<string, unknown> | null;
+} {
+  if (!isText(requestId)) invalid(`the request id must be a non-empty string (got ${shown(requestId)})`);
+  if (answer === null || typeof answer !== "object") invalid("answerHitl needs an answer object");
+  const raw: unknown = answer.decision;
+  const decision = (typeof raw === "string" ? raw.trim().toLowerCase() : "") as HumanDecision;
+  if (!DECISIONS.includes(decision)) {
+    invalid(`decision must be one of ${DECISIONS.join(", ")} (got ${shown(raw)})`);
+  }
+  if (!isText(answer.operatorId)) {
+    invalid(`operatorId must be a non-empty string naming who decided (got ${shown(answer.operatorId)})`);
+  }
+  if (answer.comment !== undefined && answer.comment !== null && typeof answer.comment !== "string") {
+    invalid(`comment must be text when given (got ${shown(answer.comment)})`);
+  }
+  if (typeof answer.comment === "string" && LONE_SURROGATE.test(answer.comment)) {
+    invalid("comment contains a lone surrogate, which the audit chain cannot record");
+  }
+  const params: unknown = answer.params;
+  if (decision === "modify") {
+    if (params === null || typeof params !== "object" || Array.isArray(params)) {
+      invalid(`modify needs the params the operator allows, as an object (got ${shown(params)})`);
+    }
+    const problem = canonicalizationError(params);
+    if (problem !== null) invalid(`the modified params are not canonical JSON: ${problem}`);
+  } else if (params !== undefined && params !== null) {
+    invalid(`params apply only to modify, not to ${decision}`);
+  }
+  const comment = typeof answer.comment === "string" && answer.comment !== "" ? answer.comment : null;
+  return {
+    decision,
+    operator_id: answer.operatorId,
+    comment,
+    params: decision === "modify" ? (params as Record<string, unknown>) : null,
   };
 }

@@ -21,7 +21,12 @@ export interface EngineOptions {
   rng?: Rng;
   /** How long an ALLOW's budget hold lives without a postExec before recovery releases it. Default 300 s. */
   reservationTtlMs?: number;
-  /** New ids (sessions, HITL requests). Default crypto.randomUUID. */
+  /**
+   * How often waitForHitl reads the store for an answer another process wrote (an answer given
+   * through this engine resolves at once). Default 500 ms.
+   */
+  hitlPollMs?: number;
+  /** New ids (sessions, HITL requests, modify successors' nonces). Default crypto.randomUUID. */
   newId?: () => string;
   /**
    * Keys trusted to sign the chain from its genesis on (hex or raw bytes). Default: the signer's own
@@ -102,7 +107,8 @@ export type EngineReason =
   | "hitl_transition:tool_mismatch"
   | "policy_violation:missing_estimate"
   | "policy_violation:invalid_estimate"
-  | "policy_violation:params_hash_mismatch";
+  | "policy_violation:params_hash_mismatch"
+  | "hitl_timeout";
 
 export interface EvaluateResult {
   session_id: string;
@@ -130,6 +136,8 @@ export interface EvaluateResult {
   chain_failure?: ChainFailure;
   /** With `fail_closed:chain_unverified`: the one-line explanation. */
   error?: string;
+  /** With HITL: the request a human answers (engine.getHitl / answerHitl / waitForHitl take it). */
+  hitl_request_id?: string;
 }
 
 export interface PostExecRequest {
@@ -177,4 +185,62 @@ export interface ResumeRequest {
    * answer lands on that request or nowhere; absent, on the session's open request.
    */
   request_id?: string;
+}
+
+/** A HITL request as an operator sees it (engine.getHitl / listHitl). */
+export type HitlStatus = "pending" | "decided" | "consumed" | "expired";
+
+export interface HitlRequestView {
+  request_id: string;
+  session_id: string;
+  call_number: number;
+  tool_name: string;
+  nonce: Nonce | null;
+  status: HitlStatus;
+  /** Why the call paused (a decide() reason such as `hitl_all_calls`). */
+  reason: Reason;
+  /** The paused call's params (parsed from `params_json`); null for requests stored before they were kept. */
+  params: Record<string, unknown> | null;
+  /** The params as canonical JSON, exactly what `args_digest` is the SHA-256 of. */
+  params_json: string | null;
+  args_digest: string | null;
+  /** The session's budget when the call paused (exact decimal text); null without a budget. */
+  budget: { spent_usd: string | null; limit_usd: string | null; remaining_usd: string | null } | null;
+  /** The guard config's identity: its canonical hash. */
+  policy_id: string | null;
+  created_ns: number;
+  /** Null only for requests stored before expiry existed: those never expire. */
+  expires_ns: number | null;
+  decided_ns: number | null;
+  decision: HumanDecision | null;
+  /** Who answered ("system:timeout" for an expiry). */
+  operator_id: string | null;
+  comment: string | null;
+  /** For modify: the call the operator allows instead. */
+  successor: { nonce: Nonce; args_digest: string; params: Record<string, unknown> | null } | null;
+}
+
+export interface HitlListFilter {
+  sessionId?: string;
+  status?: HitlStatus;
+}
+
+export interface HitlAnswer {
+  decision: HumanDecision;
+  operatorId: string;
+  comment?: string;
+  /** For modify (required there, refused elsewhere): the params the operator allows instead. */
+  params?: Record<string, unknown>;
+}
+
+export interface HitlEvent {
+  type: "hitl_request" | "hitl_decided" | "hitl_expired";
+  request: HitlRequestView;
+}
+
+export interface WaitForHitlOptions {
+  /** Aborting rejects the wait with the signal's reason; nothing is recorded. */
+  signal?: AbortSignal;
+  /** Give up waiting after this long and resolve with the request as it is then (still pending). */
+  timeoutMs?: number;
 }

@@ -118,6 +118,14 @@ export function makeHitlRequest(requestId: string, overrides: Partial<HitlReques
     successor_args_digest: null,
     created_ns: T0 + 4,
     decided_ns: null,
+    params_json: null,
+    budget_spent_usd: null,
+    budget_limit_usd: null,
+    budget_remaining_usd: null,
+    policy_id: null,
+    expires_ns: null,
+    comment: null,
+    successor_params_json: null,
     ...overrides,
   };
 }

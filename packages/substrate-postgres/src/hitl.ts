@@ -30,6 +30,14 @@ interface HitlRow {
   successor_args_digest: string | null;
   created_ns: unknown;
   decided_ns: unknown;
+  params_json: string | null;
+  budget_spent_usd: string | null;
+  budget_limit_usd: string | null;
+  budget_remaining_usd: string | null;
+  policy_id: string | null;
+  expires_ns: unknown;
+  comment: string | null;
+  successor_params_json: string | null;
 }
 
 function fromRow(row: HitlRow): HitlRequest {
@@ -48,6 +56,14 @@ function fromRow(row: HitlRow): HitlRequest {
     successor_args_digest: row.successor_args_digest,
     created_ns: decodeInt(row.created_ns, "created_ns"),
     decided_ns: decodeOptionalInt(row.decided_ns, "decided_ns"),
+    params_json: row.params_json,
+    budget_spent_usd: row.budget_spent_usd,
+    budget_limit_usd: row.budget_limit_usd,
+    budget_remaining_usd: row.budget_remaining_usd,
+    policy_id: row.policy_id,
+    expires_ns: decodeOptionalInt(row.expires_ns, "expires_ns"),
+    comment: row.comment,
+    successor_params_json: row.successor_params_json,
   };
 }
 
@@ -67,6 +83,14 @@ function toParams(request: HitlRequest): unknown[] {
     encodeOptionalText(request.successor_args_digest, "successor_args_digest"),
     encodeInt(request.created_ns, "created_ns"),
     encodeOptionalInt(request.decided_ns, "decided_ns"),
+    encodeOptionalText(request.params_json, "params_json"),
+    encodeOptionalText(request.budget_spent_usd, "budget_spent_usd"),
+    encodeOptionalText(request.budget_limit_usd, "budget_limit_usd"),
+    encodeOptionalText(request.budget_remaining_usd, "budget_remaining_usd"),
+    encodeOptionalText(request.policy_id, "policy_id"),
+    encodeOptionalInt(request.expires_ns, "expires_ns"),
+    encodeOptionalText(request.comment, "comment"),
+    encodeOptionalText(request.successor_params_json, "successor_params_json"),
   ];
 }
 

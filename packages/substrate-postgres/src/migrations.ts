@@ -149,6 +149,23 @@ export const MIGRATIONS: readonly Migration[] = [
       return [`DROP INDEX ${at}leash_chain_session`, `DROP INDEX ${at}leash_outbox_session`];
     },
   },
+  {
+    version: 5,
+    // What an operator needs to judge a paused call, and when it stops waiting. Rows written before
+    // keep NULL here: they show no params and never expire. The SQLite substrate's version 5 mirrors it.
+    description: "HITL request content (params, budget, policy, comment) and expiry",
+    statements: (t) => [
+      `ALTER TABLE ${t.hitl}
+  ADD COLUMN params_json text,
+  ADD COLUMN budget_spent_usd text,
+  ADD COLUMN budget_limit_usd text,
+  ADD COLUMN budget_remaining_usd text,
+  ADD COLUMN policy_id text,
+  ADD COLUMN expires_ns bigint,
+  ADD COLUMN comment text,
+  ADD COLUMN successor_params_json text`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -50,7 +50,7 @@ const OUTBOX_COLUMNS =
 const REQUEUED = `status = 'PENDING', attempts = 0, claimed_by = NULL, lease_until_ns = NULL,
 last_error = $1 || coalesce(last_error, 'no error recorded')`;
 const HITL_COLUMNS =
-  "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns";
+  "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns, params_json, budget_spent_usd, budget_limit_usd, budget_remaining_usd, policy_id, expires_ns, comment, successor_params_json";
 
 /**
  * An insert that first takes the row's key lock (see keys.lock), so a transaction that found the id
@@ -211,12 +211,14 @@ ORDER BY expires_ns, created_ns, reservation_id LIMIT $2`,
     },
     hitl: {
       get: statement("hitl.get", `SELECT ${HITL_COLUMNS} FROM ${t.hitl} WHERE request_id = $1 FOR UPDATE`),
-      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(14), "$15"),
+      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(22), "$23"),
       update: statement(
         "hitl.update",
         `UPDATE ${t.hitl} SET session_id = $2, call_number = $3, tool_name = $4, nonce_json = $5, args_digest = $6,
 reason = $7, status = $8, decision = $9, operator_id = $10, successor_nonce_json = $11, successor_args_digest = $12,
-created_ns = $13, decided_ns = $14 WHERE request_id = $1`,
+created_ns = $13, decided_ns = $14, params_json = $15, budget_spent_usd = $16, budget_limit_usd = $17,
+budget_remaining_usd = $18, policy_id = $19, expires_ns = $20, comment = $21, successor_params_json = $22
+WHERE request_id = $1`,
       ),
       list: filtered("hitl.list", `SELECT ${HITL_COLUMNS} FROM ${t.hitl}`, "created_ns, request_id", [
         "session_id",

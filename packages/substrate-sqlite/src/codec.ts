@@ -233,6 +233,14 @@ export interface HitlRow {
   successor_args_digest: string | null;
   created_ns: number;
   decided_ns: number | null;
+  params_json: string | null;
+  budget_spent_usd: string | null;
+  budget_limit_usd: string | null;
+  budget_remaining_usd: string | null;
+  policy_id: string | null;
+  expires_ns: number | null;
+  comment: string | null;
+  successor_params_json: string | null;
 }
 
 export function hitlToRow(h: HitlRequest): HitlRow {
@@ -251,6 +259,14 @@ export function hitlToRow(h: HitlRequest): HitlRow {
     successor_args_digest: optionalText("successor_args_digest", h.successor_args_digest),
     created_ns: checkedInteger("created_ns", h.created_ns),
     decided_ns: optionalInteger("decided_ns", h.decided_ns),
+    params_json: optionalText("params_json", h.params_json),
+    budget_spent_usd: optionalText("budget_spent_usd", h.budget_spent_usd),
+    budget_limit_usd: optionalText("budget_limit_usd", h.budget_limit_usd),
+    budget_remaining_usd: optionalText("budget_remaining_usd", h.budget_remaining_usd),
+    policy_id: optionalText("policy_id", h.policy_id),
+    expires_ns: optionalInteger("expires_ns", h.expires_ns),
+    comment: optionalText("comment", h.comment),
+    successor_params_json: optionalText("successor_params_json", h.successor_params_json),
   };
 }
 
@@ -270,6 +286,14 @@ export function rowToHitl(row: HitlRow): HitlRequest {
     successor_args_digest: row.successor_args_digest,
     created_ns: row.created_ns,
     decided_ns: row.decided_ns,
+    params_json: row.params_json,
+    budget_spent_usd: row.budget_spent_usd,
+    budget_limit_usd: row.budget_limit_usd,
+    budget_remaining_usd: row.budget_remaining_usd,
+    policy_id: row.policy_id,
+    expires_ns: row.expires_ns,
+    comment: row.comment,
+    successor_params_json: row.successor_params_json,
   };
 }
 

@@ -142,6 +142,22 @@ export const MIGRATIONS: readonly Migration[] = [
       DROP INDEX leash_outbox_by_session;
     `,
   },
+  {
+    // What an operator needs to judge a paused call, and when it stops waiting. Rows written before
+    // keep NULL here: they show no params and never expire (the engine says so).
+    version: 5,
+    name: "hitl request content and expiry",
+    sql: `
+      ALTER TABLE leash_hitl_requests ADD COLUMN params_json TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN budget_spent_usd TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN budget_limit_usd TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN budget_remaining_usd TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN policy_id TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN expires_ns INTEGER;
+      ALTER TABLE leash_hitl_requests ADD COLUMN comment TEXT;
+      ALTER TABLE leash_hitl_requests ADD COLUMN successor_params_json TEXT;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

@@ -313,10 +313,12 @@ class Hitl implements HitlStore {
       st(
         `INSERT INTO leash_hitl_requests (request_id, session_id, call_number, tool_name, nonce,
            args_digest, reason, status, decision, operator_id, successor_nonce, successor_args_digest,
-           created_ns, decided_ns)
+           created_ns, decided_ns, params_json, budget_spent_usd, budget_limit_usd, budget_remaining_usd,
+           policy_id, expires_ns, comment, successor_params_json)
          VALUES (@request_id, @session_id, @call_number, @tool_name, @nonce, @args_digest, @reason,
            @status, @decision, @operator_id, @successor_nonce, @successor_args_digest, @created_ns,
-           @decided_ns)`,
+           @decided_ns, @params_json, @budget_spent_usd, @budget_limit_usd, @budget_remaining_usd,
+           @policy_id, @expires_ns, @comment, @successor_params_json)`,
       ).run(row),
     );
   }
@@ -336,7 +338,10 @@ class Hitl implements HitlStore {
            tool_name = @tool_name, nonce = @nonce, args_digest = @args_digest, reason = @reason,
            status = @status, decision = @decision, operator_id = @operator_id,
            successor_nonce = @successor_nonce, successor_args_digest = @successor_args_digest,
-           created_ns = @created_ns, decided_ns = @decided_ns
+           created_ns = @created_ns, decided_ns = @decided_ns, params_json = @params_json,
+           budget_spent_usd = @budget_spent_usd, budget_limit_usd = @budget_limit_usd,
+           budget_remaining_usd = @budget_remaining_usd, policy_id = @policy_id, expires_ns = @expires_ns,
+           comment = @comment, successor_params_json = @successor_params_json
          WHERE request_id = @request_id`,
       ).run(row),
     );

@@ -6,7 +6,7 @@ import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainStore, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v3" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v4" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
@@ -133,6 +133,20 @@ export interface HitlRequest {
   successor_args_digest: string | null;
   created_ns: number;
   decided_ns: number | null;
+  /** The paused call's params as canonical JSON (spec §3.3): what the operator sees, byte for byte. */
+  params_json: string | null;
+  /** The session's budget when the call paused (exact decimals); null without a budget. */
+  budget_spent_usd: DecimalString | null;
+  budget_limit_usd: DecimalString | null;
+  budget_remaining_usd: DecimalString | null;
+  /** The guard config's identity: its canonical hash (or its name when it has one). */
+  policy_id: string | null;
+  /** When an unanswered request expires; null for requests written before expiry existed (never). */
+  expires_ns: number | null;
+  /** The operator's comment with the answer. */
+  comment: string | null;
+  /** For modify: the operator's params as canonical JSON (their digest is `successor_args_digest`). */
+  successor_params_json: string | null;
 }
 
 export interface HitlStore {

@@ -34,6 +34,8 @@ export const configSchema = {
     deny_jitter_ratio: { type: "number", minimum: 0, maximum: 1 },
     hitl_mode: { enum: ["never", "on_deny", "on_threshold", "always"] },
     hitl_budget_threshold: { type: "number", minimum: 0, maximum: 1 },
+    // Up to a year: an expiry past 2^63 ns would overflow the stores' integer columns.
+    hitl_timeout_s: { type: "number", exclusiveMinimum: 0, maximum: 31_536_000 },
     parent_guard_id: { type: "string", minLength: 1 },
     default_estimate_usd: estimate,
     tool_estimates_usd: { type: "object", additionalProperties: estimate },
