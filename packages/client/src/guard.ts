@@ -82,6 +82,13 @@ export function guard<Args extends unknown[], Result>(
         expires_ns: verdict.hitl_expires_ns ?? null,
       });
       options.onHitl?.(outcome);
+      if (outcome.kind === "expired") {
+        // The daemon records the expiry; the re-dispatch gets its signed DENY hitl_timeout. Whatever
+        // it answers, an expired request never runs the tool.
+        const last = await dispatch(params, nonce);
+        options.onDecision?.(last);
+        throw last.verdict === "DENY" ? new LeashDenied(last) : deniedBy(outcome, last);
+      }
       if (outcome.kind !== "decided") throw deniedBy(outcome, verdict);
       // The daemon judges the re-dispatch (spec §3.6 rule 4): approve → the same call, same nonce;
       // modify → the successor the operator allowed (its nonce, its params); reject → a recorded DENY;

@@ -284,6 +284,7 @@ describe.each(STORE_KINDS)("when nobody answers, on %s", (kind) => {
       const request = await opened;
       expect(LeashDenied.isInstance(error)).toBe(true);
       expect((error as LeashDenied).reason).toBe("hitl_timeout");
+      expect((error as LeashDenied).result.receipt).not.toBeNull(); // the daemon's signed DENY
       expect(ran).toBe(false);
       const view = await setup.daemon.hitl.get(request.requestId);
       expect(view?.status).toBe(HitlStatus.HITL_EXPIRED);

@@ -144,12 +144,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       clock,
       reservationTtlMs: config.reservationTtlS * 1000,
     });
-    hitl = new HitlQueue({
-      engine,
-      clock,
-      logger,
-      ...(options.hitlTimeoutS === undefined ? {} : { timeoutS: options.hitlTimeoutS }),
-    });
+    hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
     const version = daemonVersion();
     const handler = createRequestHandler({
       engine,
@@ -159,6 +154,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       metrics,
       daemonVersion: version,
       hitl,
+      ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({
       path: socketPath,
@@ -204,9 +200,13 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     sweeper = setInterval(() => {
       if (sweeping) return;
       sweeping = true;
-      engine
-        .expireReservations()
-        .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds"))
+      Promise.all([
+        engine
+          .expireReservations()
+          .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds")),
+        // Requests opened by another daemon on the same store have no timer here.
+        hitl?.expireDue(),
+      ])
         .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
         .finally(() => {
           sweeping = false;

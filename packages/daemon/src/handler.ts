@@ -27,7 +27,6 @@ import {
   type PreExecRequest,
   PreExecResponseSchema,
   paramsFromJson,
-  paramsToJson,
   type RegisterRequest,
   RegisterResponseSchema,
   SessionStateSchema,
@@ -79,8 +78,10 @@ export interface HandlerOptions {
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly daemonVersion: string;
-  /** The HITL desk: opens requests on HITL verdicts and answers wait_hitl. Without it wait_hitl is refused. */
+  /** The HITL desk: keeps recent verdicts and answers wait_hitl. Without it wait_hitl is refused. */
   readonly hitl?: HitlQueue;
+  /** `hitl_timeout_s` for policies that set none (the engine's default applies when this is absent too). */
+  readonly hitlTimeoutS?: number;
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -255,6 +256,13 @@ function sessionStateOf(view: SessionView) {
   });
 }
 
+/** The daemon's HITL timeout fills in for a policy that names none; a policy's own always wins. */
+function withHitlTimeout(policy: Config, seconds: number | undefined): Config {
+  return seconds === undefined || policy.hitl_timeout_s !== undefined
+    ? policy
+    : { ...policy, hitl_timeout_s: seconds };
+}
+
 /** The handler every transport shares. */
 export function createRequestHandler(options: HandlerOptions): RequestHandler {
   const { engine, config, clock, logger, metrics } = options;
@@ -313,7 +321,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       agent_id: request.agentId,
       organization_id: orgId,
       ...(request.sessionId === "" ? {} : { session_id: request.sessionId }),
-      config: policyFor(org, request.agentId),
+      config: withHitlTimeout(policyFor(org, request.agentId), options.hitlTimeoutS),
     });
     if (view.organization_id !== orgId) {
       throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
@@ -371,8 +379,6 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
-    let hitlRequestId = "";
-    let hitlExpiresNs = 0n;
     if (options.hitl !== undefined && result.call_number > 0) {
       options.hitl.noteVerdict(result.session_id, {
         callNumber: result.call_number,
@@ -381,24 +387,10 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         reason,
         budgetRemaining: result.budget_remaining_usd,
       });
-      if (result.verdict === "HITL") {
-        let paramsJson = "";
-        try {
-          paramsJson = params === NONCANONICAL ? "" : paramsToJson(params);
-        } catch {
-          paramsJson = ""; // no canonical form: the console shows the digest alone
-        }
-        const opened = await options.hitl.opened({
-          sessionId: result.session_id,
-          callNumber: result.call_number,
-          paramsJson,
-        });
-        if (opened !== null) {
-          hitlRequestId = opened.requestId;
-          hitlExpiresNs = opened.expiresNs;
-        }
-      }
     }
+    // With HITL the agent learns which request to wait for, and until when.
+    const hitlRequestId = result.verdict === "HITL" ? (result.hitl_request_id ?? "") : "";
+    const hitlExpiresNs = hitlRequestId === "" ? 0n : toNs((await engine.getHitl(hitlRequestId)).expires_ns);
     metrics.verdicts.inc({ verdict: result.verdict, reason });
     if (result.reservation_id !== null) metrics.holdsPlaced.inc();
     const remaining = money(result.budget_remaining_usd);

@@ -48,14 +48,7 @@ export {
   type RequestHandler,
 } from "./handler.js";
 export { HitlError, type HitlErrorCode } from "./hitl/errors.js";
-export {
-  DEFAULT_HITL_TIMEOUT_S,
-  type HitlEventKind,
-  type HitlListener,
-  HitlQueue,
-  type HitlQueueOptions,
-  TIMEOUT_OPERATOR,
-} from "./hitl/queue.js";
+export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions } from "./hitl/queue.js";
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
 export { defaultSocketPath } from "./socket-path.js";

@@ -1,54 +1,42 @@
-// The daemon's human-in-the-loop desk: the open requests with what the store row lacks (params, expiry,
-// budget, recent verdicts), operators' answers through engine.resume, expiry, and waiting agents.
-// It does not authenticate anyone (the console and the handler do) and never decides a call itself.
+// The daemon's human-in-the-loop desk over the engine's HITL API: requests as wire views (with the session's
+// recent verdicts), operators' answers, waiting agents, and expiry on time. Nobody is authenticated here
+// (the console and the handler do that), and nothing is decided here: the engine records every change.
 import { randomInt } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { type Clock, canonicalHash, type HitlRequest } from "@leash/core";
-import { type Engine, LeashAlreadyDecided, LeashError } from "@leash/engine";
+import {
+  type Engine,
+  type HitlRequestView as EngineView,
+  LeashAlreadyDecided,
+  LeashError,
+  LeashHitlExpired,
+} from "@leash/engine";
 import {
   type HitlDecision,
   HitlDecisionKind,
   type HitlRequestView,
-  HitlStatus,
+  type HitlStatus,
   type HitlVerdictSummary,
   HitlVerdictSummarySchema,
   paramsFromJson,
-  paramsToJson,
   verdictToWire,
-  WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
 import { HitlError } from "./errors.js";
-import { DECISION_NAME, EMPTY_NOTES, isFinal, type RequestNotes, requestView } from "./view.js";
+import { DECISION_NAME, ENGINE_STATUS, requestView, type SessionOwner } from "./view.js";
 
-/** spec-free default: an unanswered request becomes a DENY after 15 minutes (policy `hitl_timeout_s` wins). */
-export const DEFAULT_HITL_TIMEOUT_S = 900;
-/** How often waiting agents' requests are re-read from the store (another daemon or the CLI may answer). */
-export const DEFAULT_HITL_POLL_MS = 500;
-/** Who the chain names for an expiry until the engine records `hitl_timeout` itself. */
-export const TIMEOUT_OPERATOR = "leash:hitl_timeout";
 const RECENT_VERDICTS = 20;
 const SESSIONS_REMEMBERED = 10_000;
-const REQUESTS_REMEMBERED = 100_000;
 const COMMENT_MAX = 2_000;
+/** The successor nonce of a modify: a uint64 on the wire, so a decimal safe integer. */
+const MAX_NONCE = 2 ** 48;
 
 export type HitlEventKind = "opened" | "answered" | "expired" | "consumed";
 export type HitlListener = (kind: HitlEventKind, view: HitlRequestView) => void;
 
 export interface HitlQueueOptions {
   readonly engine: Engine;
-  readonly clock: Clock;
   readonly logger: Logger;
-  /** Seconds a request waits for a human when the policy sets no `hitl_timeout_s`. */
-  readonly timeoutS?: number;
-  readonly pollMs?: number;
-}
-
-/** What preExec knew when the engine answered HITL. */
-export interface OpenedCall {
-  readonly sessionId: string;
-  readonly callNumber: number;
-  readonly paramsJson: string;
+  readonly nowNs: () => number;
 }
 
 export interface VerdictNote {
@@ -59,34 +47,57 @@ export interface VerdictNote {
   readonly budgetRemaining: string | null;
 }
 
-interface Waiter {
-  readonly resolve: (view: HitlRequestView) => void;
-  readonly reject: (error: unknown) => void;
+const EVENT_KIND: Record<string, HitlEventKind> = {
+  hitl_request: "opened",
+  hitl_decided: "answered",
+  hitl_expired: "expired",
+};
+
+/** An engine refusal of an answer as the desk's error (nothing was recorded). */
+function refusalOf(error: unknown): unknown {
+  if (LeashAlreadyDecided.isInstance(error)) {
+    const by = error.operatorId === null ? "" : ` by ${error.operatorId}`;
+    return new HitlError(
+      "hitl_already_decided",
+      `request ${error.requestId} is already answered${error.decision === null ? "" : `: ${error.decision}${by}`}`,
+    );
+  }
+  if (LeashHitlExpired.isInstance(error)) return new HitlError("hitl_expired", error.message);
+  if (LeashError.isInstance(error)) {
+    const line = error.message.split("\n")[0]!;
+    if (error.code === "hitl_not_found") return new HitlError("hitl_request_not_found", line);
+    if (error.code === "invalid_argument" || error.code === "no_pending_request") {
+      return new HitlError(/params/.test(line) ? "hitl_invalid_params" : "hitl_invalid_decision", line);
+    }
+  }
+  return error;
 }
 
 export class HitlQueue {
   private readonly engine: Engine;
-  private readonly clock: Clock;
   private readonly logger: Logger;
-  private readonly timeoutS: number;
-  private readonly pollMs: number;
-  private readonly notes = new Map<string, RequestNotes>();
+  private readonly nowNs: () => number;
+  private readonly owners = new Map<string, SessionOwner>();
   private readonly recent = new Map<string, HitlVerdictSummary[]>();
   private readonly listeners = new Set<HitlListener>();
-  private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
-  private poller: NodeJS.Timeout | undefined;
+  private readonly waits = new Set<AbortController>();
+  private readonly offEngine: () => void;
   private closed = false;
 
   constructor(options: HitlQueueOptions) {
     this.engine = options.engine;
-    this.clock = options.clock;
     this.logger = options.logger;
-    this.timeoutS = options.timeoutS ?? DEFAULT_HITL_TIMEOUT_S;
-    this.pollMs = options.pollMs ?? DEFAULT_HITL_POLL_MS;
-    if (!Number.isFinite(this.timeoutS) || this.timeoutS <= 0) {
-      throw new HitlError("hitl_invalid_decision", "the HITL timeout must be > 0 seconds");
-    }
+    this.nowNs = options.nowNs;
+    this.offEngine = this.engine.onHitlEvent((event) => {
+      const kind = EVENT_KIND[event.type];
+      if (kind === undefined) return;
+      if (kind === "opened") this.armExpiry(event.request);
+      else this.disarm(event.request.request_id);
+      void this.viewOf(event.request)
+        .then((view) => this.emit(kind, view))
+        .catch((error: unknown) => this.logger.warn({ err: error }, "announcing a HITL event failed"));
+    });
   }
 
   subscribe(listener: HitlListener): () => void {
@@ -109,65 +120,39 @@ export class HitlQueue {
         verdict: verdictToWire(note.verdict),
         reason: note.reason,
         budgetRemainingUsdDecimal: note.budgetRemaining ?? "",
-        atNs: BigInt(Math.trunc(this.clock.nowNs())),
+        atNs: BigInt(Math.trunc(this.nowNs())),
       }),
     );
     if (list.length > RECENT_VERDICTS) list.splice(0, list.length - RECENT_VERDICTS);
-    // A released approval spends its request: tell the consoles it is consumed.
+    // A released approval spends its request: the consoles see it consumed.
     if (note.reason === "hitl_transition:approve" || note.reason === "hitl_transition:modify_successor") {
       void this.announceConsumed(sessionId);
     }
   }
 
-  /** Called after the engine answered HITL: finds the request it opened, remembers its call, announces it. */
-  async opened(call: OpenedCall): Promise<HitlRequestView | null> {
-    const rows = await this.engine.substrate.transaction((tx) =>
-      tx.hitl.list({ sessionId: call.sessionId, status: "PENDING" }),
-    );
-    const row = rows.find((r) => r.call_number === call.callNumber);
-    if (row === undefined) return null;
-    const notes = await this.notesFor(row);
-    notes.paramsJson = call.paramsJson;
-    this.armExpiry(row.request_id, notes.expiresNs);
-    const view = this.viewOf(row, notes);
-    this.emit("opened", view);
-    return view;
-  }
-
   async list(filter: { sessionId?: string; status?: HitlStatus } = {}): Promise<HitlRequestView[]> {
-    const storeStatus = filter.status === HitlStatus.HITL_EXPIRED ? undefined : storeStatusOf(filter.status);
-    const rows = await this.engine.substrate.transaction((tx) =>
-      tx.hitl.list({
-        ...(filter.sessionId ? { sessionId: filter.sessionId } : {}),
-        ...(storeStatus === undefined ? {} : { status: storeStatus }),
-      }),
-    );
-    const views: HitlRequestView[] = [];
-    for (const row of rows) {
-      const notes = await this.notesFor(row);
-      await this.expireIfDue(row, notes);
-      const view = this.viewOf(row, notes);
-      if (
-        filter.status === undefined ||
-        filter.status === HitlStatus.HITL_STATUS_UNSPECIFIED ||
-        view.status === filter.status
-      ) {
-        views.push(view);
-      }
-    }
-    return views.sort((a, b) => Number(b.createdNs - a.createdNs));
+    const status = filter.status === undefined ? undefined : ENGINE_STATUS[filter.status];
+    const rows = await this.engine.listHitl({
+      ...(filter.sessionId ? { sessionId: filter.sessionId } : {}),
+      ...(status === undefined ? {} : { status }),
+    });
+    const views = await Promise.all(rows.map((row) => this.viewOf(row)));
+    return views.reverse(); // newest first
   }
 
+  /** One request, or null when there is none by that id. */
   async get(requestId: string): Promise<HitlRequestView | null> {
-    const row = await this.row(requestId);
-    if (row === null) return null;
-    const notes = await this.notesFor(row);
-    await this.expireIfDue(row, notes);
-    return this.viewOf((await this.row(requestId)) ?? row, notes);
+    if (typeof requestId !== "string" || requestId === "") return null;
+    try {
+      return await this.viewOf(await this.engine.getHitl(requestId));
+    } catch (error) {
+      if (LeashError.isInstance(error) && error.code === "hitl_not_found") return null;
+      throw error;
+    }
   }
 
   /**
-   * An operator's answer, recorded by the engine (a hitl_decision chain entry naming `operatorId`).
+   * An operator's answer, recorded by the engine (a hitl_decision entry naming `operatorId`).
    * Refused, with nothing written, when the request is unknown, answered or expired, or the answer is malformed.
    */
   async answer(
@@ -186,62 +171,35 @@ export class HitlQueue {
     if (decision.comment.length > COMMENT_MAX) {
       throw new HitlError("hitl_invalid_decision", `the comment is longer than ${COMMENT_MAX} characters`);
     }
-    const row = await this.row(requestId);
-    if (row === null)
-      throw new HitlError(
-        "hitl_request_not_found",
-        `no HITL request ${JSON.stringify(requestId.slice(0, 100))}`,
-      );
-    const notes = await this.notesFor(row);
-    if (await this.expireIfDue(row, notes))
-      throw new HitlError("hitl_expired", `request ${requestId} expired unanswered`);
-    if (notes.expired) throw new HitlError("hitl_expired", `request ${requestId} expired unanswered`);
-    if (row.status !== "PENDING") throw alreadyDecided(row);
-    let successor: { nonce: string; args_digest: string } | undefined;
-    let successorJson = "";
+    let params: Record<string, unknown> | undefined;
     if (decision.kind === HitlDecisionKind.HITL_DECISION_MODIFY) {
-      let params: Record<string, unknown>;
       try {
-        params = paramsFromJson(decision.paramsJson);
-        successorJson = paramsToJson(params);
+        paramsFromJson(decision.paramsJson); // a JSON object, or a one-line reason why not
+        // Plain JSON values: the successor's params travel back to the agent as JSON text and are
+        // hashed from it, so they must hash the same read either way.
+        params = JSON.parse(decision.paramsJson) as Record<string, unknown>;
       } catch (error) {
-        const why = WireError.isInstance(error) || error instanceof Error ? error.message : String(error);
+        const why = error instanceof Error ? error.message : String(error);
         throw new HitlError(
           "hitl_invalid_params",
           `modify: ${why.replace("tool_params_json", "the params")}`,
         );
       }
-      // The successor is a new dispatch: a fresh nonce the agent has never used (spec §3.6).
-      successor = { nonce: String(randomInt(1, 2 ** 47)), args_digest: canonicalHash(params) };
     } else if (decision.paramsJson !== "") {
       throw new HitlError("hitl_invalid_params", `params apply only to modify, not to ${kind}`);
     }
     try {
-      await this.engine.resume({
-        session_id: row.session_id,
-        request_id: row.request_id,
+      const answered = await this.engine.answerHitl(requestId, {
         decision: kind,
-        operator_id: operatorId,
-        ...(successor === undefined ? {} : { successor }),
+        operatorId,
+        ...(decision.comment === "" ? {} : { comment: decision.comment }),
+        ...(params === undefined ? {} : { params, successorNonce: String(randomInt(1, MAX_NONCE)) }),
       });
+      this.logger.info({ request: requestId, decision: kind, operator: operatorId }, "HITL request answered");
+      return await this.viewOf(answered);
     } catch (error) {
-      if (LeashAlreadyDecided.isInstance(error)) throw alreadyDecided((await this.row(requestId)) ?? row);
-      if (
-        LeashError.isInstance(error) &&
-        (error.code === "invalid_argument" || error.code === "no_pending_request")
-      ) {
-        throw new HitlError("hitl_invalid_decision", error.message.split("\n")[0]!);
-      }
-      throw error;
+      throw refusalOf(error);
     }
-    notes.comment = decision.comment;
-    notes.successorParamsJson = successorJson;
-    this.disarm(requestId);
-    const view = this.viewOf((await this.row(requestId)) ?? row, notes);
-    this.logger.info({ request: requestId, decision: kind, operator: operatorId }, "HITL request answered");
-    this.emit("answered", view);
-    this.settle(requestId, view);
-    return view;
   }
 
   /**
@@ -250,132 +208,70 @@ export class HitlQueue {
    */
   async wait(requestId: string, sessionId: string): Promise<HitlRequestView> {
     if (this.closed) throw new HitlError("hitl_closing", "the daemon is shutting down");
-    const view = await this.get(requestId);
-    if (view === null || view.sessionId !== sessionId) {
+    const now = await this.get(requestId);
+    if (now === null || now.sessionId !== sessionId) {
       throw new HitlError(
         "hitl_request_not_found",
         `no HITL request ${JSON.stringify(requestId.slice(0, 100))} in this session`,
       );
     }
-    if (isFinal(view)) return view;
-    const notes = this.notes.get(requestId);
-    if (notes !== undefined) this.armExpiry(requestId, notes.expiresNs);
-    return new Promise<HitlRequestView>((resolve, reject) => {
-      let set = this.waiters.get(requestId);
-      if (set === undefined) {
-        set = new Set();
-        this.waiters.set(requestId, set);
-      }
-      set.add({ resolve, reject });
-      this.startPolling();
-    });
+    const abort = new AbortController();
+    this.waits.add(abort);
+    try {
+      return await this.viewOf(await this.engine.waitForHitl(requestId, { signal: abort.signal }));
+    } catch (error) {
+      if (abort.signal.aborted) throw new HitlError("hitl_closing", "the daemon is shutting down");
+      throw refusalOf(error);
+    } finally {
+      this.waits.delete(abort);
+    }
+  }
+
+  /** Expires every request past its time (the daemon's sweep); returns how many. */
+  expireDue(): Promise<number> {
+    return this.engine.expireHitl();
   }
 
   /** Wakes every waiter with a refusal (the agent fails closed) and stops the timers. */
   close(): void {
     this.closed = true;
+    this.offEngine();
     for (const timer of this.timers.values()) clearTimeout(timer);
     this.timers.clear();
-    clearInterval(this.poller);
-    this.poller = undefined;
-    const closing = new HitlError("hitl_closing", "the daemon is shutting down");
-    for (const set of this.waiters.values()) for (const w of set) w.reject(closing);
-    this.waiters.clear();
+    for (const abort of this.waits) abort.abort();
     this.listeners.clear();
   }
 
-  private async row(requestId: string): Promise<HitlRequest | null> {
-    if (typeof requestId !== "string" || requestId === "") return null;
-    return this.engine.substrate.transaction((tx) => tx.hitl.get(requestId));
-  }
-
-  private viewOf(row: HitlRequest, notes: RequestNotes): HitlRequestView {
-    return requestView(row, notes, this.recent.get(row.session_id) ?? []);
-  }
-
-  /** The notes of a request, from the session when this daemon has not seen it yet (e.g. after a restart). */
-  private async notesFor(row: HitlRequest): Promise<RequestNotes> {
-    const known = this.notes.get(row.request_id);
-    if (known !== undefined) return known;
-    const notes: RequestNotes = { ...EMPTY_NOTES, budget: { ...EMPTY_NOTES.budget } };
-    try {
-      const session = await this.engine.getSession(row.session_id);
-      const config = session.config as Record<string, unknown>;
-      const timeout =
-        typeof config.hitl_timeout_s === "number" && config.hitl_timeout_s > 0
-          ? config.hitl_timeout_s
-          : this.timeoutS;
-      notes.agentId = session.agent_id;
-      notes.organizationId = session.organization_id;
-      notes.policy = `sha256:${canonicalHash(session.config).slice(0, 16)}`;
-      notes.expiresNs = row.created_ns + timeout * 1e9;
-      const limit = session.config.budget_usd;
-      if (limit !== undefined && limit !== null) {
-        notes.budget.limit = String(limit);
-        notes.budget.remaining = session.budget_remaining_usd ?? "";
-        notes.budget.spent = String(session.state.budget_spent_usd ?? 0);
+  private async viewOf(view: EngineView): Promise<HitlRequestView> {
+    let owner = this.owners.get(view.session_id);
+    if (owner === undefined) {
+      try {
+        const session = await this.engine.getSession(view.session_id);
+        owner = { agentId: session.agent_id, organizationId: session.organization_id };
+        if (this.owners.size >= SESSIONS_REMEMBERED) this.owners.clear();
+        this.owners.set(view.session_id, owner);
+      } catch {
+        owner = undefined; // shown without them
       }
-    } catch (error) {
-      this.logger.warn({ err: error, request: row.request_id }, "HITL request's session could not be read");
-      notes.expiresNs = row.created_ns + this.timeoutS * 1e9;
     }
-    if (this.notes.size >= REQUESTS_REMEMBERED) this.notes.clear();
-    this.notes.set(row.request_id, notes);
-    return notes;
+    return requestView(view, owner, this.recent.get(view.session_id) ?? []);
   }
 
-  /** A PENDING request past its expiry becomes a DENY; returns whether it expired now. */
-  private async expireIfDue(row: HitlRequest, notes: RequestNotes): Promise<boolean> {
-    if (notes.expired || row.status === "EXPIRED") {
-      notes.expired = true;
-      return false;
-    }
-    if (row.status !== "PENDING" || this.clock.nowNs() < notes.expiresNs) return false;
-    return this.expire(row.request_id);
-  }
-
-  private async expire(requestId: string): Promise<boolean> {
-    const row = await this.row(requestId);
-    const notes = this.notes.get(requestId);
-    if (row === null || notes === undefined || row.status !== "PENDING" || notes.expired) return false;
-    // Recorded as a rejection by the timeout (a signed hitl_decision entry), so a late answer and the
-    // agent's re-dispatch are both refused: an expiry ends in a visible DENY, never an ALLOW.
-    try {
-      await this.engine.resume({
-        session_id: row.session_id,
-        request_id: requestId,
-        decision: "reject",
-        operator_id: TIMEOUT_OPERATOR,
-      });
-    } catch (error) {
-      if (!LeashAlreadyDecided.isInstance(error)) {
-        this.logger.warn({ err: error, request: requestId }, "expiring a HITL request failed");
-        return false;
-      }
-      return false; // a human answered first
-    }
-    notes.expired = true;
-    notes.comment = "expired unanswered (hitl_timeout)";
-    this.disarm(requestId);
-    const view = this.viewOf((await this.row(requestId)) ?? row, notes);
-    this.logger.info({ request: requestId }, "HITL request expired");
-    this.emit("expired", view);
-    this.settle(requestId, view);
-    return true;
-  }
-
-  private armExpiry(requestId: string, expiresNs: number): void {
-    if (this.closed || this.timers.has(requestId)) return;
-    const ms = Math.max(0, (expiresNs - this.clock.nowNs()) / 1e6);
+  /** At its expiry an unanswered request becomes a recorded DENY, whether or not an agent waits. */
+  private armExpiry(view: EngineView): void {
+    if (this.closed || view.expires_ns === null || this.timers.has(view.request_id)) return;
+    const ms = Math.max(0, (view.expires_ns - this.nowNs()) / 1e6) + 5;
     const timer = setTimeout(
       () => {
-        this.timers.delete(requestId);
-        void this.expire(requestId);
+        this.timers.delete(view.request_id);
+        this.engine
+          .expireHitl({ sessionId: view.session_id })
+          .catch((error: unknown) => this.logger.warn({ err: error }, "expiring HITL requests failed"));
       },
       Math.min(ms, 2 ** 31 - 1),
     );
     timer.unref();
-    this.timers.set(requestId, timer);
+    this.timers.set(view.request_id, timer);
   }
 
   private disarm(requestId: string): void {
@@ -383,48 +279,11 @@ export class HitlQueue {
     this.timers.delete(requestId);
   }
 
-  private settle(requestId: string, view: HitlRequestView): void {
-    const set = this.waiters.get(requestId);
-    if (set === undefined) return;
-    this.waiters.delete(requestId);
-    for (const w of set) w.resolve(view);
-    if (this.waiters.size === 0) {
-      clearInterval(this.poller);
-      this.poller = undefined;
-    }
-  }
-
-  /** Answers recorded by someone else (another daemon on the same PostgreSQL, `leash session resume`). */
-  private startPolling(): void {
-    if (this.poller !== undefined) return;
-    this.poller = setInterval(() => {
-      for (const requestId of [...this.waiters.keys()]) {
-        void this.row(requestId)
-          .then((row) => {
-            if (row === null || row.status === "PENDING") return;
-            const notes = this.notes.get(requestId) ?? { ...EMPTY_NOTES };
-            if (row.status === "EXPIRED") notes.expired = true;
-            const view = this.viewOf(row, notes);
-            this.emit("answered", view);
-            this.settle(requestId, view);
-          })
-          .catch((error: unknown) => this.logger.warn({ err: error }, "re-reading a HITL request failed"));
-      }
-    }, this.pollMs);
-    this.poller.unref();
-  }
-
   private async announceConsumed(sessionId: string): Promise<void> {
     try {
-      const rows = await this.engine.substrate.transaction((tx) =>
-        tx.hitl.list({ sessionId, status: "CONSUMED" }),
-      );
-      for (const row of rows) {
-        const notes = this.notes.get(row.request_id);
-        if (notes === undefined || (notes as RequestNotes & { consumed?: boolean }).consumed) continue;
-        (notes as RequestNotes & { consumed?: boolean }).consumed = true;
-        this.emit("consumed", this.viewOf(row, notes));
-      }
+      const rows = await this.engine.listHitl({ sessionId, status: "consumed" });
+      const last = rows.at(-1);
+      if (last !== undefined) this.emit("consumed", await this.viewOf(last));
     } catch (error) {
       this.logger.debug({ err: error }, "reading consumed HITL requests failed");
     }
@@ -439,25 +298,4 @@ export class HitlQueue {
       }
     }
   }
-}
-
-function storeStatusOf(status: HitlStatus | undefined): HitlRequest["status"] | undefined {
-  switch (status) {
-    case HitlStatus.HITL_PENDING:
-      return "PENDING";
-    case HitlStatus.HITL_DECIDED:
-      return "DECIDED";
-    case HitlStatus.HITL_CONSUMED:
-      return "CONSUMED";
-    default:
-      return undefined;
-  }
-}
-
-function alreadyDecided(row: HitlRequest): HitlError {
-  const by = row.operator_id === null ? "" : ` by ${row.operator_id}`;
-  return new HitlError(
-    "hitl_already_decided",
-    `request ${row.request_id} is already ${row.decision === null ? row.status.toLowerCase() : `answered: ${row.decision}${by}`}`,
-  );
 }

@@ -1,7 +1,7 @@
-// Builds the wire's HitlRequestView from the store's HITL row plus what the daemon remembers (params,
-// expiry, comment, recent verdicts). Pure mapping: it reads nothing and decides nothing.
+// Maps the engine's HITL request view onto the wire's HitlRequestView (plus the agent, organization and
+// recent verdicts the daemon knows). Pure mapping: it reads nothing and decides nothing.
 import { create } from "@bufbuild/protobuf";
-import type { HitlRequest } from "@leash/core";
+import type { HitlRequestView as EngineView } from "@leash/engine";
 import {
   HitlDecisionKind,
   type HitlRequestView,
@@ -10,7 +10,9 @@ import {
   type HitlVerdictSummary,
 } from "@leash/wire";
 
-export const DECISION_KIND: Record<string, HitlDecisionKind> = {
+export type DecisionName = "approve" | "reject" | "modify" | "defer" | "escalate";
+
+export const DECISION_KIND: Record<DecisionName, HitlDecisionKind> = {
   approve: HitlDecisionKind.HITL_DECISION_APPROVE,
   reject: HitlDecisionKind.HITL_DECISION_REJECT,
   modify: HitlDecisionKind.HITL_DECISION_MODIFY,
@@ -18,89 +20,69 @@ export const DECISION_KIND: Record<string, HitlDecisionKind> = {
   escalate: HitlDecisionKind.HITL_DECISION_ESCALATE,
 };
 
-export const DECISION_NAME: Partial<
-  Record<HitlDecisionKind, "approve" | "reject" | "modify" | "defer" | "escalate">
-> = {
-  [HitlDecisionKind.HITL_DECISION_APPROVE]: "approve",
-  [HitlDecisionKind.HITL_DECISION_REJECT]: "reject",
-  [HitlDecisionKind.HITL_DECISION_MODIFY]: "modify",
-  [HitlDecisionKind.HITL_DECISION_DEFER]: "defer",
-  [HitlDecisionKind.HITL_DECISION_ESCALATE]: "escalate",
+export const DECISION_NAME: Partial<Record<HitlDecisionKind, DecisionName>> = Object.fromEntries(
+  Object.entries(DECISION_KIND).map(([name, kind]) => [kind, name]),
+);
+
+export const STATUS: Record<EngineView["status"], HitlStatus> = {
+  pending: HitlStatus.HITL_PENDING,
+  decided: HitlStatus.HITL_DECIDED,
+  consumed: HitlStatus.HITL_CONSUMED,
+  expired: HitlStatus.HITL_EXPIRED,
 };
 
-const STATUS: Record<string, HitlStatus> = {
-  PENDING: HitlStatus.HITL_PENDING,
-  DECIDED: HitlStatus.HITL_DECIDED,
-  CONSUMED: HitlStatus.HITL_CONSUMED,
-  EXPIRED: HitlStatus.HITL_EXPIRED,
+export const ENGINE_STATUS: Partial<Record<HitlStatus, EngineView["status"]>> = {
+  [HitlStatus.HITL_PENDING]: "pending",
+  [HitlStatus.HITL_DECIDED]: "decided",
+  [HitlStatus.HITL_CONSUMED]: "consumed",
+  [HitlStatus.HITL_EXPIRED]: "expired",
 };
 
-/** What the daemon knows of a request beyond its store row. */
-export interface RequestNotes {
-  paramsJson: string;
-  agentId: string;
-  organizationId: string;
-  policy: string;
-  budget: { limit: string; remaining: string; spent: string };
-  expiresNs: number;
-  expired: boolean;
-  comment: string;
-  successorParamsJson: string;
+/** Who the request's session belongs to. */
+export interface SessionOwner {
+  readonly agentId: string;
+  readonly organizationId: string;
 }
-
-export const EMPTY_NOTES: RequestNotes = {
-  paramsJson: "",
-  agentId: "",
-  organizationId: "",
-  policy: "",
-  budget: { limit: "", remaining: "", spent: "" },
-  expiresNs: 0,
-  expired: false,
-  comment: "",
-  successorParamsJson: "",
-};
 
 const ns = (value: number | null | undefined): bigint =>
   value === null || value === undefined ? 0n : BigInt(Math.trunc(value));
+const text = (value: unknown): string => (value === null || value === undefined ? "" : String(value));
 
 export function requestView(
-  row: HitlRequest,
-  notes: RequestNotes,
+  view: EngineView,
+  owner: SessionOwner | undefined,
   recent: readonly HitlVerdictSummary[],
 ): HitlRequestView {
-  // A row the engine closed as expired, or one this daemon expired (its answer is the timeout's).
-  const status = notes.expired
-    ? HitlStatus.HITL_EXPIRED
-    : (STATUS[row.status] ?? HitlStatus.HITL_STATUS_UNSPECIFIED);
-  const extra = row as HitlRequest & { params_json?: unknown; expires_ns?: unknown };
   return create(HitlRequestViewSchema, {
-    requestId: row.request_id,
-    sessionId: row.session_id,
-    agentId: notes.agentId,
-    organizationId: notes.organizationId,
-    callNumber: BigInt(row.call_number),
-    toolName: row.tool_name,
-    nonce: row.nonce === null ? "" : String(row.nonce),
-    paramsJson: typeof extra.params_json === "string" ? extra.params_json : notes.paramsJson,
-    argsDigest: row.args_digest ?? "",
-    reason: row.reason,
+    requestId: view.request_id,
+    sessionId: view.session_id,
+    agentId: owner?.agentId ?? "",
+    organizationId: owner?.organizationId ?? "",
+    callNumber: BigInt(view.call_number),
+    toolName: view.tool_name,
+    nonce: text(view.nonce),
+    paramsJson: view.params_json ?? "",
+    argsDigest: view.args_digest ?? "",
+    reason: view.reason,
     budget: {
-      limitUsdDecimal: notes.budget.limit,
-      remainingUsdDecimal: notes.budget.remaining,
-      spentUsdDecimal: notes.budget.spent,
+      limitUsdDecimal: text(view.budget?.limit_usd),
+      remainingUsdDecimal: text(view.budget?.remaining_usd),
+      spentUsdDecimal: text(view.budget?.spent_usd),
     },
-    policy: notes.policy,
-    createdNs: ns(row.created_ns),
-    expiresNs: typeof extra.expires_ns === "number" ? ns(extra.expires_ns) : ns(notes.expiresNs),
-    status,
+    policy: view.policy_id ?? "",
+    createdNs: ns(view.created_ns),
+    expiresNs: ns(view.expires_ns),
+    status: STATUS[view.status] ?? HitlStatus.HITL_STATUS_UNSPECIFIED,
     decision:
-      row.decision === null ? HitlDecisionKind.HITL_DECISION_UNSPECIFIED : (DECISION_KIND[row.decision] ?? 0),
-    operatorId: row.operator_id ?? "",
-    comment: notes.comment,
-    decidedNs: ns(row.decided_ns),
-    successorNonce: row.successor_nonce === null ? "" : String(row.successor_nonce),
-    successorParamsJson: notes.successorParamsJson,
-    successorArgsDigest: row.successor_args_digest ?? "",
+      view.decision === null
+        ? HitlDecisionKind.HITL_DECISION_UNSPECIFIED
+        : (DECISION_KIND[view.decision] ?? HitlDecisionKind.HITL_DECISION_UNSPECIFIED),
+    operatorId: view.operator_id ?? "",
+    comment: view.comment ?? "",
+    decidedNs: ns(view.decided_ns),
+    successorNonce: text(view.successor?.nonce),
+    successorParamsJson: view.successor?.params ? JSON.stringify(view.successor.params) : "",
+    successorArgsDigest: view.successor?.args_digest ?? "",
     recentVerdicts: [...recent],
   });
 }
