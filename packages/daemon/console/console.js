@@ -69,6 +69,14 @@ function describe(r) {
   return `${how[0].toUpperCase()}${how.slice(1)}${by}${status === "HITL_CONSUMED" ? " (used)" : ""}`;
 }
 
+/** The colour class: pending, a release (approve/modify), or a refusal (reject, expiry). */
+function toneOf(r) {
+  const status = statusOf(r);
+  if (status === "HITL_PENDING") return "s-pending";
+  if (status === "HITL_EXPIRED" || r.decision === "HITL_DECISION_REJECT") return "s-rejected";
+  return "s-decided";
+}
+
 function ordered() {
   const all = [...state.requests.values()];
   const pending = all.filter(isPending).sort((a, b) => nsToMs(a.createdNs) - nsToMs(b.createdNs));
@@ -93,7 +101,6 @@ function renderQueue() {
   const items = ordered();
   list.replaceChildren(
     ...items.map((r) => {
-      const status = statusOf(r);
       const button = el(
         "button",
         {
@@ -102,7 +109,7 @@ function renderQueue() {
           "aria-current": String(r.requestId === state.selected),
         },
         el("span", { class: "tool" }, r.toolName ?? "(no tool)"),
-        el("span", { class: `pill s-${status.replace("HITL_", "").toLowerCase()}` }, describe(r)),
+        el("span", { class: `pill ${toneOf(r)}` }, describe(r)),
         el(
           "span",
           { class: "meta" },
@@ -156,16 +163,20 @@ function budgetChart(r) {
     axis.setAttribute(k, String(v));
   svg.append(axis);
   if (points.length > 0 && limit > 0) {
-    const step = points.length > 1 ? width / (points.length - 1) : 0;
+    const step = points.length > 1 ? (width - 8) / (points.length - 1) : 0;
     const line = document.createElementNS(SVG, "polyline");
     line.setAttribute("fill", "none");
     line.setAttribute("stroke", "#116b35");
     line.setAttribute("stroke-width", "2");
-    line.setAttribute(
-      "points",
-      points.map((p, i) => `${i * step},${115 - (Math.max(0, Math.min(p, limit)) / limit) * 85}`).join(" "),
-    );
+    const y = (p) => 115 - (Math.max(0, Math.min(p, limit)) / limit) * 85;
+    line.setAttribute("points", points.map((p, i) => `${i * step + 4},${y(p)}`).join(" "));
     svg.append(line);
+    points.forEach((p, i) => {
+      const dot = document.createElementNS(SVG, "circle");
+      for (const [k, v] of Object.entries({ cx: i * step + 4, cy: y(p), r: 4, fill: "#116b35" }))
+        dot.setAttribute(k, String(v));
+      svg.append(dot);
+    });
   }
   box.replaceChildren(
     svg,
@@ -235,7 +246,7 @@ function renderDetail() {
   if (!r) return;
   $("d-tool").textContent = r.toolName ?? "";
   $("d-status").textContent = describe(r) + (r.comment ? ` — “${r.comment}”` : "");
-  $("d-status").className = `status s-${statusOf(r).replace("HITL_", "").toLowerCase()}`;
+  $("d-status").className = `status ${toneOf(r)}`;
   $("d-reason").textContent = r.reason ?? "";
   $("d-session").textContent = r.sessionId ?? "";
   $("d-agent").textContent = [r.agentId, r.organizationId].filter(Boolean).join(" @ ");
