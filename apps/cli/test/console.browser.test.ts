@@ -122,7 +122,11 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
 
   it("shows a waiting agent's request; approve runs the tool; a second (read-only) operator sees it live", async () => {
     const { client, session } = await agent("spender");
-    const search = guard(client, { session_id: session, tool_name: "web_search", estimate: 1 }, async () => "ok");
+    const search = guard(
+      client,
+      { session_id: session, tool_name: "web_search", estimate: 1 },
+      async () => "ok",
+    );
     for (const q of ["leash", "shackle", "budgets"]) await search({ q });
     const ran: unknown[] = [];
     const send = guard(
@@ -192,10 +196,14 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
   it("modify: the editor shows a diff, and the tool receives the operator's params", async () => {
     const { client, session } = await agent();
     const ran: unknown[] = [];
-    const pay = guard(client, { session_id: session, tool_name: "pay_invoice" }, async (p: { amount: number }) => {
-      ran.push(p);
-      return p.amount;
-    });
+    const pay = guard(
+      client,
+      { session_id: session, tool_name: "pay_invoice" },
+      async (p: { amount: number }) => {
+        ran.push(p);
+        return p.amount;
+      },
+    );
     const call = pay({ amount: 900, to: "mallory" } as { amount: number });
     call.catch(() => undefined); // awaited below
     // Phone width: the page must still fit.
@@ -207,7 +215,10 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
       await page.click("#modify summary");
       await page.fill("#editor", '{\n  "amount": 90,\n  "to": "alice"\n}');
       await page.waitForSelector("#diff .add:has-text('\"amount\": 90')");
-      expect(await page.locator("#diff .del").allTextContents()).toEqual(['-   "amount": 900,', '-   "to": "mallory"']);
+      expect(await page.locator("#diff .del").allTextContents()).toEqual([
+        '-   "amount": 900,',
+        '-   "to": "mallory"',
+      ]);
       await page.screenshot({ path: join(ARTIFACTS, `console-${kind}-modify-phone.png`), fullPage: true });
       await page.click("#b-modify");
       await expect(call).resolves.toBe(90);

@@ -84,6 +84,7 @@ export class HitlQueue {
   private readonly waits = new Set<AbortController>();
   private readonly offEngine: () => void;
   private closed = false;
+  private announcing: Promise<void> = Promise.resolve();
 
   constructor(options: HitlQueueOptions) {
     this.engine = options.engine;
@@ -94,7 +95,9 @@ export class HitlQueue {
       if (kind === undefined) return;
       if (kind === "opened") this.armExpiry(event.request);
       else this.disarm(event.request.request_id);
-      void this.viewOf(event.request)
+      // One after the other, in the engine's order: an answer never overtakes its request's opening.
+      this.announcing = this.announcing
+        .then(() => this.viewOf(event.request))
         .then((view) => this.emit(kind, view))
         .catch((error: unknown) => this.logger.warn({ err: error }, "announcing a HITL event failed"));
     });
@@ -283,7 +286,11 @@ export class HitlQueue {
     try {
       const rows = await this.engine.listHitl({ sessionId, status: "consumed" });
       const last = rows.at(-1);
-      if (last !== undefined) this.emit("consumed", await this.viewOf(last));
+      if (last === undefined) return;
+      this.announcing = this.announcing
+        .then(() => this.viewOf(last))
+        .then((view) => this.emit("consumed", view));
+      await this.announcing;
     } catch (error) {
       this.logger.debug({ err: error }, "reading consumed HITL requests failed");
     }
