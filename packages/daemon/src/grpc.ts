@@ -212,7 +212,7 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
       const metadata = new Metadata();
       metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
       metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
-      call.destroy(Object.assign(new Error(error.message), { code: Status.UNAUTHENTICATED, metadata }));
+      call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
       return;
     }
     const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
@@ -228,13 +228,12 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
         if (call.cancelled) return;
         if (error === null) call.end();
         else {
-          const status = refusalStatus(error);
-          call.destroy(Object.assign(new Error(status.details), status));
+          call.emit("error", refusalStatus(error));
         }
       })
       .catch((error: unknown) => {
         logger.warn({ err: error, rpc: "WaitHitl" }, "gRPC request failed inside the daemon");
-        call.destroy(Object.assign(new Error("internal"), { code: Status.UNAVAILABLE }));
+        call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
       });
   }) as handleServerStreamingCall<unknown, unknown>;
   for (const method of ShackleDaemon.methods) {
