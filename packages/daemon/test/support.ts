@@ -104,8 +104,10 @@ export function ensureBuilt(): void {
 
 const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.url));
 
-/** Starts `leash serve` and resolves once it prints its listening line. */
-export function serve(args: string[]): Promise<{ child: ChildProcess; stderr: () => string }> {
+/** Starts `leash serve` and resolves once it prints its listening line (parsed as `listening`). */
+export function serve(
+  args: string[],
+): Promise<{ child: ChildProcess; stderr: () => string; listening: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
@@ -113,9 +115,12 @@ export function serve(args: string[]): Promise<{ child: ChildProcess; stderr: ()
     const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);
     child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
       out += chunk;
-      if (out.includes('{"listening"')) {
+      // Only whole lines: the listening line may arrive in pieces.
+      const whole = out.slice(0, out.lastIndexOf("\n") + 1).split("\n");
+      const line = whole.find((l) => l.startsWith('{"listening"'));
+      if (line !== undefined) {
         clearTimeout(timer);
-        resolve({ child, stderr: () => err });
+        resolve({ child, stderr: () => err, listening: JSON.parse(line) as Record<string, unknown> });
       }
     });
     child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {

@@ -1,0 +1,260 @@
+// The Python client (clients/python) against a real `leash serve` on SQLite, over the Unix socket and
+// gRPC: Appendix A, receipts, mTLS, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
+// Debian's python3-protobuf, python3-grpcio, python3-cryptography and python3-mypy (.ci/run installs them).
+import { type ChildProcess, execFile, execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { generateKeyPair, verifyChain } from "@leash/chain";
+import { verifyReceipt } from "@leash/receipts";
+import { paramsDigest, paramsFromJson } from "@leash/wire";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ensureBuilt, openStore, type Running, runDaemon, scratchDir, serve } from "./support.js";
+
+const PYTHON = "/usr/bin/python3";
+const CLIENT = fileURLToPath(new URL("../../../clients/python/", import.meta.url));
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program; async, so this process keeps reaping its children (the stopped daemon among them). */
+function run(
+  file: string,
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      file,
+      args,
+      {
+        cwd: options.cwd ?? CLIENT,
+        env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", ...options.env },
+        timeout: 120_000,
+      },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === "number" ? error.code : 1;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** python3 with the client's source and tests on its path. */
+const python = (args: string[], env: Record<string, string> = {}): Promise<Run> =>
+  run(PYTHON, args, { env: { PYTHONPATH: `${CLIENT}src:${CLIENT}tests`, ...env } });
+
+/** unittest's summary line: "Ran N tests". */
+const ranCount = (run: Run) => Number(/Ran (\d+) tests?/.exec(run.stderr)?.[1] ?? -1);
+
+interface Decision {
+  transport: string;
+  test: string;
+  verdict: string;
+  reason: string;
+  call_number: number;
+  entry_seq: number;
+  entry_hash: string;
+  receipt: string;
+  params_hash: string | null;
+  session_id: string;
+}
+
+describe("the Python client against leash serve (socket + gRPC, SQLite)", () => {
+  const hmac = randomBytes(32);
+  const key = generateKeyPair();
+  const dir = scratchDir();
+  const out = join(dir, "decisions.jsonl");
+  let store: Awaited<ReturnType<typeof openStore>>;
+  let daemon: { child: ChildProcess; stderr: () => string; listening: Record<string, unknown> };
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    ensureBuilt();
+    store = await openStore("sqlite");
+    writeFileSync(join(dir, "acme-k1.hmac"), hmac.toString("hex"), { mode: 0o600 });
+    writeFileSync(join(dir, "daemon.key"), key.privateKeyPem, { mode: 0o600 });
+    const config = {
+      organizations: {
+        acme: {
+          hmac_keys: { "acme-k1": { file: join(dir, "acme-k1.hmac") } },
+          default_guard: { budget_usd: 1 },
+          agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+        },
+      },
+    };
+    writeFileSync(join(dir, "daemon.json"), JSON.stringify(config));
+    const socket = join(dir, "leash.sock");
+    daemon = await serve([
+      ...["--config", join(dir, "daemon.json"), "--store", store.url!, "--key-file", join(dir, "daemon.key")],
+      ...["--socket", socket, "--grpc", "127.0.0.1:0", "--grpc-insecure"],
+    ]);
+    expect(daemon.listening.public_key).toBe(key.publicKeyHex);
+    env = {
+      LEASH_TEST_SOCKET: socket,
+      LEASH_TEST_GRPC: String(daemon.listening.grpc),
+      LEASH_TEST_HMAC_HEX: hmac.toString("hex"),
+      LEASH_TEST_KEY_ID: "acme-k1",
+      LEASH_TEST_PUBLIC_KEY: key.publicKeyHex,
+      LEASH_TEST_DAEMON_PID: String(daemon.child.pid),
+      LEASH_TEST_OUT: out,
+    };
+  }, 120_000);
+
+  afterAll(async () => {
+    if (daemon?.child.exitCode === null) daemon.child.kill("SIGKILL");
+    await store?.close();
+  });
+
+  const decisions = (): Decision[] =>
+    existsSync(out)
+      ? readFileSync(out, "utf8")
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l) as Decision)
+      : [];
+
+  it("the committed shackle_pb2.py is what protoc makes from the wire's proto (drift check)", async () => {
+    const run = await python(["scripts/generate.py", "--check"]);
+    expect(run.code, run.stderr).toBe(0);
+  });
+
+  it("the client's type hints hold (mypy --strict, the config in pyproject.toml)", async () => {
+    const run = await python(["-m", "mypy", "--cache-dir=/dev/null", "src/leash_client"]);
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toContain("Success: no issues found");
+  }, 120_000);
+
+  it("installs from the repository path with pip (setuptools, the generated code and py.typed included)", async () => {
+    // A copy, so pip's in-tree build leaves nothing in the checkout; --system-site-packages and
+    // --no-index: the dependencies are Debian's, and no package index is needed.
+    const copy = join(dir, "python-client");
+    cpSync(CLIENT, copy, { recursive: true, filter: (src) => !src.includes("__pycache__") });
+    const venv = join(dir, "venv");
+    // --without-pip: the venv runs Debian's pip from the system site packages (no ensurepip copy to wait for).
+    const made = await python(["-m", "venv", "--system-site-packages", "--without-pip", venv]);
+    expect(made.code, made.stderr).toBe(0);
+    const pip = await run(join(venv, "bin/python"), [
+      ...["-m", "pip", "install", "-q", "--no-compile", "--no-build-isolation", "--no-index", copy],
+    ]);
+    expect(pip.code, pip.stderr).toBe(0);
+    const script =
+      "import leash_client, os; d = os.path.dirname(leash_client.__file__); print(d); print(sorted(f for f in os.listdir(d + '/_proto') if f != '__pycache__'), os.path.exists(d + '/py.typed'))";
+    const shown = await run(join(venv, "bin/python"), ["-c", script], { cwd: dir, env: { PYTHONPATH: "" } });
+    expect(shown.code, shown.stderr).toBe(0);
+    const [where, contents] = shown.stdout.trim().split("\n");
+    expect(where).toContain(join(venv, "lib"));
+    expect(contents).toBe("['__init__.py', 'shackle_pb2.py', 'shackle_pb2.pyi'] True");
+  }, 120_000);
+
+  it("the client's own tests pass: wire pieces, and fail closed against misbehaving daemons", async () => {
+    const run = await python(["-m", "unittest", "discover", "-s", "tests"]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBeGreaterThanOrEqual(42);
+  }, 120_000);
+
+  it("Appendix A over the socket and gRPC: three ALLOWs ran, max_repeat_exceeded and circuit_open did not; every receipt verifies here too", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.AppendixA"], env);
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(4);
+    const flows = decisions().filter((d) => d.test === "appendix_a");
+    for (const transport of ["socket", "grpc"]) {
+      const mine = flows.filter((d) => d.transport === transport);
+      expect(mine.map((d) => [d.verdict, d.reason])).toEqual([
+        ["ALLOW", "within_thresholds"],
+        ["ALLOW", "within_thresholds"],
+        ["ALLOW", "within_thresholds"],
+        ["DENY", "max_repeat_exceeded"],
+        ["DENY", "circuit_open"],
+      ]);
+      expect(new Set(mine.map((d) => d.session_id)).size).toBe(1);
+    }
+    for (const d of decisions()) {
+      const checked = await verifyReceipt(d.receipt, key.publicKeyHex);
+      expect(checked.ok, JSON.stringify(checked)).toBe(true);
+      if (!checked.ok) continue;
+      expect([checked.entry_hash, checked.seq]).toEqual([d.entry_hash, d.entry_seq]);
+      expect(checked.payload.data.reason).toBe(d.reason);
+      if (d.params_hash !== null) expect(checked.payload.data.params_hash).toBe(d.params_hash);
+    }
+  }, 120_000);
+
+  it("Python's canonical digest of tricky params is @leash/wire's", async () => {
+    const texts = [
+      '{"q": "päris", "n": 10.0, "big": 1180591620717411303424, "e": 1e16, "z": -0.0}',
+      '{"émoji": "😀", "a": "\\u2028", "ctl": "\\u0001\\t", "B": 1, "b": 2, "nested": [[{"ü": null}], true]}',
+      '{"raw": 1.50, "x": 1E5, "neg": -1e-7}',
+    ];
+    const script =
+      "import json,sys\nfrom leash_client.params import params_on_wire\nfor t in json.loads(sys.argv[1]): print(params_on_wire(t)[1])";
+    const run = await python(["-c", script, JSON.stringify(texts)]);
+    expect(run.code, run.stderr).toBe(0);
+    const expected = texts.map((t) => Buffer.from(paramsDigest(paramsFromJson(t))).toString("hex"));
+    expect(run.stdout.trim().split("\n")).toEqual(expected);
+  });
+
+  it("the daemon stopped: every call on both transports is DENY fail_closed:daemon_unavailable and the tool never runs; the chain verifies", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.DaemonStopped"], env);
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(1);
+    await new Promise<void>((resolve) => {
+      if (daemon.child.exitCode !== null) resolve();
+      else daemon.child.once("exit", () => resolve());
+    });
+    expect(daemon.child.exitCode).toBe(0);
+    // Every verdict the Python client acted on is in the verified chain, as received.
+    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100_000));
+    expect((await verifyChain(entries, { publicKeys: [key.publicKeyHex] })).ok).toBe(true);
+    const received = decisions();
+    expect(received.length).toBeGreaterThanOrEqual(16);
+    for (const d of received) expect(entries[d.entry_seq]?.entry_hash).toBe(d.entry_hash);
+  }, 120_000);
+});
+
+describe("the Python client over gRPC with mTLS (openssl-made certificates)", () => {
+  const dir = scratchDir();
+  let running: Running | undefined;
+
+  beforeAll(async () => {
+    // EC keys: as good as RSA here and much faster to make.
+    const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+    const newKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    ssl("req", "-x509", ...newKey, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ca");
+    const leaf = (name: string, subject: string, san: string) => {
+      ssl("req", ...newKey, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject);
+      writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
+      ssl(
+        ...["x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"],
+        ...["-out", `${name}.pem`, "-days", "2", "-extfile", `${name}.ext`],
+      );
+    };
+    leaf("server", "/CN=localhost", "DNS:localhost,IP:127.0.0.1");
+    leaf("acme", "/CN=acme", "DNS:acme.example");
+    leaf("initech", "/CN=initech", "DNS:initech.example");
+    const read = (name: string) => readFileSync(join(dir, name));
+    running = await runDaemon("sqlite", {
+      grpc: {
+        listen: "127.0.0.1:0",
+        tls: { cert: read("server.pem"), key: read("server.key"), clientCa: read("ca.pem") },
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  it("a certificate of a configured organization is served, receipts verified; no certificate or an unknown organization fails closed", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.MutualTls"], {
+      LEASH_TEST_TLS_DIR: dir,
+      LEASH_TEST_TLS_GRPC: running!.daemon.grpcAddress!,
+      LEASH_TEST_TLS_PUBLIC_KEY: running!.key.publicKeyHex,
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(2);
+  }, 60_000);
+});
