@@ -12,6 +12,7 @@ import { registerExpire } from "./commands/expire.js";
 import { registerExport } from "./commands/export.js";
 import { registerGuard } from "./commands/guard.js";
 import { registerHash } from "./commands/hash.js";
+import { registerHitl } from "./commands/hitl.js";
 import { registerKey } from "./commands/key.js";
 import { registerKeygen } from "./commands/keygen.js";
 import { registerMigrate } from "./commands/migrate.js";
@@ -69,6 +70,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerSession(program, io, setExit);
   registerGuard(program, io, setExit);
   registerEvaluate(program, io, setExit);
+  registerHitl(program, io, setExit);
   registerExpire(program, io, setExit);
   // The signed audit chain: keys, verification, export, receipts.
   registerKeygen(program, io, setExit);

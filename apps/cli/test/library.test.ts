@@ -57,8 +57,8 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     L(["evaluate", "--session", session, "--tool", "search", "--nonce", nonce, ...flags]);
 
   it("migrate creates the schema once, then has nothing to do", async () => {
-    // Each store numbers its own migrations; both are at version 4 now.
-    const version = 4;
+    // Each store numbers its own migrations; both are at version 5 now.
+    const version = 5;
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
     expect(first.stdout).toBe(`created the Leash schema (version ${version}) in ${store.url}\n`);
@@ -193,7 +193,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     // An approval is single use: the same dispatch again is a replay.
     const replay = await evaluate(s, "w1", "--params", params);
     expect(replay.code).toBe(3);
-    expect(json(replay).reason).toBe("policy_violation:duplicate_nonce");
+    expect(json(replay).reason).toBe("policy_violation:duplicate_resume_no_effect");
   });
 
   it("an approval covers only the paused call's params", async () => {
@@ -318,9 +318,9 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     await new Promise((resolve) => setTimeout(resolve, 20));
     const expired = await L(["expire", "--config", config]);
     expect(expired.code).toBe(0);
-    expect(json(expired)).toEqual({ expired: 1 });
+    expect(json(expired)).toEqual({ expired: 1, hitl_expired: 0 });
     expect(json(await L(["session", "show", s])).budget_remaining_usd).toBe("1");
-    expect(json(await L(["expire"]))).toEqual({ expired: 0 });
+    expect(json(await L(["expire"]))).toEqual({ expired: 0, hitl_expired: 0 });
   });
 
   it("guard create nests budgets; a child larger than its parent's remaining is refused", async () => {

@@ -31,6 +31,7 @@ import {
   type HitlRequest,
   type Nonce,
   type PendingRequest,
+  type PendingTransition,
   type Reservation,
   recordHumanDecision,
   resetCircuit,
@@ -208,6 +209,11 @@ function dueInState(state: State, nowNs: number): boolean {
   );
 }
 
+const hasTransition = (state: State): boolean =>
+  state.pending_transition !== null &&
+  typeof state.pending_transition === "object" &&
+  Object.keys(state.pending_transition).length > 0;
+
 /** This call is the session's next attempt of the tool whose request expired: it is told hitl_timeout. */
 function timedOut(state: State, call: Call): boolean {
   const paused = pausedOf(state);
@@ -215,6 +221,9 @@ function timedOut(state: State, call: Call): boolean {
 }
 
 const DEFAULT_HITL_POLL_MS = 500;
+
+/** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
+const NUMBER_TEXT = { numberText: true } as const;
 
 /** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
 const HINTED_SESSIONS_MAX = 10_000;
@@ -561,6 +570,29 @@ export function createEngine(options: EngineOptions): Engine {
     return expireRows(pending);
   }
 
+  /** The approval (or modify successor) that released `nonce` and was used, as a consumed transition. */
+  async function consumedTransition(
+    tx: SubstrateTx,
+    sessionId: string,
+    nonce: Nonce,
+  ): Promise<PendingTransition | null> {
+    const used = await tx.hitl.list({ sessionId, status: "CONSUMED" });
+    const row = used.find((r) =>
+      r.decision === "modify" ? r.successor_nonce === nonce : r.decision === "approve" && r.nonce === nonce,
+    );
+    if (row === undefined) return null;
+    return {
+      decision: row.decision!,
+      original_nonce: row.nonce,
+      original_args_digest: row.args_digest,
+      ...(row.decision === "modify"
+        ? { successor_nonce: row.successor_nonce, successor_args_digest: row.successor_args_digest }
+        : {}),
+      terminal_status: "consumed",
+      resume_attempt: true,
+    };
+  }
+
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
     if (!budgetEnabled(session.config)) return null;
     return (await available(tx, sessionAccountId(session.config, session))).toFixed();
@@ -624,6 +656,13 @@ export function createEngine(options: EngineOptions): Engine {
               : estimate.hold.toNumber(),
     };
     const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
+    // A re-dispatch of an approval already used: decide() is shown that approval as consumed, so rule 3
+    // answers duplicate_resume_no_effect (spec §3.6). Looked up only for a nonce already seen.
+    const replayed =
+      seen && hasNonce && malformed === null && !hasTransition(state)
+        ? await consumedTransition(tx, session.session_id, nonce)
+        : null;
+    if (replayed !== null) state.pending_transition = replayed;
     let remainingBefore: Money | null = null;
     // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
     // the chain head is read with them (after them, in lock order) for the entry this call writes.
@@ -707,6 +746,8 @@ export function createEngine(options: EngineOptions): Engine {
     // The timeout is told once: the session then no longer waits on that request (the DENY trips
     // the circuit, as a human's reject does).
     if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
+    // The consumed approval was shown to decide() for this call only; the session keeps none.
+    if (replayed !== null) next = { ...next, pending_transition: session.state.pending_transition ?? null };
     let opened: HitlRequest | null = null;
     if (decision.verdict === "HITL") {
       const account = accounts?.[0];
@@ -727,7 +768,7 @@ export function createEngine(options: EngineOptions): Engine {
         decided_ns: null,
         // What the operator judges: the exact params (canonical JSON, so the digest can be checked
         // by eye or by tool), the budget as it stood, and which policy paused the call.
-        params_json: paramsHash === null ? null : canonicalJson(paramsValue),
+        params_json: paramsHash === null ? null : canonicalJson(paramsValue, NUMBER_TEXT),
         budget_spent_usd: account === undefined ? null : account.spent_usd,
         budget_limit_usd: account === undefined ? null : account.limit_usd,
         budget_remaining_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
@@ -1074,7 +1115,7 @@ export function createEngine(options: EngineOptions): Engine {
             decision: checked.decision,
             operator_id: checked.operator_id,
             successor,
-            successor_params_json: checked.params === null ? null : canonicalJson(checked.params),
+            successor_params_json: checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
             comment: checked.comment,
           })
         ).decided;
@@ -1117,6 +1158,7 @@ export function createEngine(options: EngineOptions): Engine {
         });
         const onAbort = () => finish(() => reject(signal?.reason));
         signal?.addEventListener("abort", onAbort, { once: true });
+        if (signal?.aborted) onAbort(); // aborted while the first read was under way
         if (timeoutMs !== undefined) deadline = setTimeout(() => finish(() => resolve(latest)), timeoutMs);
         // The next poll comes at the poll interval, or sooner when the request expires before it.
         const delayFor = (request: HitlRequestView) =>

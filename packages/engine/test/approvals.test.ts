@@ -86,7 +86,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
       params: EMAIL,
       nonce: 42,
     });
-    expect([again.verdict, again.reason]).toEqual(["DENY", "policy_violation:duplicate_nonce"]);
+    expect([again.verdict, again.reason]).toEqual(["DENY", "policy_violation:duplicate_resume_no_effect"]);
 
     const { entries, data } = await chainOf(store!.substrate);
     const decisions = data.filter((e) => e.kind === "decision").map((e) => [e.data.tool_name, e.data.reason]);
@@ -94,7 +94,7 @@ describe.each(KINDS)("approvals on %s", (kind) => {
       ["send_email", "hitl_all_calls"],
       ["wire_transfer", "hitl_transition:tool_mismatch"],
       ["send_email", "hitl_transition:approve"],
-      ["wire_transfer", "policy_violation:duplicate_nonce"],
+      ["wire_transfer", "policy_violation:duplicate_resume_no_effect"],
     ]);
     expect((await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
   });

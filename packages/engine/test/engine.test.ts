@@ -252,7 +252,8 @@ describe.each(KINDS)("engine on %s", (kind) => {
       nonce: "b1",
       estimated_cost_usd: 1,
     });
-    expect(replay.reason).toBe("policy_violation:duplicate_nonce");
+    // The used approval is shown to decide() as consumed: rule 3 names the replay of a resume (spec §3.6).
+    expect(replay.reason).toBe("policy_violation:duplicate_resume_no_effect");
   });
 
   it("expires a hold whose agent never reported back", async () => {
@@ -286,7 +287,11 @@ describe.each(KINDS)("engine on %s", (kind) => {
     expect(runs).toBe(2);
     expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.8");
     const s2 = await engine.register({ agent_id: "bot", config: { hitl_mode: "always" } });
-    const pay = guard(engine, { session_id: s2.session_id, tool_name: "pay" }, async () => runs++);
+    const pay = guard(
+      engine,
+      { session_id: s2.session_id, tool_name: "pay", wait: false },
+      async () => runs++,
+    );
     await expect(pay()).rejects.toBeInstanceOf(LeashHitl);
     expect(runs).toBe(2);
   });

@@ -66,6 +66,7 @@ export type RecoveryWarningCode =
   | "outbox_missing"
   | "outbox_dead"
   | "reservations_overdue"
+  | "hitl_overdue"
   | "sessions_overdue";
 
 /** Something an operator should know about that does not stop serving. */
@@ -124,6 +125,12 @@ export interface RecoveryReport {
     /** PENDING budget holds past their TTL when recovery looked. */
     overdue: number;
     /** Released by this run, each with a "reservation_expired" chain entry. */
+    expired: number;
+  };
+  hitl: {
+    /** PENDING HITL requests past their expiry when recovery looked. */
+    overdue: number;
+    /** Expired by this run, each with a "hitl_expired" chain entry (operator "system:timeout"). */
     expired: number;
   };
   sessions: {
@@ -234,6 +241,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       requeued: 0,
     },
     reservations: { overdue: 0, expired: 0 },
+    hitl: { overdue: 0, expired: 0 },
     sessions: { overdue: [], markedStale: [] },
   };
   const problem = (code: RecoveryErrorCode, message: string, failure?: ChainFailure) => {
@@ -407,7 +415,29 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       }
     }
 
-    // 4b. Sessions that stopped heartbeating (spec §4.5).
+    // 4b. HITL requests nobody answered in time: expired, so their agents are told hitl_timeout.
+    stage = "expiring HITL requests";
+    const hitlNow = clock.nowNs();
+    report.hitl.overdue = await substrate.transaction(
+      async (tx) =>
+        (await tx.hitl.list({ status: "PENDING" })).filter(
+          (r) => r.expires_ns !== null && r.expires_ns <= hitlNow,
+        ).length,
+    );
+    if (report.hitl.overdue > 0) {
+      if (writable && signer !== undefined) {
+        const engine = createEngine({ substrate, signer, clock, ...verifiedHere });
+        report.hitl.expired = await engine.expireHitl();
+        report.actions.push(`expired ${report.hitl.expired} unanswered HITL requests (hitl_expired entries)`);
+      } else {
+        report.warnings.push({
+          code: "hitl_overdue",
+          message: `${report.hitl.overdue} HITL request(s) are past their expiry and still pending${signer === undefined ? " (no signer: counted only)" : ""}`,
+        });
+      }
+    }
+
+    // 4c. Sessions that stopped heartbeating (spec §4.5).
     stage = "marking stale sessions";
     const staleNs = missed * intervalMs * 1e6;
     const sessionsNow = clock.nowNs();

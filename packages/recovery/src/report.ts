@@ -60,6 +60,7 @@ export function formatReport(report: RecoveryReport): string {
     `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} released; ` +
       `sessions: ${sessions.overdue.length} missed heartbeats, ${sessions.markedStale.length} marked STALE`,
   );
+  out.push(`  hitl: ${report.hitl.overdue} past their expiry, ${report.hitl.expired} expired`);
   for (const p of report.problems) out.push(`  ERROR ${p.code}: ${p.message}`);
   for (const w of report.warnings) out.push(`  warning ${w.code}: ${w.message}`);
   for (const a of report.actions) out.push(`  done: ${a}`);

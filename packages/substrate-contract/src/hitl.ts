@@ -43,6 +43,60 @@ export function hitlStoreContract(opts: SubstrateContractOptions): void {
       expect(got[2]?.nonce).toBeNull();
     });
 
+    it("keeps what an operator judges by: canonical params, exact budget text, policy, expiry, comment", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const paramsJson = '{"amount":"10.50","note":"żółw 🐢","to":["a","b"]}';
+      const request = makeHitlRequest("h-full", {
+        params_json: paramsJson,
+        budget_spent_usd: "0.0010",
+        budget_limit_usd: "1e-7",
+        budget_remaining_usd: "0",
+        policy_id: "ab".repeat(32),
+        // Epoch nanoseconds beyond 2^53 and 2^62: they must come back as the same integer.
+        expires_ns: 2 ** 62 + 2 ** 40,
+      });
+      await sub.transaction((tx) => tx.hitl.insert(request));
+      expect(await sub.transaction((tx) => tx.hitl.get("h-full"))).toEqual(request);
+      const answered = {
+        ...request,
+        status: "DECIDED" as const,
+        decision: "modify",
+        operator_id: "alice",
+        successor_nonce: "succ-1",
+        successor_args_digest: "ef".repeat(32),
+        successor_params_json: '{"amount":"5"}',
+        comment: "halved: over the daily limit",
+        decided_ns: T0 + 90,
+      };
+      await sub.transaction((tx) => tx.hitl.update(answered));
+      const [listed] = await sub.transaction((tx) => tx.hitl.list({ status: "DECIDED" }));
+      expect(listed).toEqual(answered);
+      expect(listed?.params_json).toBe(paramsJson);
+      expect(listed?.budget_limit_usd).toBe("1e-7");
+    });
+
+    it("an EXPIRED request is listed by that status only", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const expired = makeHitlRequest("h-exp", {
+        status: "EXPIRED",
+        operator_id: "system:timeout",
+        expires_ns: T0 + 10,
+        decided_ns: T0 + 11,
+      });
+      await sub.transaction(async (tx) => {
+        await tx.hitl.insert(expired);
+        await tx.hitl.insert(makeHitlRequest("h-open", { expires_ns: T0 + 1e12 }));
+      });
+      const [pending, gone] = await sub.transaction(async (tx) => [
+        await tx.hitl.list({ status: "PENDING" }),
+        await tx.hitl.list({ sessionId: WORLD.session1, status: "EXPIRED" }),
+      ]);
+      expect(rids(pending)).toEqual(["h-open"]);
+      expect(gone).toEqual([expired]);
+    });
+
     it("update records a human's decision", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);

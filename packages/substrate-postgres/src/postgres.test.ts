@@ -42,6 +42,14 @@ const hitl = (id: string, over: Partial<HitlRequest> = {}): HitlRequest => ({
   successor_args_digest: null,
   created_ns: T0,
   decided_ns: null,
+  params_json: null,
+  budget_spent_usd: null,
+  budget_limit_usd: null,
+  budget_remaining_usd: null,
+  policy_id: null,
+  expires_ns: null,
+  comment: null,
+  successor_params_json: null,
   ...over,
 });
 
@@ -523,8 +531,8 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
-    expect(LATEST_SCHEMA_VERSION).toBe(4);
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
+    expect(LATEST_SCHEMA_VERSION).toBe(5);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s1"),
       nonce: await tx.nonces.has("s1", "n1"),
@@ -555,8 +563,12 @@ describe("migrations", () => {
       await tx.sessions.insert(session("s1", { created_ns: EPOCH_NS }));
       await tx.nonces.add("s1", 7, T0);
       await tx.budgets.insertAccount(account("a", { spent_usd: "0.001" }));
-      await tx.hitl.insert(hitl("h1", { nonce: "7" }));
     });
+    // Written as version 2 laid the table out (the store now writes the columns version 5 added).
+    await admin.query(
+      `INSERT INTO "${schema}".leash_hitl_requests VALUES ('h1', 's1', 1, 'transfer', '"7"', NULL, 'hitl_all_calls',
+         'PENDING', NULL, NULL, NULL, NULL, ${T0}, NULL)`,
+    );
     const chainBefore = await rejection(sub.transaction((tx) => tx.chain.head()));
     expect(chainBefore.code).toBe("corrupt");
     expect(chainBefore.message).toMatch(/migrate\(\)/);
@@ -565,7 +577,7 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
     const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
     expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
     // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them.
@@ -608,6 +620,34 @@ describe("migrations", () => {
     });
   });
 
+  it("migrates a version-4 schema with a pending HITL request: kept, with no content and no expiry", async () => {
+    const schema = freshSchema();
+    const names = tableNames(schema);
+    const client = await admin.connect();
+    try {
+      expect(await runMigrations(client, names, 4)).toEqual({ from: 0, to: 4 });
+    } finally {
+      client.release();
+    }
+    await admin.query(
+      `INSERT INTO "${schema}".leash_hitl_requests VALUES ('h-v4', 's1', 1, 'transfer', '7', NULL, 'hitl_all_calls',
+         'PENDING', NULL, NULL, NULL, NULL, ${T0}, NULL)`,
+    );
+    const sub = await open(schema);
+    await sub.migrate();
+    const kept = await sub.transaction((tx) => tx.hitl.list({ status: "PENDING" }));
+    expect(kept).toEqual([hitl("h-v4")]);
+    const answered = hitl("h-v4", {
+      status: "DECIDED",
+      decision: "reject",
+      operator_id: "alice",
+      comment: "not today",
+      decided_ns: T0 + 5,
+    });
+    await sub.transaction((tx) => tx.hitl.update(answered));
+    expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
+  });
+
   it("is idempotent and safe from 6 handles at once on an empty schema", { timeout: 30_000 }, async () => {
     const schema = freshSchema();
     const handles = await Promise.all(Array.from({ length: 6 }, () => open(schema, { poolSize: 2 })));
@@ -616,7 +656,7 @@ describe("migrations", () => {
     const { rows } = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4]);
+    expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
     const heads = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".leash_chain_head`);
     expect(heads.rows).toEqual([{ n: 1 }]);
     await handles[1]!.transaction((tx) => tx.sessions.insert(session("s1")));
@@ -919,7 +959,7 @@ describe("options", () => {
     expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
       "postgres",
       { multiProcess: true, durable: true },
-      "leash-substrate-v3",
+      "leash-substrate-v4",
     ]);
   });
 });

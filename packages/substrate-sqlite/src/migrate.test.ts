@@ -4,7 +4,7 @@ import { SubstrateError } from "@leash/core";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
-import { MIGRATIONS, SCHEMA_VERSION } from "./schema.js";
+import { applyMigrations, MIGRATIONS, SCHEMA_VERSION } from "./schema.js";
 import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
 
 const open: SqliteSubstrate[] = [];
@@ -125,7 +125,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.sessions.get("s-old"))).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-old"),
@@ -139,7 +139,7 @@ describe("migrations", () => {
     expect(kept).toEqual({ session: s, nonces: [true, true, 2], expired: [reservation("r-old")] });
 
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
   });
 
   it("upgrades a version-2 database holding data to the latest version: rows kept, chain and outbox start empty", async () => {
@@ -167,7 +167,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.chain.head())).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-v2"),
@@ -203,7 +203,7 @@ describe("migrations", () => {
     });
     expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual([entry]);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
   });
 
   it("migrates a version-0 database (none of Leash's tables) without touching the tables already there", async () => {
@@ -216,7 +216,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await sub.migrate();
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
     const after = new Database(path, { readonly: true });
     expect(after.prepare("SELECT body FROM app_notes").pluck().get()).toBe("kept");
     after.close();
@@ -238,7 +238,7 @@ describe("migrations", () => {
     );
     expect(SubstrateError.isInstance(error) && error.code).toBe("corrupt");
     await expect(second.transaction(async () => 1)).rejects.toMatchObject({ code: "corrupt" });
-    expect(versions(path)).toEqual([1, 2, 3, 4, SCHEMA_VERSION + 1]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5, SCHEMA_VERSION + 1]);
   });
 
   it("a failing migration rolls back entirely, leaving the older version in place", async () => {
@@ -254,10 +254,43 @@ describe("migrations", () => {
     expect(indexes(path)).toEqual(["leash_reservations_by_session"]);
   });
 
+  it("upgrades a version-4 store with a pending HITL request: the row is kept, with no content and no expiry", async () => {
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec("BEGIN IMMEDIATE");
+    applyMigrations(old, MIGRATIONS.slice(0, 4));
+    old.exec("COMMIT");
+    old
+      .prepare(
+        `INSERT INTO leash_hitl_requests VALUES ('h-v4', 'sess-1', 4, 'wire_transfer', 'n:7', ?, 'hitl_all_calls',
+           'PENDING', NULL, NULL, NULL, NULL, ${T0}, NULL)`,
+      )
+      .run("ab".repeat(32));
+    old.close();
+    expect(versions(path)).toEqual([1, 2, 3, 4]);
+
+    const sub = await openAt(path);
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    const kept = await sub.transaction((tx) => tx.hitl.list({ status: "PENDING" }));
+    expect(kept).toEqual([hitlRequest("h-v4")]);
+    expect(kept[0]?.expires_ns).toBeNull();
+    // The new columns take an answer to the old request like any other.
+    const answered = hitlRequest("h-v4", {
+      status: "DECIDED",
+      decision: "reject",
+      operator_id: "alice",
+      comment: "not today",
+      decided_ns: T0 + 5,
+    });
+    await sub.transaction((tx) => tx.hitl.update(answered));
+    expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
+  });
+
   it("many handles migrating one fresh file at once all succeed and apply each migration once", async () => {
     const path = freshDbPath();
     const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
     await Promise.all(subs.flatMap((sub) => [sub.migrate(), sub.migrate()]));
-    expect(versions(path)).toEqual([1, 2, 3, 4]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
   });
 });

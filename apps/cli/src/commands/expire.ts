@@ -1,5 +1,5 @@
-// `leash expire`: releases budget holds whose agent never called post-exec within the reservation TTL.
-// It settles nothing as spent and touches no session state; run it from cron or at startup.
+// `leash expire`: releases budget holds whose agent never called post-exec within the reservation TTL,
+// and expires HITL requests nobody answered in time. It settles nothing as spent; run it from cron or at startup.
 import type { Command } from "commander";
 import { positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
@@ -13,8 +13,11 @@ export interface ExpireOptions extends StoreOptions, KeyOptions {
 export async function runExpire(options: ExpireOptions, io: Io): Promise<number> {
   const settings = await loadSettings(options, io);
   const { signer } = resolveSigner(options, io);
-  const expired = await withEngine(settings, signer, (engine) => engine.expireReservations(options.limit));
-  printJson(io, { expired });
+  const { expired, hitl } = await withEngine(settings, signer, async (engine) => ({
+    expired: await engine.expireReservations(options.limit),
+    hitl: await engine.expireHitl(),
+  }));
+  printJson(io, { expired, hitl_expired: hitl });
   return 0;
 }
 
@@ -23,13 +26,15 @@ export function registerExpire(program: Command, io: Io, setExit: (code: number)
     addStoreOptions(
       program
         .command("expire")
-        .description('release budget holds older than the reservation TTL; print {"expired": N}')
+        .description(
+          'release budget holds older than the reservation TTL and expire unanswered HITL requests past their expiry; print {"expired": N, "hitl_expired": M}',
+        )
         .option("--limit <n>", "release at most this many in one go", positiveInteger, 1000),
     ),
   )
     .addHelpText(
       "after",
-      "\nA hold's TTL is fixed when evaluate places it: the reservation_ttl_s of the config in effect then (default 300 s).\nExit status: 0 done, 1 store error, 2 bad flags, config, signing key or store URL.",
+      "\nA hold's TTL is fixed when evaluate places it: the reservation_ttl_s of the config in effect then (default 300 s).\nA HITL request expires hitl_timeout_s after it opened (default 900 s); the agent's next attempt is then DENY hitl_timeout.\nExit status: 0 done, 1 store error, 2 bad flags, config, signing key or store URL.",
     )
     .action(async (options: ExpireOptions) => {
       setExit(await runExpire(options, io));

@@ -10,6 +10,7 @@ import {
   nonEmpty,
   nonNegativeInteger,
   nonNegativeNumber,
+  positiveNumber,
   ratio,
 } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
@@ -30,6 +31,7 @@ export interface CreateOptions extends StoreOptions, KeyOptions {
   readonly timeoutSeconds?: number;
   readonly hitl?: Config["hitl_mode"];
   readonly hitlThreshold?: number;
+  readonly hitlTimeout?: number;
   readonly parentGuard?: string;
   readonly probabilisticDeny?: boolean;
   readonly jitter?: number;
@@ -47,6 +49,7 @@ const FLAG_FIELDS: ReadonlyArray<[keyof CreateOptions, keyof Config]> = [
   ["timeoutSeconds", "timeout_seconds"],
   ["hitl", "hitl_mode"],
   ["hitlThreshold", "hitl_budget_threshold"],
+  ["hitlTimeout", "hitl_timeout_s"],
   ["parentGuard", "parent_guard_id"],
   ["probabilisticDeny", "probabilistic_deny"],
   ["jitter", "deny_jitter_ratio"],
@@ -188,6 +191,11 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
           "--hitl-threshold <r>",
           "with --hitl on_threshold: ask when remaining/initial budget falls below r",
           ratio,
+        )
+        .option(
+          "--hitl-timeout <s>",
+          "how long a call waits for a human before it is denied (hitl_timeout); default 900",
+          positiveNumber,
         )
         .option("--parent-guard <id>", "draw the budget from this guard (see `leash guard create`)", nonEmpty)
         .option("--probabilistic-deny", "deny at random, increasingly, under 20 % of budget left")

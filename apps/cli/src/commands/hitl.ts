@@ -1,0 +1,275 @@
+// `leash hitl list|show|approve|reject|defer|escalate|modify`: the operator's side of human-in-the-loop, on a store.
+// It shows and answers requests through the engine (answerHitl); binding, expiry and single use are the engine's rules.
+import type { HitlRequestView, HitlStatus, HumanDecision } from "@leash/engine";
+import { type Command, Option } from "commander";
+import { nonEmpty } from "../args.js";
+import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
+import { CliError, EXIT_BAD_INPUT, type Io, parseJsonKeepingText, readSource } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
+
+interface ListOptions extends StoreOptions, KeyOptions {
+  readonly session?: string;
+  readonly status?: HitlStatus;
+  readonly json?: boolean;
+}
+
+interface ShowOptions extends StoreOptions {
+  readonly json?: boolean;
+}
+
+interface AnswerOptions extends StoreOptions, KeyOptions {
+  readonly operator: string;
+  readonly comment?: string;
+  readonly params?: string;
+}
+
+/**
+ * Canonical JSON (no whitespace) laid out with two-space indents, token for token: number texts
+ * such as `10.0` stay exactly what the digest was computed over, which JSON.parse would not keep.
+ */
+export function prettyCanonical(text: string): string {
+  let out = "";
+  let depth = 0;
+  let inString = false;
+  const newline = () => `\n${"  ".repeat(depth)}`;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (inString) {
+      out += ch;
+      if (ch === "\\") out += text[++i] ?? "";
+      else if (ch === '"') inString = false;
+      continue;
+    }
+    if (ch === '"') {
+      inString = true;
+      out += ch;
+    } else if (ch === "{" || ch === "[") {
+      const close = ch === "{" ? "}" : "]";
+      if (text[i + 1] === close) {
+        out += ch + close; // {} and [] stay on one line
+        i++;
+      } else {
+        depth++;
+        out += ch + newline();
+      }
+    } else if (ch === "}" || ch === "]") {
+      depth--;
+      out += newline() + ch;
+    } else if (ch === ",") {
+      out += `,${newline()}`;
+    } else if (ch === ":") {
+      out += ": ";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+/** Epoch nanoseconds as an ISO time (to the millisecond). */
+function isoOf(ns: number): string {
+  return new Date(Math.floor(ns / 1e6)).toISOString();
+}
+
+function expiryText(view: HitlRequestView): string {
+  if (view.expires_ns === null) return "never expires (stored before expiry existed)";
+  if (view.status !== "pending") return `expiry ${isoOf(view.expires_ns)}`;
+  const left = Math.max(0, Math.round((view.expires_ns - Date.now() * 1e6) / 1e9));
+  return `expires ${isoOf(view.expires_ns)} (in ${Math.floor(left / 60)}m ${left % 60}s)`;
+}
+
+/** A request for a person: what was asked, why, against which budget, and the params with their digest. */
+export function describeRequest(view: HitlRequestView): string {
+  const lines = [
+    `request  ${view.request_id}`,
+    `session  ${view.session_id} (call ${view.call_number}, nonce ${JSON.stringify(view.nonce)})`,
+    `tool     ${view.tool_name}`,
+    `status   ${view.status}; ${expiryText(view)}`,
+    `reason   ${view.reason}`,
+  ];
+  if (view.budget !== null) {
+    const { spent_usd, limit_usd, remaining_usd } = view.budget;
+    lines.push(
+      `budget   ${spent_usd ?? "?"} spent of ${limit_usd ?? "?"} USD, ${remaining_usd ?? "?"} remaining`,
+    );
+  }
+  if (view.policy_id !== null) lines.push(`policy   ${view.policy_id}`);
+  lines.push(`created  ${isoOf(view.created_ns)}`);
+  if (view.decision !== null || view.operator_id !== null) {
+    const answer = view.decision ?? "expired";
+    lines.push(
+      `answer   ${answer} by ${view.operator_id ?? "?"}${view.decided_ns === null ? "" : ` at ${isoOf(view.decided_ns)}`}`,
+    );
+  }
+  if (view.comment !== null) lines.push(`comment  ${view.comment}`);
+  lines.push(`digest   ${view.args_digest ?? "(none: the params could not be canonicalized)"}`);
+  lines.push(
+    "params",
+    view.params_json === null ? "  (not stored)" : indent(prettyCanonical(view.params_json)),
+  );
+  if (view.successor !== null) {
+    lines.push(
+      `successor nonce ${JSON.stringify(view.successor.nonce)}, digest ${view.successor.args_digest}`,
+    );
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+const indent = (text: string) =>
+  text
+    .split("\n")
+    .map((line) => `  ${line}`)
+    .join("\n");
+
+function listLine(view: HitlRequestView): string {
+  const expiry = view.expires_ns === null ? "-" : isoOf(view.expires_ns);
+  return `${view.request_id}  ${view.status.padEnd(8)}  ${view.tool_name}  session ${view.session_id} call ${view.call_number}  expires ${expiry}\n`;
+}
+
+/** `--params` as JSON text, `@FILE` / `@-`, or a path to a JSON file. */
+async function readParams(spec: string, io: Io): Promise<Record<string, unknown>> {
+  const trimmed = spec.trimStart();
+  const text = trimmed.startsWith("{")
+    ? spec
+    : await readSource(spec.startsWith("@") ? spec.slice(1) : spec, io);
+  const value = parseJsonKeepingText(text, "--params");
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new CliError("--params must be a JSON object (the edited call's params)", EXIT_BAD_INPUT);
+  }
+  return value as Record<string, unknown>;
+}
+
+async function runAnswer(
+  id: string,
+  decision: HumanDecision,
+  options: AnswerOptions,
+  io: Io,
+): Promise<number> {
+  const params = decision === "modify" ? await readParams(options.params as string, io) : undefined;
+  const settings = await loadSettings(options, io);
+  const { signer } = resolveSigner(options, io);
+  const view = await withEngine(settings, signer, (engine) =>
+    engine.answerHitl(id, {
+      decision,
+      operatorId: options.operator,
+      ...(options.comment === undefined ? {} : { comment: options.comment }),
+      ...(params === undefined ? {} : { params }),
+    }),
+  );
+  printJson(io, view);
+  return 0;
+}
+
+const EXIT_HELP =
+  "Exit status: 0 recorded, 1 refused (unknown request, already answered, expired, a store error), 2 bad flags, params, config, signing key or store URL.";
+
+export function registerHitl(program: Command, io: Io, setExit: (code: number) => void): void {
+  const hitl = program
+    .command("hitl")
+    .description("list, show and answer the calls waiting for a human (HITL requests)");
+
+  addKeyOptions(
+    addStoreOptions(
+      hitl
+        .command("list")
+        .description("list HITL requests, oldest first (one line each; --json for the views)")
+        .option("--session <id>", "only this session's requests", nonEmpty)
+        .addOption(
+          new Option("--status <status>", "only requests in this status").choices([
+            "pending",
+            "decided",
+            "consumed",
+            "expired",
+          ]),
+        )
+        .option("--json", "print the requests as one JSON array"),
+    ),
+  )
+    .addHelpText(
+      "after",
+      "\nRequests past their expiry are recorded as expired first (a signed entry), so it needs the signing key.\nExit status: 0 listed, 1 a store error, 2 bad flags, config, signing key or store URL.",
+    )
+    .action(async (options: ListOptions) => {
+      const settings = await loadSettings(options, io);
+      const { signer } = resolveSigner(options, io);
+      const views = await withEngine(settings, signer, (engine) =>
+        engine.listHitl({
+          ...(options.session === undefined ? {} : { sessionId: options.session }),
+          ...(options.status === undefined ? {} : { status: options.status }),
+        }),
+      );
+      if (options.json) printJson(io, views);
+      else if (views.length === 0) io.stdout("no HITL requests\n");
+      else for (const view of views) io.stdout(listLine(view));
+      setExit(0);
+    });
+
+  addStoreOptions(
+    hitl
+      .command("show")
+      .description(
+        "show one request: tool, reason, budget, expiry, and the params pretty-printed with their digest",
+      )
+      .argument("<id>", "request id (from `leash hitl list`)")
+      .option("--json", "print the request's view as JSON"),
+  )
+    .addHelpText(
+      "after",
+      "\nThe params are the canonical JSON the digest is the SHA-256 of, indented. It only reads: no signing key.\nExit status: 0 shown, 1 unknown request or a store error, 2 bad flags, config or store URL.",
+    )
+    .action(async (id: string, options: ShowOptions) => {
+      const view = await withEngine(await loadSettings(options, io), "read-only", (engine) =>
+        engine.getHitl(id),
+      );
+      if (options.json) printJson(io, view);
+      else io.stdout(describeRequest(view));
+      setExit(0);
+    });
+
+  const answers: ReadonlyArray<[HumanDecision, string]> = [
+    ["approve", "approve the paused call: exactly it (same tool, nonce and params) may run, once"],
+    ["reject", "reject the paused call: the agent's re-dispatch is denied"],
+    ["defer", "defer: the call is not run now; a later attempt asks again"],
+    ["escalate", "escalate: the call is not run now; a later attempt asks again"],
+  ];
+  for (const [decision, description] of answers) {
+    addKeyOptions(
+      addStoreOptions(
+        hitl
+          .command(decision)
+          .description(`${description}; print the request as JSON`)
+          .argument("<id>", "request id")
+          .requiredOption("--operator <name>", "who decided (recorded in the audit chain)", nonEmpty)
+          .option("--comment <text>", "why (recorded with the answer)"),
+      ),
+    )
+      .addHelpText("after", `\nEach request takes one answer.\n${EXIT_HELP}`)
+      .action(async (id: string, options: AnswerOptions) => {
+        setExit(await runAnswer(id, decision, options, io));
+      });
+  }
+
+  addKeyOptions(
+    addStoreOptions(
+      hitl
+        .command("modify")
+        .description(
+          "allow an edited call instead: the operator's params, under a successor nonce; print the request as JSON",
+        )
+        .argument("<id>", "request id")
+        .requiredOption(
+          "--params <json|file>",
+          "the edited params: JSON text, @FILE, @- (stdin) or a file path",
+        )
+        .requiredOption("--operator <name>", "who decided (recorded in the audit chain)", nonEmpty)
+        .option("--comment <text>", "why (recorded with the answer)"),
+    ),
+  )
+    .addHelpText(
+      "after",
+      `\nThe engine names the successor nonce and binds the params' canonical digest (spec §3.6); the original call can no longer run.\n${EXIT_HELP}`,
+    )
+    .action(async (id: string, options: AnswerOptions) => {
+      setExit(await runAnswer(id, "modify", options, io));
+    });
+}
