@@ -209,6 +209,40 @@ describe.each(STORE_KINDS)("waiting for a human on %s", (kind) => {
     expect(original.verdict).not.toBe("ALLOW");
   });
 
+  it("defer: the agent waits on the request the re-dispatch opens; approving that one runs the tool", async () => {
+    const { client, session } = await agent();
+    const verdicts: PreExecResult[] = [];
+    const tool = guard(
+      client,
+      { session_id: session, tool_name: "rotate_keys", onDecision: (v) => verdicts.push(v) },
+      async () => "rotated",
+    );
+    const first = nextOpened(setup.daemon);
+    const call = tool({ scope: "all" });
+    call.catch(() => undefined); // awaited below
+    const deferred = await first;
+    const second = nextOpened(setup.daemon);
+    await setup.daemon.hitl.answer(
+      deferred.requestId,
+      decision(HitlDecisionKind.HITL_DECISION_DEFER),
+      "dave",
+    );
+    const reopened = await second;
+    expect(reopened.requestId).not.toBe(deferred.requestId);
+    expect(reopened.reason).toBe("hitl_transition:defer_escalate");
+    await setup.daemon.hitl.answer(
+      reopened.requestId,
+      decision(HitlDecisionKind.HITL_DECISION_APPROVE),
+      "erin",
+    );
+    await expect(call).resolves.toBe("rotated");
+    expect(verdicts.map((v) => v.reason)).toEqual([
+      "hitl_all_calls",
+      "hitl_transition:defer_escalate",
+      "hitl_transition:approve",
+    ]);
+  });
+
   it("an answered request takes no second answer, and bad answers change nothing", async () => {
     const { client, session } = await agent();
     const tool = guard(client, { session_id: session, tool_name: "t" }, async () => "ok");
