@@ -15,6 +15,7 @@ import { registerHash } from "./commands/hash.js";
 import { registerHitl } from "./commands/hitl.js";
 import { registerKey } from "./commands/key.js";
 import { registerKeygen } from "./commands/keygen.js";
+import { registerMcp } from "./commands/mcp.js";
 import { registerMigrate } from "./commands/migrate.js";
 import { registerReceipt } from "./commands/receipt.js";
 import { registerRecover } from "./commands/recover.js";
@@ -84,6 +85,8 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   // The sidecar daemon (SP/1.0 Model B).
   registerServe(program, io, setExit);
   registerConsole(program, io, setExit);
+  // Where agents live: an MCP server behind Leash.
+  registerMcp(program, io, setExit);
   registerBenchEngine(registerBench(program, io, setExit), io, setExit);
   checkRequiredOptionsLast(program);
   return program;

@@ -47,6 +47,7 @@ describe("leash program", () => {
     [["receipt", "verify"]],
     [["recover"]],
     [["relay"]],
+    [["mcp"]],
   ])("has --help on %j", async (path) => {
     const r = await leash([...path, "--help"]);
     expect(r.code).toBe(0);

@@ -1,6 +1,7 @@
 // @leash/core: the pure SP/1.0 decision surface — decide, feedback, canonical JSON, types and ports.
 // No I/O, no clock, no randomness: it runs unchanged in a browser. Schemas live in @leash/core/schema.
 
+export * from "./adapters/index.js";
 export * from "./canonical/index.js";
 export { sha256Hex } from "./crypto/sha256.js";
 export { decide } from "./decide.js";

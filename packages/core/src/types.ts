@@ -137,8 +137,11 @@ export interface Call {
  * What the runtime passes in for the extension guards: `decide` itself has no clock
  * and no randomness (P2). `nowNs` feeds the time window and timeout guards; `rng`
  * (a number in [0, 1)) feeds probabilistic denial and is recorded by the runtime.
+ * `errorText` is the error the runtime saw in this tool's previous result (an MCP `isError`
+ * result, a failed post_exec): error amplification (§3.9) searches it as it searches params.
  */
 export interface DecideInputs {
   nowNs?: number;
   rng?: number;
+  errorText?: string;
 }

@@ -327,6 +327,19 @@ describe("extension guards", () => {
     expect(d(c, s, call({ q: "weather" }))).toBe("ALLOW within_thresholds");
     expect(d({ max_repeat_calls: 3 }, s, call({ last_error: "401" }))).toBe("ALLOW within_thresholds");
   });
+  it("error amplification also searches the error the previous result reported (inputs.errorText)", () => {
+    const c = { max_repeat_calls: 3, error_amplification: true };
+    const s = { last_tool_name: "fetch", repeat_counts: { fetch: 2 } };
+    const call = { tool_name: "fetch", params: { id: 7 }, nonce: 9 };
+    expect(d(c, s, call, { errorText: "HTTP 401 Unauthorized" })).toBe("DENY error_amplified_repeat");
+    expect(d(c, s, call, { errorText: "not found" })).toBe("ALLOW within_thresholds");
+    expect(d(c, s, call)).toBe("ALLOW within_thresholds");
+    // Below the lowered limit, or with amplification off, an error text changes nothing.
+    expect(d(c, { ...s, repeat_counts: { fetch: 1 } }, call, { errorText: "401" })).toBe(
+      "ALLOW within_thresholds",
+    );
+    expect(d({ max_repeat_calls: 3 }, s, call, { errorText: "401" })).toBe("ALLOW within_thresholds");
+  });
   it("probabilistic denial below 20 % of budget, with the rng passed in", () => {
     const c = { budget_usd: 10, probabilistic_deny: true, deny_jitter_ratio: 0.5 };
     const low = { budget_initial_usd: 10, budget_remaining_usd: 1 }; // p = 0.5 * 0.9 = 0.45

@@ -27,6 +27,19 @@ export function malformedInput(request: { tool_name?: unknown; nonce?: unknown }
   return null;
 }
 
+/** Error text longer than this is recorded (and searched for error signals) only up to here. */
+export const ERROR_TEXT_MAX = 1024;
+
+/**
+ * The error a caller saw in the tool's previous result (`previous_error`, `error_message`), as the
+ * engine records and searches it: text, at most ERROR_TEXT_MAX code units, lone surrogates replaced
+ * (the chain's canonical JSON refuses them). Anything but non-empty text is no error report.
+ */
+export function recordableErrorText(value: unknown): string | undefined {
+  if (typeof value !== "string" || value === "") return undefined;
+  return value.slice(0, ERROR_TEXT_MAX).replace(/\p{Cs}/gu, "\uFFFD");
+}
+
 export type EstimateResolution =
   | {
       ok: true;

@@ -104,6 +104,15 @@ async function readConfigText(path: string): Promise<string> {
 
 /** Reads a `.json`, `.yaml` or `.yml` file of at most MAX_CONFIG_FILE_BYTES. */
 export async function loadConfigFile(path: string): Promise<LeashConfigFile> {
+  return parseConfigObject((await readConfigDocument(path)) ?? {}, path);
+}
+
+/**
+ * The parsed document of a `.json`, `.yaml` or `.yml` config file (at most MAX_CONFIG_FILE_BYTES),
+ * not yet validated: for a tool whose file holds a Leash config beside sections of its own (the MCP
+ * proxy's `tools`), which it takes out before parseConfigObject sees the rest.
+ */
+export async function readConfigDocument(path: string): Promise<unknown> {
   const text = await readConfigText(path);
   let value: unknown;
   try {
@@ -115,5 +124,5 @@ export async function loadConfigFile(path: string): Promise<LeashConfigFile> {
       { cause },
     );
   }
-  return parseConfigObject(value ?? {}, path);
+  return value;
 }

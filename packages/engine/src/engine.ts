@@ -46,7 +46,13 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
-import { malformedInput, outranksEstimate, recordableEstimate, resolveEstimate } from "./call-input.js";
+import {
+  malformedInput,
+  outranksEstimate,
+  recordableErrorText,
+  recordableEstimate,
+  resolveEstimate,
+} from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
 import {
@@ -677,12 +683,21 @@ export function createEngine(options: EngineOptions): Engine {
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
     }
+    const previousError = recordableErrorText(request.previous_error);
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
     // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
     let decision: Verdicted =
       malformed === null
-        ? bindToPausedTool(decide(config, state, call, { nowNs, rng: rngValue ?? undefined }), state, call)
+        ? bindToPausedTool(
+            decide(config, state, call, {
+              nowNs,
+              rng: rngValue ?? undefined,
+              ...(previousError === undefined ? {} : { errorText: previousError }),
+            }),
+            state,
+            call,
+          )
         : MALFORMED;
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
@@ -824,6 +839,8 @@ export function createEngine(options: EngineOptions): Engine {
           budget_after_usd: remaining,
           reservation_id,
           rng: rngValue,
+          // An input decide() saw (error amplification), so replay sees it too; absent when not given.
+          ...(previousError === undefined ? {} : { previous_error: previousError }),
           operator_id: null,
           // What decide() saw, so the verdict can be re-derived from the log alone (the session's
           // config never changes: it is in its session_registered entry).
@@ -1010,6 +1027,9 @@ export function createEngine(options: EngineOptions): Engine {
               actual_usd: settled.actual_usd.toFixed(),
               overrun_usd: settled.overrun_usd.toFixed(),
               success: request.success ?? true,
+              ...(request.success === false && recordableErrorText(request.error_message) !== undefined
+                ? { error_message: recordableErrorText(request.error_message) }
+                : {}),
               budget_after_usd: remaining,
               // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
               // back already, and the actual was spent all the same (real money was).

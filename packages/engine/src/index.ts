@@ -1,7 +1,13 @@
 // @leash/engine: library mode (SHACKLE SP/1.0 Model A) — evaluate, postExec, HITL, resets, guard().
 // Bring a substrate (@leash/substrate-sqlite, -postgres or -memory); the engine owns no storage.
 
-export { DEFAULT_CONFIG, type LeashConfigFile, loadConfigFile, parseConfigObject } from "./config-file.js";
+export {
+  DEFAULT_CONFIG,
+  type LeashConfigFile,
+  loadConfigFile,
+  parseConfigObject,
+  readConfigDocument,
+} from "./config-file.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export {
   LeashAlreadyDecided,

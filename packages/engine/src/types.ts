@@ -95,6 +95,12 @@ export interface EvaluateRequest {
    * "policy_violation:params_hash_mismatch": the agent and the daemon do not agree on what it runs.
    */
   expected_params_hash?: string;
+  /**
+   * The error the caller saw in this tool's previous result (an MCP `isError` text, an HTTP 401
+   * body). With `error_amplification`, an error signal in it lowers the repeat limit by one, as one
+   * in `params` does (spec §3.9); recorded in the decision's entry (at most 1,024 characters).
+   */
+  previous_error?: string;
 }
 
 /**
@@ -145,6 +151,8 @@ export interface PostExecRequest {
   call_number: number;
   actual_cost_usd: number | string;
   success?: boolean;
+  /** With `success: false`: what went wrong, recorded in the post_exec entry (at most 1,024 characters). */
+  error_message?: string;
   /** A retried postExec with the same key is a no-op. Default: derived from session and call number. */
   idempotency_key?: string;
 }

@@ -112,6 +112,70 @@ describe.each(KINDS)("engine on %s", (kind) => {
     ]);
   });
 
+  it("amplifies on the error the previous result reported (previous_error) and records it", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({
+      agent_id: "bot",
+      config: { max_repeat_calls: 3, error_amplification: true },
+    });
+    const reasons: string[] = [];
+    let previous: string | undefined;
+    for (let i = 0; i < 4; i++) {
+      const r = await engine.evaluate({
+        session_id: s.session_id,
+        tool_name: "crm",
+        params: { id: 7 }, // the retried arguments carry no signal; the failed result did
+        nonce: i,
+        ...(previous === undefined ? {} : { previous_error: previous }),
+      });
+      reasons.push(r.reason);
+      if (r.verdict === "ALLOW") {
+        await engine.postExec({
+          session_id: s.session_id,
+          call_number: r.call_number,
+          actual_cost_usd: 0,
+          success: false,
+          error_message: "HTTP 401 Unauthorized",
+        });
+        previous = "HTTP 401 Unauthorized";
+      }
+    }
+    expect(reasons).toEqual([
+      "within_thresholds",
+      "within_thresholds",
+      "error_amplified_repeat",
+      "circuit_open",
+    ]);
+    const decisions = (await readChain(store!.substrate))
+      .map((e) => JSON.parse(e.body) as { kind: string; data: Record<string, unknown> })
+      .filter((e) => e.kind === "decision");
+    expect(decisions[0]?.data.previous_error).toBeUndefined();
+    expect(decisions[2]?.data.previous_error).toBe("HTTP 401 Unauthorized");
+  });
+
+  it("records a failed settlement's error message in its post_exec entry", async () => {
+    const { engine } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const r = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "t",
+      nonce: 1,
+      estimated_cost_usd: 0.1,
+    });
+    await engine.postExec({
+      session_id: s.session_id,
+      call_number: r.call_number,
+      actual_cost_usd: 0.05,
+      success: false,
+      error_message: "x".repeat(5000),
+    });
+    const post = (await readChain(store!.substrate))
+      .map((e) => JSON.parse(e.body) as { kind: string; data: Record<string, unknown> })
+      .find((e) => e.kind === "post_exec");
+    expect(post?.data.success).toBe(false);
+    expect(post?.data.error_message).toBe("x".repeat(1024));
+  });
+
   it("exhausts $1 exactly at call 1,000 of $0.001", async () => {
     const { engine } = await setup();
     const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });

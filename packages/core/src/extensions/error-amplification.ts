@@ -1,5 +1,5 @@
-// Extension guard (spec §3.9): when the call carries an error signal, the repeat limit is one lower.
-// Catches the 401-retry "loop of death" a call earlier than rule 6 would; off unless configured.
+// Extension guard (spec §3.9): when the call (or the error its previous result reported, an input
+// the runtime records) carries an error signal, the repeat limit is one lower. Off unless configured.
 
 import type { DecideContext } from "../checkers/context.js";
 import { repeatCount } from "../checkers/rule-06-repeat.js";
@@ -15,5 +15,9 @@ export function checkErrorAmplification(ctx: DecideContext) {
   if (max === undefined || !(max > 0)) return null;
   const count = repeatCount(ctx);
   if (count === undefined || count < Math.max(1, max - 1)) return null;
-  return hasErrorSignal(ctx.params) ? AMPLIFIED : null;
+  // The retried call's arguments rarely name the failure; the result that failed does (a 401 body).
+  const errorText = ctx.inputs.errorText;
+  const signalled =
+    hasErrorSignal(ctx.params) || (typeof errorText === "string" && hasErrorSignal(errorText));
+  return signalled ? AMPLIFIED : null;
 }

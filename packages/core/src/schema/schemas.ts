@@ -104,7 +104,11 @@ export const decideInputSchema = {
     inputs: {
       type: "object",
       additionalProperties: false,
-      properties: { nowNs: { type: "number" }, rng: { type: "number", minimum: 0, maximum: 1 } },
+      properties: {
+        nowNs: { type: "number" },
+        rng: { type: "number", minimum: 0, maximum: 1 },
+        errorText: { type: "string" },
+      },
     },
   },
 } as const;
