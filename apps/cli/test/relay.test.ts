@@ -249,6 +249,47 @@ describe.each(STORE_KINDS)("leash relay on %s", (kind) => {
     }
   });
 
+  it("a new HITL request reaches the webhook as a hitl_request entry: request id, tool, digest and expiry, no params", async () => {
+    const created = await L(["session", "create", "--agent", "bot", "--hitl", "always"], KEY_ENV);
+    const session = JSON.parse(created.stdout).session_id;
+    const paused = await L(
+      [
+        "evaluate",
+        "--session",
+        session,
+        "--tool",
+        "pay",
+        "--nonce",
+        "p1",
+        "--params",
+        '{"iban":"DE00 secret"}',
+      ],
+      KEY_ENV,
+    );
+    expect(paused.code).toBe(4);
+    const { hitl_request_id: requestId, params_hash: digest } = JSON.parse(paused.stdout);
+    const hook = await receiver();
+    try {
+      const r = await L(["relay", "--sink", hook.url, "--once"], { LEASH_WEBHOOK_SECRET: SECRET });
+      expect(r.code).toBe(0);
+      const bodies = hook.received.flatMap((x) => x.entries.map((e) => JSON.parse(e.body)));
+      const announced = bodies.filter((b) => b.kind === "hitl_request");
+      expect(announced).toHaveLength(1);
+      expect(announced[0].data).toMatchObject({
+        session_id: session,
+        request_id: requestId,
+        tool_name: "pay",
+        args_digest: digest,
+        reason: "hitl_all_calls",
+      });
+      expect(typeof announced[0].data.expires_ns).toBe("string"); // epoch ns, exact, as text
+      // A chat channel is told a request waits; the params stay in the store (`leash hitl show`).
+      expect(JSON.stringify(bodies)).not.toContain("secret");
+    } finally {
+      await hook.close();
+    }
+  });
+
   it("a receiver that refuses the signature (401) makes the entry DEAD, its session waiting behind it: exit 1", async () => {
     await fill(["bot"], 1);
     const hook = await receiver("another-secret");

@@ -1135,7 +1135,8 @@ export function createEngine(options: EngineOptions): Engine {
             decision: checked.decision,
             operator_id: checked.operator_id,
             successor,
-            successor_params_json: checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
+            successor_params_json:
+              checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
             comment: checked.comment,
           })
         ).decided;
