@@ -22,19 +22,17 @@ export interface GuardOptions<Args extends unknown[], Result> {
   /** Called with every verdict (and its receipt) before the tool runs or the error is thrown. */
   onDecision?: (result: PreExecResult) => void;
   /**
-   * On HITL, wait for the human's answer up to the request's expiry (default true). false: throw
-   * LeashHitl at once, as before.
+   * On HITL, wait for a human (default true): up to the request's expiry, then re-dispatch the
+   * approved call, or throw LeashDenied with the reason. false: throw LeashHitl at once.
    */
-  waitForHitl?: boolean;
-  /** Told of each human answer (or expiry) before the call is re-dispatched. */
-  onHitl?: (outcome: HitlOutcome) => void;
+  wait?: boolean;
+  /** Called once the call paused, with the verdict (its `hitl_request_id` is what an operator answers). */
+  onHitl?: (paused: PreExecResult) => void;
   /**
-   * The tool's arguments for params an operator modified. Default: the params as the first
-   * argument, the other arguments unchanged.
+   * For modify: the tool's arguments carrying the operator's params. Default: the params replace
+   * the first argument (the default `params` reads them from there).
    */
   withParams?: (params: Record<string, unknown>, ...args: Args) => Args;
-  /** How many defer/escalate answers in a row to wait through before giving up (DENY). Default 5. */
-  maxHitlRounds?: number;
 }
 
 /** A random safe integer ≥ 1: the dispatch's nonce, kept so an approval's re-dispatch can send it again. */
@@ -74,35 +72,36 @@ export function guard<Args extends unknown[], Result>(
     let verdict = await dispatch(params, nonce);
     options.onDecision?.(verdict);
     let toolArgs = args;
-    const rounds = options.maxHitlRounds ?? 5;
-    for (let round = 0; verdict.verdict === "HITL" && options.waitForHitl !== false; round++) {
-      if (round >= rounds || !verdict.hitl_request_id) break;
+    if (verdict.verdict === "HITL" && options.wait !== false && verdict.hitl_request_id) {
+      options.onHitl?.(verdict);
       const outcome = await client.waitForHitl(verdict.hitl_request_id, {
         session_id: options.session_id,
         expires_ns: verdict.hitl_expires_ns ?? null,
       });
-      options.onHitl?.(outcome);
-      if (outcome.kind === "expired") {
-        // The daemon records the expiry; the re-dispatch gets its signed DENY hitl_timeout. Whatever
-        // it answers, an expired request never runs the tool.
-        const last = await dispatch(params, nonce);
-        options.onDecision?.(last);
-        throw last.verdict === "DENY" ? new LeashDenied(last) : deniedBy(outcome, last);
-      }
-      if (outcome.kind !== "decided") throw deniedBy(outcome, verdict);
-      // The daemon judges the re-dispatch (spec §3.6 rule 4): approve → the same call, same nonce;
-      // modify → the successor the operator allowed (its nonce, its params); reject → a recorded DENY;
-      // defer/escalate → a new request to wait for.
+      // The daemon judges the re-dispatch (spec §3.6 rule 4), as the engine's guard() does: approve,
+      // reject and expiry → the same call and nonce (ALLOW once, or a recorded DENY); modify → the
+      // successor the operator allowed (its nonce, its params). Defer and escalate run nothing now.
+      if (outcome.kind === "fail_closed") throw deniedBy(outcome, verdict);
       if (outcome.decision === "modify" && outcome.successor !== undefined) {
         const modified = JSON.parse(outcome.successor.params_json) as Record<string, unknown>;
         toolArgs = options.withParams
           ? options.withParams(modified, ...args)
           : ([modified, ...args.slice(1)] as unknown as Args);
         verdict = await dispatch(outcome.successor.params_json, outcome.successor.nonce);
+        options.onDecision?.(verdict);
+      } else if (
+        outcome.kind === "expired" ||
+        outcome.decision === "approve" ||
+        outcome.decision === "reject"
+      ) {
+        const again = await dispatch(params, nonce);
+        options.onDecision?.(again);
+        // An expired request never runs the tool, whatever the re-dispatch answers.
+        if (outcome.kind === "expired" && again.verdict !== "DENY") throw deniedBy(outcome, again);
+        verdict = again;
       } else {
-        verdict = await dispatch(params, nonce);
+        throw deniedBy({ ...outcome, reason: "hitl_transition:defer_escalate" }, verdict);
       }
-      options.onDecision?.(verdict);
     }
     if (verdict.verdict === "DENY") throw new LeashDenied(verdict);
     if (verdict.verdict === "HITL") throw new LeashHitl(verdict);

@@ -209,38 +209,37 @@ describe.each(STORE_KINDS)("waiting for a human on %s", (kind) => {
     expect(original.verdict).not.toBe("ALLOW");
   });
 
-  it("defer: the agent waits on the request the re-dispatch opens; approving that one runs the tool", async () => {
+  it("defer: nothing runs now (LeashDenied defer_escalate); the agent's next attempt asks again", async () => {
     const { client, session } = await agent();
-    const verdicts: PreExecResult[] = [];
-    const tool = guard(
-      client,
-      { session_id: session, tool_name: "rotate_keys", onDecision: (v) => verdicts.push(v) },
-      async () => "rotated",
-    );
+    let runs = 0;
+    const tool = guard(client, { session_id: session, tool_name: "rotate_keys" }, async () => {
+      runs++;
+      return "rotated";
+    });
     const first = nextOpened(setup.daemon);
-    const call = tool({ scope: "all" });
-    call.catch(() => undefined); // awaited below
+    const call = tool({ scope: "all" }).catch((e: unknown) => e);
     const deferred = await first;
-    const second = nextOpened(setup.daemon);
     await setup.daemon.hitl.answer(
       deferred.requestId,
       decision(HitlDecisionKind.HITL_DECISION_DEFER),
       "dave",
     );
+    const error = await call;
+    expect(LeashDenied.isInstance(error)).toBe(true);
+    expect((error as LeashDenied).reason).toBe("hitl_transition:defer_escalate");
+    expect(runs).toBe(0);
+    // A new dispatch asks again: a new request, which an approval releases.
+    const second = nextOpened(setup.daemon);
+    const retry = tool({ scope: "all" });
     const reopened = await second;
     expect(reopened.requestId).not.toBe(deferred.requestId);
-    expect(reopened.reason).toBe("hitl_transition:defer_escalate");
     await setup.daemon.hitl.answer(
       reopened.requestId,
       decision(HitlDecisionKind.HITL_DECISION_APPROVE),
       "erin",
     );
-    await expect(call).resolves.toBe("rotated");
-    expect(verdicts.map((v) => v.reason)).toEqual([
-      "hitl_all_calls",
-      "hitl_transition:defer_escalate",
-      "hitl_transition:approve",
-    ]);
+    await expect(retry).resolves.toBe("rotated");
+    expect(runs).toBe(1);
   });
 
   it("an answered request takes no second answer, and bad answers change nothing", async () => {
