@@ -6,6 +6,7 @@ import { registerBench } from "./commands/bench.js";
 import { registerBenchDaemon } from "./commands/bench-daemon.js";
 import { registerBenchEngine } from "./commands/bench-engine.js";
 import { registerConformance } from "./commands/conformance.js";
+import { registerConsole } from "./commands/console.js";
 import { registerDecide } from "./commands/decide.js";
 import { registerEvaluate } from "./commands/evaluate.js";
 import { registerExpire } from "./commands/expire.js";
@@ -88,6 +89,7 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerRelay(program, io, setExit);
   // The sidecar daemon (SP/1.0 Model B).
   registerServe(program, io, setExit);
+  registerConsole(program, io, setExit);
   // Where agents live: an MCP server behind Leash.
   registerMcp(program, io, setExit);
   const bench = registerBench(program, io, setExit);

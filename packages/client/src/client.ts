@@ -24,6 +24,7 @@ import {
 import { Connection } from "./connection.js";
 import { LeashError, type LeashErrorCode } from "./errors.js";
 import { GrpcConnection } from "./grpc-connection.js";
+import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
 import { receiptProblem } from "./receipt-check.js";
 import type { RequestOutcome, Transport } from "./transport.js";
 import type {
@@ -31,6 +32,7 @@ import type {
   ClientRegisterRequest,
   FailClosedReason,
   HeartbeatResult,
+  HitlOutcome,
   PostExecSettlement,
   PreExecCall,
   PreExecResult,
@@ -57,6 +59,15 @@ export interface Client {
   postExec(settlement: PostExecSettlement): Promise<{ session_id: string; call_number: number }>;
   heartbeat(): Promise<HeartbeatResult>;
   getSession(sessionId?: string): Promise<SessionState>;
+  /**
+   * Waits for a human's answer to a HITL request (PreExecResult.hitl_request_id), up to its expiry
+   * (`expires_ns`, default the daemon's 15 minutes). Never throws: a dead daemon, no answer in time or
+   * a refusal is `kind: "fail_closed"` — treat it, and `expired`, as DENY.
+   */
+  waitForHitl(
+    requestId: string,
+    options?: { session_id?: string; expires_ns?: bigint | null; timeoutMs?: number },
+  ): Promise<HitlOutcome>;
   /** The session of the last register(), or null before it. */
   readonly sessionId: string | null;
   close(): void;
@@ -270,6 +281,8 @@ export function createClient(options: ClientOptions): Client {
           entry_hash: r.entryHash,
           receipt: r.receipt === "" ? null : r.receipt,
           fail_closed: false,
+          hitl_request_id: r.hitlRequestId === "" ? null : r.hitlRequestId,
+          hitl_expires_ns: r.hitlExpiresNs === 0n ? null : r.hitlExpiresNs,
         };
         if (result.call_number > (lastCall.get(sessionId) ?? 0)) lastCall.set(sessionId, result.call_number);
         if (options.daemonPublicKey !== undefined) {
@@ -368,6 +381,26 @@ export function createClient(options: ClientOptions): Client {
         },
         "sessionState",
       );
+    },
+
+    async waitForHitl(requestId, waitOptions = {}) {
+      const sessionId = waitOptions.session_id ?? currentSession ?? "";
+      if (typeof requestId !== "string" || requestId === "" || sessionId === "") {
+        return {
+          kind: "fail_closed",
+          request_id: String(requestId),
+          session_id: sessionId,
+          call_number: 0,
+          decision: null,
+          operator_id: null,
+          comment: "",
+          reason: "fail_closed:bad_request",
+          detail: "waitForHitl needs a request id and a session (register() first or pass session_id)",
+          view: null,
+        };
+      }
+      const timeoutMs = waitOptions.timeoutMs ?? waitBudgetMs(waitOptions.expires_ns);
+      return waitForHitlOn(connection, { requestId, sessionId, timeoutMs });
     },
 
     close() {

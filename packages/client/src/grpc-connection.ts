@@ -33,6 +33,8 @@ const RPC_OF: Record<string, { method: string; answer: Payload["case"] | null }>
   postExec: { method: "PostExec", answer: null },
   heartbeat: { method: "Heartbeat", answer: "heartbeatAck" },
   getSessionState: { method: "GetSessionState", answer: "sessionState" },
+  // Server-streaming: the answer is the stream's final update (the socket's wait_hitl long poll).
+  waitHitl: { method: "WaitHitl", answer: "hitlUpdate" },
 };
 
 export interface GrpcConnectionOptions {
@@ -145,6 +147,7 @@ export class GrpcConnection implements Transport {
     metadata.set(GRPC_ORGANIZATION_METADATA, this.#options.organizationId);
     if (this.protocolVersion !== undefined)
       metadata.set(GRPC_PROTOCOL_VERSION_METADATA, this.protocolVersion);
+    if (method.responseStream) return this.#stream(method, payload, metadata, timeoutMs);
     return new Promise((resolve) => {
       this.#client.makeUnaryRequest(
         method.path,
@@ -158,6 +161,46 @@ export class GrpcConnection implements Transport {
           if (rpc.answer === null) return resolve({ ok: true, answer: null });
           resolve({ ok: true, answer: { case: rpc.answer, value: response } as Payload });
         },
+      );
+    });
+  }
+
+  /** WaitHitl: resolves with the stream's final update (decided or expired); the stream is then cancelled. */
+  #stream(
+    method: GrpcMethodDefinition,
+    payload: Payload,
+    metadata: Metadata,
+    timeoutMs: number,
+  ): Promise<RequestOutcome> {
+    return new Promise((resolve) => {
+      let settled = false;
+      const done = (outcome: RequestOutcome) => {
+        if (settled) return;
+        settled = true;
+        resolve(outcome);
+        stream.cancel();
+      };
+      const stream = this.#client.makeServerStreamRequest(
+        method.path,
+        method.requestSerialize,
+        method.responseDeserialize,
+        payload.value as Parameters<typeof method.requestSerialize>[0],
+        metadata,
+        { deadline: Date.now() + timeoutMs },
+      );
+      stream.on("data", (update: { final?: boolean }) => {
+        if (update.final === true)
+          done({ ok: true, answer: { case: "hitlUpdate", value: update } as Payload });
+      });
+      stream.on("error", (error: ServiceError) => {
+        if (!settled) done(this.#failed(error, timeoutMs));
+      });
+      stream.on("end", () =>
+        done({
+          ok: false,
+          failure: "bad_response",
+          message: "the WaitHitl stream ended without a final update",
+        }),
       );
     });
   }

@@ -11,4 +11,5 @@ export {
 } from "./client.js";
 export { LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
+export { DEFAULT_HITL_WAIT_MS, waitBudgetMs } from "./hitl-wait.js";
 export type * from "./types.js";

@@ -1,6 +1,6 @@
 // The client's public request and result shapes: the engine's names (session_id, tool_name, …) so a
 // guarded tool moves from library mode to the daemon unchanged. Plain data; no I/O here.
-import type { GuardConfig, SessionState } from "@leash/wire";
+import type { GuardConfig, HitlRequestView, SessionState } from "@leash/wire";
 
 /** PEM text or bytes for TLS: `ca` (default: the system's roots), and `cert` + `key` for mTLS. */
 export interface GrpcTlsOptions {
@@ -113,6 +113,33 @@ export interface PreExecResult {
   /** True when the client decided (DENY) itself; `detail` then says why. */
   fail_closed: boolean;
   detail?: string;
+  /** With HITL: the request a human answers (wait for it with waitForHitl), else null. */
+  hitl_request_id?: string | null;
+  /** With HITL: when that request expires (daemon clock, ns since the epoch), else null. */
+  hitl_expires_ns?: bigint | null;
+}
+
+/**
+ * How a HITL request ended for the waiting agent. `decided`: a human answered (re-dispatch to have
+ * the daemon judge the call: same nonce, or the successor's for modify). `expired`: nobody answered in
+ * time (DENY hitl_timeout). `fail_closed`: the client could not learn the answer (DENY).
+ */
+export interface HitlOutcome {
+  kind: "decided" | "expired" | "fail_closed";
+  request_id: string;
+  session_id: string;
+  call_number: number;
+  decision: "approve" | "reject" | "modify" | "defer" | "escalate" | null;
+  /** The console token's identity of whoever answered. */
+  operator_id: string | null;
+  comment: string;
+  /** `hitl_transition:<decision>`, `hitl_timeout`, or a FailClosedReason. */
+  reason: string;
+  detail?: string;
+  /** With modify: the call the operator allows instead. */
+  successor?: { nonce: string; params_json: string };
+  /** The daemon's view of the request (null when the client failed closed). */
+  view: HitlRequestView | null;
 }
 
 export interface PostExecSettlement {

@@ -9,8 +9,10 @@ import { compareSnapshots, describeDifferences, replayChain } from "@leash/recov
 import { ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
+import { type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
 import { checkGrpcOptions, type GrpcOptions, type GrpcTransport, listenGrpc } from "./grpc.js";
 import { createRequestHandler, type RequestHandler } from "./handler.js";
+import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
 import { defaultSocketPath } from "./socket-path.js";
@@ -37,6 +39,10 @@ export interface DaemonOptions {
   readonly handleSignals?: boolean;
   /** Requests one connection may have in flight (default 256). */
   readonly maxInFlight?: number;
+  /** Serve the HITL web console (operators with console tokens). */
+  readonly console?: ConsoleOptions;
+  /** Seconds a HITL request waits for a human when the policy sets no `hitl_timeout_s` (default 900). */
+  readonly hitlTimeoutS?: number;
 }
 
 export interface Daemon {
@@ -46,6 +52,10 @@ export interface Daemon {
   readonly httpAddress: string | null;
   /** The gRPC endpoint's "host:port", when grpc was given. */
   readonly grpcAddress: string | null;
+  /** The console's URL (http://host:port/), when console was given. */
+  readonly consoleUrl: string | null;
+  /** The HITL desk: open requests, answers, waiting agents. */
+  readonly hitl: HitlQueue;
   readonly engine: Engine;
   readonly handler: RequestHandler;
   readonly metrics: DaemonMetrics;
@@ -136,9 +146,14 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   let transport: UnixTransport | undefined;
   let http: HttpEndpoint | undefined;
   let grpc: GrpcTransport | undefined;
+  let consoleServer: ConsoleServer | undefined;
+  let hitl: HitlQueue | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   const cleanup = async () => {
     clearInterval(sweeper);
+    // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
+    hitl?.close();
+    await consoleServer?.close();
     await Promise.all([transport?.close(), grpc?.close()]);
     await http?.close();
     await substrate.close().catch(() => undefined);
@@ -152,13 +167,17 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       clock,
       reservationTtlMs: config.reservationTtlS * 1000,
     });
+    hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
+    const version = daemonVersion();
     const handler = createRequestHandler({
       engine,
       config,
       clock,
       logger,
       metrics,
-      daemonVersion: daemonVersion(),
+      daemonVersion: version,
+      hitl,
+      ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({
       path: socketPath,
@@ -172,6 +191,15 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     });
     if (options.grpc !== undefined) {
       grpc = await listenGrpc({ ...options.grpc, handler, config, logger });
+    }
+    if (options.console !== undefined) {
+      consoleServer = await listenConsole({
+        ...options.console,
+        hitl,
+        logger,
+        daemonVersion: version,
+        nowNs: () => clock.nowNs(),
+      });
     }
     let storeOpen = true;
     if (options.http !== undefined) {
@@ -195,9 +223,13 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     sweeper = setInterval(() => {
       if (sweeping) return;
       sweeping = true;
-      engine
-        .expireReservations()
-        .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds"))
+      Promise.all([
+        engine
+          .expireReservations()
+          .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds")),
+        // Requests opened by another daemon on the same store have no timer here.
+        hitl?.expireDue(),
+      ])
         .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
         .finally(() => {
           sweeping = false;
@@ -218,6 +250,8 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       address: transport.path,
       httpAddress: http?.address ?? null,
       grpcAddress: grpc?.address ?? null,
+      consoleUrl: consoleServer?.url ?? null,
+      hitl,
       engine,
       handler,
       metrics,
@@ -245,6 +279,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
         socket: transport.path,
         http: http?.address ?? null,
         grpc: grpc?.address ?? null,
+        console: consoleServer?.url ?? null,
         store: redactStoreUrl(url),
         key_id: signer.keyId,
       },

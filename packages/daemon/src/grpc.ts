@@ -3,11 +3,13 @@
 import { EmptySchema } from "@bufbuild/protobuf/wkt";
 import {
   ServerCredentials as Credentials,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   Metadata,
   Server,
   type ServerCredentials,
   type ServerUnaryCall,
+  type ServerWritableStream,
   type ServiceDefinition,
   status as Status,
   type sendUnaryData,
@@ -19,6 +21,7 @@ import {
   GRPC_ERROR_DETAIL_METADATA,
   GRPC_ORGANIZATION_METADATA,
   GRPC_PROTOCOL_VERSION_METADATA,
+  type HitlUpdate,
   MAX_FRAME_BYTES,
   type Payload,
   PROTOCOL_VERSION,
@@ -125,6 +128,8 @@ const PAYLOAD_CASE: Record<string, Payload["case"]> = {
   GetSessionState: "getSessionState",
 };
 
+type Call = ServerUnaryCall<unknown, unknown> | ServerWritableStream<unknown, unknown>;
+
 class Unauthenticated extends Error {}
 
 function firstMetadata(metadata: Metadata, key: string): string | undefined {
@@ -152,7 +157,7 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
   const onlyOrganization = config.organizations.size === 1 ? [...config.organizations.keys()][0] : undefined;
 
   /** Who the caller is: mTLS → its certificate; otherwise the only organization, or (insecure) the metadata. */
-  function organizationOf(call: ServerUnaryCall<unknown, unknown>): string {
+  function organizationOf(call: Call): string {
     let org: string | undefined;
     if (mutualTls) {
       const cert = call.getAuthContext().sslPeerCertificate;
@@ -171,21 +176,62 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
     return org;
   }
 
-  const refuse = (callback: sendUnaryData<unknown>, error: ErrorMessage) => {
+  const implementation: Record<
+    string,
+    handleUnaryCall<unknown, unknown> | handleServerStreamingCall<unknown, unknown>
+  > = {};
+  const refusalStatus = (error: ErrorMessage) => {
     const metadata = new Metadata();
     metadata.set(ERROR_CODE_METADATA, ErrorCode[error.code] ?? String(error.code));
     metadata.set(ERROR_DETAIL_METADATA, error.detail);
-    callback({
+    return {
       code: STATUS_OF[error.code] ?? Status.UNKNOWN,
       details: error.message === "" ? error.detail : error.message,
       metadata,
-    });
+    };
   };
-
-  const implementation: Record<string, handleUnaryCall<unknown, unknown>> = {};
+  const refuse = (callback: sendUnaryData<unknown>, error: ErrorMessage) => callback(refusalStatus(error));
+  // WaitHitl: a paused agent's stream of its request's outcome (the socket's wait_hitl long poll).
+  implementation.WaitHitl = ((call: ServerWritableStream<unknown, unknown>) => {
+    let organizationId: string;
+    try {
+      organizationId = organizationOf(call);
+    } catch (error) {
+      if (!(error instanceof Unauthenticated)) throw error;
+      const metadata = new Metadata();
+      metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
+      metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
+      call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
+      return;
+    }
+    const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
+    handler
+      .streamHitl(
+        call.request as Parameters<RequestHandler["streamHitl"]>[0],
+        { auth: { organizationId, keyId: "" }, protocolVersion },
+        (update: HitlUpdate) => {
+          if (!call.cancelled) call.write(update);
+        },
+      )
+      .then((error) => {
+        if (call.cancelled) return;
+        if (error === null) call.end();
+        else {
+          call.emit("error", refusalStatus(error));
+        }
+      })
+      .catch((error: unknown) => {
+        logger.warn({ err: error, rpc: "WaitHitl" }, "gRPC request failed inside the daemon");
+        call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
+      });
+  }) as handleServerStreamingCall<unknown, unknown>;
   for (const method of ShackleDaemon.methods) {
+    if (method.methodKind !== "unary") continue;
     const payloadCase = PAYLOAD_CASE[method.name];
-    implementation[method.name] = (call, callback) => {
+    implementation[method.name] = ((
+      call: ServerUnaryCall<unknown, unknown>,
+      callback: sendUnaryData<unknown>,
+    ) => {
       let organizationId: string;
       try {
         organizationId = organizationOf(call);
@@ -211,7 +257,7 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
           logger.warn({ err: error, rpc: method.name }, "gRPC request failed inside the daemon");
           callback({ code: Status.UNAVAILABLE, details: "internal" });
         });
-    };
+    }) as handleUnaryCall<unknown, unknown>;
   }
 
   const server = new Server({

@@ -16,6 +16,9 @@ import {
   type Heartbeat,
   HeartbeatAckSchema,
   HitlMode,
+  HitlStatus,
+  type HitlUpdate,
+  HitlUpdateSchema,
   moneyFromWire,
   moneyToWire,
   negotiateProtocolVersion,
@@ -29,10 +32,13 @@ import {
   SessionStateSchema,
   SessionStatus,
   verdictToWire,
+  type WaitHitlRequest,
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
 import { type DaemonConfig, policyFor } from "./config.js";
+import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
+import type { HitlQueue } from "./hitl/queue.js";
 import type { DaemonMetrics } from "./metrics.js";
 
 /** Who sent a request, as its transport established it (the socket: the key that verified its HMAC). */
@@ -54,6 +60,15 @@ export type Answer = Payload | null;
 export interface RequestHandler {
   /** Never throws: a refusal is an Error payload. */
   handle(payload: Payload, context: RequestContext): Promise<Answer>;
+  /**
+   * gRPC's WaitHitl stream: sends the request's current view, then (unless it already was) the final
+   * one. Never throws: resolves with the Error that ended it, or null once the final update was sent.
+   */
+  streamHitl(
+    request: WaitHitlRequest,
+    context: RequestContext,
+    send: (update: HitlUpdate) => void,
+  ): Promise<ErrorMessage | null>;
 }
 
 export interface HandlerOptions {
@@ -63,6 +78,10 @@ export interface HandlerOptions {
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly daemonVersion: string;
+  /** The HITL desk: keeps recent verdicts and answers wait_hitl. Without it wait_hitl is refused. */
+  readonly hitl?: HitlQueue;
+  /** `hitl_timeout_s` for policies that set none (the engine's default applies when this is absent too). */
+  readonly hitlTimeoutS?: number;
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -86,7 +105,23 @@ const RPC_OF: Partial<Record<NonNullable<Payload["case"]>, string>> = {
   postExec: "PostExec",
   heartbeat: "Heartbeat",
   getSessionState: "GetSessionState",
+  waitHitl: "WaitHitl",
 };
+
+const HITL_ERROR_CODES: Record<HitlErrorCode, ErrorCode> = {
+  hitl_request_not_found: ErrorCode.INVALID_MESSAGE,
+  hitl_already_decided: ErrorCode.INVALID_MESSAGE,
+  hitl_expired: ErrorCode.INVALID_MESSAGE,
+  hitl_invalid_decision: ErrorCode.INVALID_MESSAGE,
+  hitl_invalid_params: ErrorCode.INVALID_MESSAGE,
+  hitl_read_only: ErrorCode.AUTHENTICATION_FAILED,
+  hitl_closing: ErrorCode.DAEMON_UNAVAILABLE,
+};
+
+/** A HITL desk refusal as an SP/1.0 Error (the console's WebSocket sends the same). */
+export function hitlErrorPayload(error: HitlError): { case: "error"; value: ErrorMessage } {
+  return errorOf(HITL_ERROR_CODES[error.code] ?? ErrorCode.INVALID_MESSAGE, error.code, error.message);
+}
 
 function errorOf(code: ErrorCode, detail: string, message: string): { case: "error"; value: ErrorMessage } {
   return { case: "error", value: create(ErrorSchema, { code, detail, message }) };
@@ -98,6 +133,7 @@ const BUDGET_GUARD_MARKER = Symbol.for("leash.budget-guard.error");
 /** The Error payload for a failure: Appendix B by engine code, DAEMON_UNAVAILABLE for anything unexpected. */
 function answerFor(error: unknown): { case: "error"; value: ErrorMessage } | undefined {
   if (error instanceof Refusal) return errorOf(error.code, error.detail, error.message);
+  if (HitlError.isInstance(error)) return hitlErrorPayload(error);
   if (WireError.isInstance(error)) return errorPayload(error);
   if (LeashError.isInstance(error)) {
     const message = error.message.split("\n")[0]!;
@@ -220,6 +256,13 @@ function sessionStateOf(view: SessionView) {
   });
 }
 
+/** The daemon's HITL timeout fills in for a policy that names none; a policy's own always wins. */
+function withHitlTimeout(policy: Config, seconds: number | undefined): Config {
+  return seconds === undefined || policy.hitl_timeout_s !== undefined
+    ? policy
+    : { ...policy, hitl_timeout_s: seconds };
+}
+
 /** The handler every transport shares. */
 export function createRequestHandler(options: HandlerOptions): RequestHandler {
   const { engine, config, clock, logger, metrics } = options;
@@ -284,7 +327,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       agent_id: request.agentId,
       organization_id: orgId,
       ...(request.sessionId === "" ? {} : { session_id: request.sessionId }),
-      config: policyFor(org, request.agentId),
+      config: withHitlTimeout(policyFor(org, request.agentId), options.hitlTimeoutS),
     });
     if (view.organization_id !== orgId) {
       throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
@@ -346,6 +389,18 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
+    if (options.hitl !== undefined && result.call_number > 0) {
+      options.hitl.noteVerdict(result.session_id, {
+        callNumber: result.call_number,
+        toolName: request.toolName,
+        verdict: result.verdict,
+        reason,
+        budgetRemaining: result.budget_remaining_usd,
+      });
+    }
+    // With HITL the agent learns which request to wait for, and until when.
+    const hitlRequestId = result.verdict === "HITL" ? (result.hitl_request_id ?? "") : "";
+    const hitlExpiresNs = hitlRequestId === "" ? 0n : toNs((await engine.getHitl(hitlRequestId)).expires_ns);
     metrics.verdicts.inc({ verdict: result.verdict, reason });
     if (result.reservation_id !== null) metrics.holdsPlaced.inc();
     const remaining = money(result.budget_remaining_usd);
@@ -366,8 +421,19 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         receipt: result.receipt ?? "",
         chainSeq: BigInt(result.entry_seq ?? 0),
         entryHash: result.entry_hash ?? "",
+        hitlRequestId,
+        hitlExpiresNs,
       }),
     };
+  }
+
+  async function waitHitl(request: WaitHitlRequest, context: RequestContext): Promise<Payload> {
+    await checkSession(request.sessionId, context.auth);
+    if (options.hitl === undefined) {
+      throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "hitl_unavailable", "this daemon has no HITL desk");
+    }
+    const view = await options.hitl.wait(request.requestId, request.sessionId);
+    return { case: "hitlUpdate", value: create(HitlUpdateSchema, { request: view, final: true }) };
   }
 
   async function postExec(request: PostExecNotification, context: RequestContext): Promise<Answer> {
@@ -442,6 +508,8 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         return heartbeat(payload.value, context);
       case "getSessionState":
         return sessionState(payload.value, context);
+      case "waitHitl":
+        return waitHitl(payload.value, context);
       default:
         throw new Refusal(
           ErrorCode.INVALID_MESSAGE,
@@ -452,6 +520,31 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   }
 
   return {
+    async streamHitl(request, context, send) {
+      try {
+        await checkSession(request.sessionId, context.auth);
+        const hitl = options.hitl;
+        if (hitl === undefined) {
+          throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "hitl_unavailable", "this daemon has no HITL desk");
+        }
+        const now = await hitl.get(request.requestId);
+        if (now === null || now.sessionId !== request.sessionId) {
+          throw new HitlError("hitl_request_not_found", "no such HITL request in this session");
+        }
+        const first = now.status !== HitlStatus.HITL_PENDING;
+        send(create(HitlUpdateSchema, { request: now, final: first }));
+        if (first) return null;
+        const view = await hitl.wait(request.requestId, request.sessionId);
+        send(create(HitlUpdateSchema, { request: view, final: true }));
+        return null;
+      } catch (error) {
+        const known = answerFor(error);
+        if (known === undefined)
+          logger.warn({ rpc: "WaitHitl", err: error }, "request failed inside the daemon");
+        return (known ?? errorPayload(new Error("internal"))).value as ErrorMessage;
+      }
+    },
+
     async handle(payload, context) {
       const rpc = RPC_OF[payload.case as keyof typeof RPC_OF] ?? "other";
       const stop = metrics.latency.startTimer({ rpc });

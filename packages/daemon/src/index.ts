@@ -9,6 +9,18 @@ export {
   parseDaemonConfig,
   policyFor,
 } from "./config.js";
+export { CONTROL_PATH, type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
+export {
+  addConsoleToken,
+  ConsoleConfigError,
+  type ConsoleToken,
+  loadConsoleTokens,
+  newConsoleToken,
+  type Operator,
+  operatorOf,
+  parseConsoleTokens,
+  tokenHash,
+} from "./console/tokens.js";
 export { type Daemon, type DaemonOptions, startDaemon } from "./daemon.js";
 export {
   checkGrpcOptions,
@@ -31,9 +43,12 @@ export {
   createRequestHandler,
   guardConfigToWire,
   type HandlerOptions,
+  hitlErrorPayload,
   type RequestContext,
   type RequestHandler,
 } from "./handler.js";
+export { HitlError, type HitlErrorCode } from "./hitl/errors.js";
+export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions } from "./hitl/queue.js";
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
 export { defaultSocketPath } from "./socket-path.js";

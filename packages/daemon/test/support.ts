@@ -9,7 +9,13 @@ import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
 import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
 import { pino } from "pino";
-import { type Daemon, type GrpcOptions, parseDaemonConfig, startDaemon } from "../src/index.js";
+import {
+  type ConsoleOptions,
+  type Daemon,
+  type GrpcOptions,
+  parseDaemonConfig,
+  startDaemon,
+} from "../src/index.js";
 import type { ClientKey } from "./raw-client.js";
 
 export const ACME: ClientKey = { key: randomBytes(32), keyId: "acme-k1" };
@@ -50,7 +56,13 @@ export interface Running {
 /** A daemon in this process on a real socket over a fresh real store. */
 export async function runDaemon(
   kind: StoreKind,
-  options: { http?: string; grpc?: GrpcOptions; extra?: Record<string, unknown>; maxInFlight?: number } = {},
+  options: {
+    http?: string;
+    grpc?: GrpcOptions;
+    extra?: Record<string, unknown>;
+    maxInFlight?: number;
+    console?: ConsoleOptions;
+  } = {},
 ): Promise<Running> {
   const store = await openStore(kind);
   const dir = scratchDir();
@@ -66,6 +78,7 @@ export async function runDaemon(
     ...(options.http === undefined ? {} : { http: options.http }),
     ...(options.grpc === undefined ? {} : { grpc: options.grpc }),
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    ...(options.console === undefined ? {} : { console: options.console }),
   });
   return {
     daemon,

@@ -1163,7 +1163,9 @@ export function createEngine(options: EngineOptions): Engine {
       await expireRows([found]);
       // Named outside the transaction, which a substrate may retry: one successor per answer.
       const successor =
-        checked.params === null ? undefined : { nonce: newId(), args_digest: canonicalHash(checked.params) };
+        checked.params === null
+          ? undefined
+          : { nonce: answer.successorNonce ?? newId(), args_digest: canonicalHash(checked.params) };
       const decided = await transaction(async (tx) => {
         const session = await loadSession(tx, found.session_id);
         const open = await answeredRequest(tx, session, requestId);

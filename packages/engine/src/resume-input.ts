@@ -102,6 +102,16 @@ export function checkHitlAnswer(
   } else if (params !== undefined && params !== null) {
     invalid(`params apply only to modify, not to ${decision}`);
   }
+  const successorNonce: unknown = answer.successorNonce;
+  if (successorNonce !== undefined) {
+    if (decision !== "modify") invalid(`a successor nonce applies only to modify, not to ${decision}`);
+    const ok =
+      (typeof successorNonce === "number" && Number.isFinite(successorNonce)) || isText(successorNonce);
+    if (!ok)
+      invalid(
+        `the successor nonce must be a finite number or a non-empty string (got ${shown(successorNonce)})`,
+      );
+  }
   const comment = typeof answer.comment === "string" && answer.comment !== "" ? answer.comment : null;
   return {
     decision,

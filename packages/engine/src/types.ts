@@ -255,6 +255,11 @@ export interface HitlAnswer {
   comment?: string;
   /** For modify (required there, refused elsewhere): the params the operator allows instead. */
   params?: Record<string, unknown>;
+  /**
+   * For modify: the successor's nonce, when the caller must choose it (the daemon's wire carries
+   * nonces as uint64, so it names a decimal one). Default: a fresh id from EngineOptions.newId.
+   */
+  successorNonce?: Nonce;
 }
 
 export interface HitlEvent {

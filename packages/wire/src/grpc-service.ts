@@ -7,7 +7,8 @@ import { ShackleDaemon } from "./gen/shackle/sp1/shackle_pb.js";
 export interface GrpcMethodDefinition {
   readonly path: string;
   readonly requestStream: false;
-  readonly responseStream: false;
+  /** True for WaitHitl, whose answers stream until the request is decided or expires. */
+  readonly responseStream: boolean;
   readonly requestSerialize: (value: MessageShape<DescMessage>) => Buffer;
   readonly requestDeserialize: (bytes: Buffer) => MessageShape<DescMessage>;
   readonly responseSerialize: (value: MessageShape<DescMessage>) => Buffer;
@@ -36,7 +37,7 @@ export function shackleGrpcService(): Record<string, GrpcMethodDefinition> {
     definition[method.name] = {
       path: `/${ShackleDaemon.typeName}/${method.name}`,
       requestStream: false,
-      responseStream: false,
+      responseStream: method.methodKind === "server_streaming",
       requestSerialize: (value) => Buffer.from(toBinary(input, value)),
       requestDeserialize: (bytes) => fromBinary(input, bytes),
       responseSerialize: (value) => Buffer.from(toBinary(output, value)),

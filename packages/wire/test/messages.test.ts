@@ -207,6 +207,7 @@ describe("numbering", () => {
       ["PostExec", "PostExecNotification", "google.protobuf.Empty"],
       ["Heartbeat", "Heartbeat", "shackle.sp1.HeartbeatAck"],
       ["GetSessionState", "GetSessionStateRequest", "shackle.sp1.SessionState"],
+      ["WaitHitl", "WaitHitlRequest", "shackle.sp1.HitlUpdate"],
     ]);
   });
 });

@@ -2,11 +2,14 @@
 // The daemon is @leash/daemon's; this reads flags, the config file and the signing key, and prints where it listens.
 import { readFileSync } from "node:fs";
 import {
+  ConsoleConfigError,
+  type ConsoleOptions,
   checkGrpcOptions,
   DaemonConfigError,
   defaultSocketPath,
   GrpcConfigError,
   type GrpcOptions,
+  loadConsoleTokens,
   loadDaemonConfig,
   parseHostPort,
   SocketInUseError,
@@ -28,6 +31,48 @@ export interface ServeOptions extends KeyOptions {
   readonly tlsCert?: string;
   readonly tlsKey?: string;
   readonly tlsClientCa?: string;
+  readonly console?: string;
+  readonly consoleTokens?: string;
+  readonly hitlTimeout?: string;
+}
+
+/** The console flags as daemon options: both or neither, the address and the tokens file checked first. */
+function consoleOptionsOf(options: ServeOptions): ConsoleOptions | undefined {
+  if (options.console === undefined) {
+    if (options.consoleTokens !== undefined)
+      throw new CliError("--console-tokens needs --console HOST:PORT", EXIT_BAD_INPUT);
+    return undefined;
+  }
+  if (options.consoleTokens === undefined) {
+    throw new CliError(
+      "--console needs --console-tokens FILE (operators' token hashes; see `leash console token add --help`)",
+      EXIT_BAD_INPUT,
+    );
+  }
+  try {
+    parseHostPort(options.console);
+  } catch {
+    throw new CliError(
+      `--console wants HOST:PORT (e.g. 127.0.0.1:8788), not ${JSON.stringify(options.console)}`,
+      EXIT_BAD_INPUT,
+    );
+  }
+  try {
+    const tokens = loadConsoleTokens(options.consoleTokens);
+    if (tokens.length === 0) throw new Error(`${options.consoleTokens} holds no tokens`);
+    return { listen: options.console, tokens };
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT);
+  }
+}
+
+function hitlTimeoutOf(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const seconds = Number(text);
+  if (!/^[0-9]+(\.[0-9]+)?$/.test(text) || !(seconds > 0)) {
+    throw new CliError(`--hitl-timeout wants seconds > 0, not ${JSON.stringify(text)}`, EXIT_BAD_INPUT);
+  }
+  return seconds;
 }
 
 function readPem(file: string, flag: string): Buffer {
@@ -97,6 +142,8 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
     }
   }
   const grpc = grpcOptionsOf(options);
+  const consoleOptions = consoleOptionsOf(options);
+  const hitlTimeoutS = hitlTimeoutOf(options.hitlTimeout);
   const target = parseStoreUrl(resolveStoreUrl(options.store, io.env, config.store));
   const { signer } = resolveSigner(options, io);
   const socketPath = options.socket ?? defaultSocketPath(io.env);
@@ -110,12 +157,15 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       handleSignals: true,
       ...(options.http === undefined ? {} : { http: options.http }),
       ...(grpc === undefined ? {} : { grpc }),
+      ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
+      ...(hitlTimeoutS === undefined ? {} : { hitlTimeoutS }),
     });
   } catch (err) {
     if (
       err instanceof SocketInUseError ||
       err instanceof DaemonConfigError ||
-      err instanceof GrpcConfigError
+      err instanceof GrpcConfigError ||
+      ConsoleConfigError.isInstance(err)
     ) {
       throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
     }
@@ -125,7 +175,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   }
   // One line for whoever started us (a supervisor, a test): where to connect and which key signs.
   io.stdout(
-    `${JSON.stringify({ listening: daemon.address, http: daemon.httpAddress, grpc: daemon.grpcAddress, store: target.label, public_key: signer.publicKeyHex })}\n`,
+    `${JSON.stringify({ listening: daemon.address, http: daemon.httpAddress, grpc: daemon.grpcAddress, console: daemon.consoleUrl, store: target.label, public_key: signer.publicKeyHex })}\n`,
   );
   await daemon.closed;
   return 0;
@@ -161,6 +211,15 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
       .option(
         "--tls-client-ca <file>",
         "require client certificates from this CA (PEM): mTLS, the certificate names the organization",
+      )
+      .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
+      .option(
+        "--console-tokens <file>",
+        "the console's operators: JSON {tokens: [{sha256, operator, readonly}]} (make one with `leash console token add`)",
+      )
+      .option(
+        "--hitl-timeout <seconds>",
+        "how long a HITL request waits for a human before it is a DENY, when the policy sets no hitl_timeout_s (default 900)",
       ),
   )
     .addHelpText(
@@ -188,7 +247,10 @@ requests in flight, close the store, remove the socket file.
 gRPC: the organization is the client certificate's URI SAN leash:org:<id>, else its subject CN
 (with --tls-client-ca); without client certificates, the only configured organization, or
 (--grpc-insecure only) the leash-organization metadata.
-Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "store", "public_key"}); logs
+Console: --console 127.0.0.1:8788 --console-tokens tokens.json serves the HITL console; operators sign
+in with their token (the chain records the token's operator, never a typed name); a read-only token
+sees the queue but cannot answer. Put it behind TLS (a reverse proxy) when it leaves loopback.
+Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,
     )

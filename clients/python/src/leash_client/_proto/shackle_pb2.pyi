@@ -23,13 +23,24 @@ GLOBAL_LIMIT: DenyReason
 HITL: Verdict
 HITL_ALL_CALLS: DenyReason
 HITL_ALWAYS: HitlMode
+HITL_CONSUMED: HitlStatus
+HITL_DECIDED: HitlStatus
+HITL_DECISION_APPROVE: HitlDecisionKind
+HITL_DECISION_DEFER: HitlDecisionKind
+HITL_DECISION_ESCALATE: HitlDecisionKind
+HITL_DECISION_MODIFY: HitlDecisionKind
+HITL_DECISION_REJECT: HitlDecisionKind
+HITL_DECISION_UNSPECIFIED: HitlDecisionKind
 HITL_DEFER_ESCALATE: DenyReason
 HITL_DIGEST_MISMATCH: DenyReason
+HITL_EXPIRED: HitlStatus
 HITL_NEVER: HitlMode
 HITL_NONCE_MISMATCH: DenyReason
 HITL_ON_BUDGET_THRESHOLD: HitlMode
 HITL_ON_DENY: HitlMode
+HITL_PENDING: HitlStatus
 HITL_REJECT: DenyReason
+HITL_STATUS_UNSPECIFIED: HitlStatus
 HITL_SUPERSEDED_ORIGINAL: DenyReason
 HITL_TERMINAL_NO_EFFECT: DenyReason
 HITL_TOOL_MISMATCH: DenyReason
@@ -58,6 +69,14 @@ TERMINATED: SessionStatus
 TIMEOUT: DenyReason
 VERDICT_UNSPECIFIED: Verdict
 WINDOW_EXCEEDED: DenyReason
+
+class AnswerHitlRequest(_message.Message):
+    __slots__ = ["decision", "request_id"]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    decision: HitlDecision
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., decision: _Optional[_Union[HitlDecision, _Mapping]] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ["agent_id", "budget_after_usd", "budget_after_usd_decimal", "budget_before_usd", "budget_before_usd_decimal", "call_number", "chain_seq", "deny_reason", "entry_hash", "entry_id", "operator_id", "organization_id", "previous_entry_hash", "reason", "receipt", "session_id", "signature", "timestamp_ns", "tool_name", "tool_params_hash", "verdict"]
@@ -105,14 +124,55 @@ class AuditEntry(_message.Message):
     verdict: Verdict
     def __init__(self, entry_id: _Optional[str] = ..., timestamp_ns: _Optional[int] = ..., session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., organization_id: _Optional[str] = ..., call_number: _Optional[int] = ..., tool_name: _Optional[str] = ..., tool_params_hash: _Optional[bytes] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., deny_reason: _Optional[_Union[DenyReason, str]] = ..., budget_before_usd: _Optional[float] = ..., budget_after_usd: _Optional[float] = ..., operator_id: _Optional[str] = ..., signature: _Optional[bytes] = ..., previous_entry_hash: _Optional[bytes] = ..., reason: _Optional[str] = ..., budget_before_usd_decimal: _Optional[str] = ..., budget_after_usd_decimal: _Optional[str] = ..., chain_seq: _Optional[int] = ..., entry_hash: _Optional[str] = ..., receipt: _Optional[str] = ...) -> None: ...
 
+class ConsoleEvent(_message.Message):
+    __slots__ = ["correlation_id", "error", "hello", "list", "request", "update"]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    LIST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    correlation_id: str
+    error: Error
+    hello: ConsoleHello
+    list: ListHitlResponse
+    request: HitlRequestView
+    update: HitlUpdate
+    def __init__(self, correlation_id: _Optional[str] = ..., hello: _Optional[_Union[ConsoleHello, _Mapping]] = ..., list: _Optional[_Union[ListHitlResponse, _Mapping]] = ..., request: _Optional[_Union[HitlRequestView, _Mapping]] = ..., update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class ConsoleHello(_message.Message):
+    __slots__ = ["daemon_time_ns", "daemon_version", "operator_id", "readonly"]
+    DAEMON_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    READONLY_FIELD_NUMBER: _ClassVar[int]
+    daemon_time_ns: int
+    daemon_version: str
+    operator_id: str
+    readonly: bool
+    def __init__(self, operator_id: _Optional[str] = ..., readonly: bool = ..., daemon_version: _Optional[str] = ..., daemon_time_ns: _Optional[int] = ...) -> None: ...
+
+class ConsoleRequest(_message.Message):
+    __slots__ = ["answer", "correlation_id", "get", "list"]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    LIST_FIELD_NUMBER: _ClassVar[int]
+    answer: AnswerHitlRequest
+    correlation_id: str
+    get: GetHitlRequest
+    list: ListHitlRequest
+    def __init__(self, correlation_id: _Optional[str] = ..., list: _Optional[_Union[ListHitlRequest, _Mapping]] = ..., get: _Optional[_Union[GetHitlRequest, _Mapping]] = ..., answer: _Optional[_Union[AnswerHitlRequest, _Mapping]] = ...) -> None: ...
+
 class Envelope(_message.Message):
-    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hmac", "key_id", "message_id", "post_exec", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state"]
+    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hitl_update", "hmac", "key_id", "message_id", "post_exec", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state", "wait_hitl"]
     CLIENT_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     GET_SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    HITL_UPDATE_FIELD_NUMBER: _ClassVar[int]
     HMAC_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -124,12 +184,14 @@ class Envelope(_message.Message):
     REGISTER_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_HITL_FIELD_NUMBER: _ClassVar[int]
     client_timestamp_ns: int
     correlation_id: str
     error: Error
     get_session_state: GetSessionStateRequest
     heartbeat: Heartbeat
     heartbeat_ack: HeartbeatAck
+    hitl_update: HitlUpdate
     hmac: bytes
     key_id: str
     message_id: str
@@ -141,7 +203,8 @@ class Envelope(_message.Message):
     register_response: RegisterResponse
     server_timestamp_ns: int
     session_state: SessionState
-    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
+    wait_hitl: WaitHitlRequest
+    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., wait_hitl: _Optional[_Union[WaitHitlRequest, _Mapping]] = ..., hitl_update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ["code", "detail", "message", "retry_after_ms", "supported_versions"]
@@ -156,6 +219,12 @@ class Error(_message.Message):
     retry_after_ms: int
     supported_versions: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., detail: _Optional[str] = ..., supported_versions: _Optional[_Iterable[str]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class GetHitlRequest(_message.Message):
+    __slots__ = ["request_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
 
 class GetSessionStateRequest(_message.Message):
     __slots__ = ["session_id"]
@@ -221,6 +290,114 @@ class HeartbeatAck(_message.Message):
     session_id: str
     def __init__(self, session_id: _Optional[str] = ..., daemon_budget_remaining: _Optional[float] = ..., drift_detected: bool = ..., daemon_time_ns: _Optional[int] = ..., daemon_budget_remaining_decimal: _Optional[str] = ...) -> None: ...
 
+class HitlBudget(_message.Message):
+    __slots__ = ["limit_usd_decimal", "remaining_usd_decimal", "spent_usd_decimal"]
+    LIMIT_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    SPENT_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    limit_usd_decimal: str
+    remaining_usd_decimal: str
+    spent_usd_decimal: str
+    def __init__(self, limit_usd_decimal: _Optional[str] = ..., remaining_usd_decimal: _Optional[str] = ..., spent_usd_decimal: _Optional[str] = ...) -> None: ...
+
+class HitlDecision(_message.Message):
+    __slots__ = ["comment", "kind", "params_json"]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    comment: str
+    kind: HitlDecisionKind
+    params_json: str
+    def __init__(self, kind: _Optional[_Union[HitlDecisionKind, str]] = ..., params_json: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class HitlRequestView(_message.Message):
+    __slots__ = ["agent_id", "args_digest", "budget", "call_number", "comment", "created_ns", "decided_ns", "decision", "expires_ns", "nonce", "operator_id", "organization_id", "params_json", "policy", "reason", "recent_verdicts", "request_id", "session_id", "status", "successor_args_digest", "successor_nonce", "successor_params_json", "tool_name"]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_NS_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_NS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    ORGANIZATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RECENT_VERDICTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    args_digest: str
+    budget: HitlBudget
+    call_number: int
+    comment: str
+    created_ns: int
+    decided_ns: int
+    decision: HitlDecisionKind
+    expires_ns: int
+    nonce: str
+    operator_id: str
+    organization_id: str
+    params_json: str
+    policy: str
+    reason: str
+    recent_verdicts: _containers.RepeatedCompositeFieldContainer[HitlVerdictSummary]
+    request_id: str
+    session_id: str
+    status: HitlStatus
+    successor_args_digest: str
+    successor_nonce: str
+    successor_params_json: str
+    tool_name: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., organization_id: _Optional[str] = ..., call_number: _Optional[int] = ..., tool_name: _Optional[str] = ..., nonce: _Optional[str] = ..., params_json: _Optional[str] = ..., args_digest: _Optional[str] = ..., reason: _Optional[str] = ..., budget: _Optional[_Union[HitlBudget, _Mapping]] = ..., policy: _Optional[str] = ..., created_ns: _Optional[int] = ..., expires_ns: _Optional[int] = ..., status: _Optional[_Union[HitlStatus, str]] = ..., decision: _Optional[_Union[HitlDecisionKind, str]] = ..., operator_id: _Optional[str] = ..., comment: _Optional[str] = ..., decided_ns: _Optional[int] = ..., successor_nonce: _Optional[str] = ..., successor_params_json: _Optional[str] = ..., successor_args_digest: _Optional[str] = ..., recent_verdicts: _Optional[_Iterable[_Union[HitlVerdictSummary, _Mapping]]] = ...) -> None: ...
+
+class HitlUpdate(_message.Message):
+    __slots__ = ["final", "request"]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    final: bool
+    request: HitlRequestView
+    def __init__(self, request: _Optional[_Union[HitlRequestView, _Mapping]] = ..., final: bool = ...) -> None: ...
+
+class HitlVerdictSummary(_message.Message):
+    __slots__ = ["at_ns", "budget_remaining_usd_decimal", "call_number", "reason", "tool_name", "verdict"]
+    AT_NS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_REMAINING_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    at_ns: int
+    budget_remaining_usd_decimal: str
+    call_number: int
+    reason: str
+    tool_name: str
+    verdict: Verdict
+    def __init__(self, call_number: _Optional[int] = ..., tool_name: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., reason: _Optional[str] = ..., budget_remaining_usd_decimal: _Optional[str] = ..., at_ns: _Optional[int] = ...) -> None: ...
+
+class ListHitlRequest(_message.Message):
+    __slots__ = ["session_id", "status"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    status: HitlStatus
+    def __init__(self, session_id: _Optional[str] = ..., status: _Optional[_Union[HitlStatus, str]] = ...) -> None: ...
+
+class ListHitlResponse(_message.Message):
+    __slots__ = ["requests"]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[HitlRequestView]
+    def __init__(self, requests: _Optional[_Iterable[_Union[HitlRequestView, _Mapping]]] = ...) -> None: ...
+
 class PostExecNotification(_message.Message):
     __slots__ = ["actual_cost_usd", "actual_cost_usd_decimal", "call_number", "duration_ms", "error_message", "idempotency_key", "model_used", "session_id", "success", "tokens_in", "tokens_out"]
     ACTUAL_COST_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
@@ -279,7 +456,7 @@ class PreExecRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., tool_name: _Optional[str] = ..., tool_params_hash: _Optional[bytes] = ..., estimated_cost_usd: _Optional[float] = ..., parent_guard_id: _Optional[str] = ..., nonce: _Optional[int] = ..., tags: _Optional[_Mapping[str, str]] = ..., tool_params_json: _Optional[str] = ..., estimated_cost_usd_decimal: _Optional[str] = ...) -> None: ...
 
 class PreExecResponse(_message.Message):
-    __slots__ = ["budget_remaining_usd", "budget_remaining_usd_decimal", "call_number", "chain_seq", "daemon_time_ns", "deny_reason", "entry_hash", "human_readable_reason", "probabilistic_deny", "reason", "receipt", "repeat_count", "session_id", "verdict"]
+    __slots__ = ["budget_remaining_usd", "budget_remaining_usd_decimal", "call_number", "chain_seq", "daemon_time_ns", "deny_reason", "entry_hash", "hitl_expires_ns", "hitl_request_id", "human_readable_reason", "probabilistic_deny", "reason", "receipt", "repeat_count", "session_id", "verdict"]
     BUDGET_REMAINING_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
     BUDGET_REMAINING_USD_FIELD_NUMBER: _ClassVar[int]
     CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +464,8 @@ class PreExecResponse(_message.Message):
     DAEMON_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     DENY_REASON_FIELD_NUMBER: _ClassVar[int]
     ENTRY_HASH_FIELD_NUMBER: _ClassVar[int]
+    HITL_EXPIRES_NS_FIELD_NUMBER: _ClassVar[int]
+    HITL_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_READABLE_REASON_FIELD_NUMBER: _ClassVar[int]
     PROBABILISTIC_DENY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -301,6 +480,8 @@ class PreExecResponse(_message.Message):
     daemon_time_ns: int
     deny_reason: DenyReason
     entry_hash: str
+    hitl_expires_ns: int
+    hitl_request_id: str
     human_readable_reason: str
     probabilistic_deny: bool
     reason: str
@@ -308,7 +489,7 @@ class PreExecResponse(_message.Message):
     repeat_count: int
     session_id: str
     verdict: Verdict
-    def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., deny_reason: _Optional[_Union[DenyReason, str]] = ..., human_readable_reason: _Optional[str] = ..., budget_remaining_usd: _Optional[float] = ..., repeat_count: _Optional[int] = ..., daemon_time_ns: _Optional[int] = ..., probabilistic_deny: bool = ..., reason: _Optional[str] = ..., budget_remaining_usd_decimal: _Optional[str] = ..., receipt: _Optional[str] = ..., chain_seq: _Optional[int] = ..., entry_hash: _Optional[str] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., deny_reason: _Optional[_Union[DenyReason, str]] = ..., human_readable_reason: _Optional[str] = ..., budget_remaining_usd: _Optional[float] = ..., repeat_count: _Optional[int] = ..., daemon_time_ns: _Optional[int] = ..., probabilistic_deny: bool = ..., reason: _Optional[str] = ..., budget_remaining_usd_decimal: _Optional[str] = ..., receipt: _Optional[str] = ..., chain_seq: _Optional[int] = ..., entry_hash: _Optional[str] = ..., hitl_request_id: _Optional[str] = ..., hitl_expires_ns: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ["agent_id", "agent_version", "framework", "metadata", "organization_id", "runtime", "session_id"]
@@ -420,6 +601,14 @@ class SessionState(_message.Message):
     window_start_ns: int
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., organization_id: _Optional[str] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., budget_initial_usd: _Optional[float] = ..., budget_remaining_usd: _Optional[float] = ..., budget_spent_usd: _Optional[float] = ..., total_calls: _Optional[int] = ..., repeat_counts: _Optional[_Mapping[str, int]] = ..., window_counts: _Optional[_Mapping[str, int]] = ..., circuit_tripped: bool = ..., circuit_trip_reason: _Optional[str] = ..., circuit_tripped_at_ns: _Optional[int] = ..., window_start_ns: _Optional[int] = ..., window_duration_s: _Optional[int] = ..., window_max_calls: _Optional[int] = ..., last_tool_name: _Optional[str] = ..., last_tool_params_hash: _Optional[bytes] = ..., last_activity_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., budget_initial_usd_decimal: _Optional[str] = ..., budget_remaining_usd_decimal: _Optional[str] = ..., budget_spent_usd_decimal: _Optional[str] = ...) -> None: ...
 
+class WaitHitlRequest(_message.Message):
+    __slots__ = ["request_id", "session_id"]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    session_id: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
 class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
@@ -436,4 +625,10 @@ class BudgetScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class HitlMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class HitlStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class HitlDecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -51,7 +51,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file shackle/sp1/shackle.proto.
  */
 export const file_shackle_sp1_shackle: GenFile = /*@__PURE__*/
-  fileDesc("ChlzaGFja2xlL3NwMS9zaGFja2xlLnByb3RvEgtzaGFja2xlLnNwMSLBBQoIRW52ZWxvcGUSGAoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoCRISCgptZXNzYWdlX2lkGAIgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAMgASgJEhsKE2NsaWVudF90aW1lc3RhbXBfbnMYBCABKAMSGwoTc2VydmVyX3RpbWVzdGFtcF9ucxgFIAEoAxIMCgRobWFjGAYgASgMEi8KCHByZV9leGVjGAogASgLMhsuc2hhY2tsZS5zcDEuUHJlRXhlY1JlcXVlc3RIABI5ChFwcmVfZXhlY19yZXNwb25zZRgLIAEoCzIcLnNoYWNrbGUuc3AxLlByZUV4ZWNSZXNwb25zZUgAEjYKCXBvc3RfZXhlYxgMIAEoCzIhLnNoYWNrbGUuc3AxLlBvc3RFeGVjTm90aWZpY2F0aW9uSAASMAoIcmVnaXN0ZXIYDSABKAsyHC5zaGFja2xlLnNwMS5SZWdpc3RlclJlcXVlc3RIABI6ChFyZWdpc3Rlcl9yZXNwb25zZRgOIAEoCzIdLnNoYWNrbGUuc3AxLlJlZ2lzdGVyUmVzcG9uc2VIABIrCgloZWFydGJlYXQYDyABKAsyFi5zaGFja2xlLnNwMS5IZWFydGJlYXRIABIyCg1oZWFydGJlYXRfYWNrGBAgASgLMhkuc2hhY2tsZS5zcDEuSGVhcnRiZWF0QWNrSAASIwoFZXJyb3IYESABKAsyEi5zaGFja2xlLnNwMS5FcnJvckgAEkAKEWdldF9zZXNzaW9uX3N0YXRlGGQgASgLMiMuc2hhY2tsZS5zcDEuR2V0U2Vzc2lvblN0YXRlUmVxdWVzdEgAEjIKDXNlc3Npb25fc3RhdGUYZSABKAsyGS5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGVIABIOCgZrZXlfaWQYZiABKAlCCQoHcGF5bG9hZCL6AQoPUmVnaXN0ZXJSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEhUKDWFnZW50X3ZlcnNpb24YAiABKAkSEQoJZnJhbWV3b3JrGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAUgASgJEg8KB3J1bnRpbWUYBiABKAkSPAoIbWV0YWRhdGEYByADKAsyKi5zaGFja2xlLnNwMS5SZWdpc3RlclJlcXVlc3QuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipAEKEFJlZ2lzdGVyUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIWCg5kYWVtb25fdmVyc2lvbhgCIAEoCRIbChNuZWdvdGlhdGVkX3Byb3RvY29sGAMgASgJEi8KDWFjdGl2ZV9jb25maWcYBCABKAsyGC5zaGFja2xlLnNwMS5HdWFyZENvbmZpZxIWCg5kYWVtb25fdGltZV9ucxgFIAEoAyLKAgoOUHJlRXhlY1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtjYWxsX251bWJlchgCIAEoBBIRCgl0b29sX25hbWUYAyABKAkSGAoQdG9vbF9wYXJhbXNfaGFzaBgEIAEoDBIaChJlc3RpbWF0ZWRfY29zdF91c2QYBSABKAESFwoPcGFyZW50X2d1YXJkX2lkGAYgASgJEg0KBW5vbmNlGAcgASgEEjMKBHRhZ3MYCCADKAsyJS5zaGFja2xlLnNwMS5QcmVFeGVjUmVxdWVzdC5UYWdzRW50cnkSGAoQdG9vbF9wYXJhbXNfanNvbhhkIAEoCRIiChplc3RpbWF0ZWRfY29zdF91c2RfZGVjaW1hbBhlIAEoCRorCglUYWdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKEAwoPUHJlRXhlY1Jlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSEwoLY2FsbF9udW1iZXIYAiABKAQSJQoHdmVyZGljdBgDIAEoDjIULnNoYWNrbGUuc3AxLlZlcmRpY3QSLAoLZGVueV9yZWFzb24YBCABKA4yFy5zaGFja2xlLnNwMS5EZW55UmVhc29uEh0KFWh1bWFuX3JlYWRhYmxlX3JlYXNvbhgFIAEoCRIcChRidWRnZXRfcmVtYWluaW5nX3VzZBgGIAEoARIUCgxyZXBlYXRfY291bnQYByABKAUSFgoOZGFlbW9uX3RpbWVfbnMYCCABKAMSGgoScHJvYmFiaWxpc3RpY19kZW55GAkgASgIEg4KBnJlYXNvbhhkIAEoCRIkChxidWRnZXRfcmVtYWluaW5nX3VzZF9kZWNpbWFsGGUgASgJEg8KB3JlY2VpcHQYZiABKAkSEQoJY2hhaW5fc2VxGGcgASgEEhIKCmVudHJ5X2hhc2gYaCABKAkiigIKFFBvc3RFeGVjTm90aWZpY2F0aW9uEhIKCnNlc3Npb25faWQYASABKAkSEwoLY2FsbF9udW1iZXIYAiABKAQSFwoPYWN0dWFsX2Nvc3RfdXNkGAMgASgBEg8KB3N1Y2Nlc3MYBCABKAgSFQoNZXJyb3JfbWVzc2FnZRgFIAEoCRITCgtkdXJhdGlvbl9tcxgGIAEoAxIRCgl0b2tlbnNfaW4YByABKAQSEgoKdG9rZW5zX291dBgIIAEoBBISCgptb2RlbF91c2VkGAkgASgJEh8KF2FjdHVhbF9jb3N0X3VzZF9kZWNpbWFsGGQgASgJEhcKD2lkZW1wb3RlbmN5X2tleRhlIAEoCSKBAQoJSGVhcnRiZWF0EhIKCnNlc3Npb25faWQYASABKAkSGAoQbGFzdF9jYWxsX251bWJlchgCIAEoBBIeChZsb2NhbF9idWRnZXRfcmVtYWluaW5nGAMgASgBEiYKHmxvY2FsX2J1ZGdldF9yZW1haW5pbmdfZGVjaW1hbBhkIAEoCSKcAQoMSGVhcnRiZWF0QWNrEhIKCnNlc3Npb25faWQYASABKAkSHwoXZGFlbW9uX2J1ZGdldF9yZW1haW5pbmcYAiABKAESFgoOZHJpZnRfZGV0ZWN0ZWQYAyABKAgSFgoOZGFlbW9uX3RpbWVfbnMYBCABKAMSJwofZGFlbW9uX2J1ZGdldF9yZW1haW5pbmdfZGVjaW1hbBhkIAEoCSKCAQoFRXJyb3ISJAoEY29kZRgBIAEoDjIWLnNoYWNrbGUuc3AxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJEg4KBmRldGFpbBgDIAEoCRIaChJzdXBwb3J0ZWRfdmVyc2lvbnMYBCADKAkSFgoOcmV0cnlfYWZ0ZXJfbXMYBSABKAQiLAoWR2V0U2Vzc2lvblN0YXRlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIqAHCgxTZXNzaW9uU3RhdGUSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAyABKAkSKgoGc3RhdHVzGAQgASgOMhouc2hhY2tsZS5zcDEuU2Vzc2lvblN0YXR1cxIaChJidWRnZXRfaW5pdGlhbF91c2QYCiABKAESHAoUYnVkZ2V0X3JlbWFpbmluZ191c2QYCyABKAESGAoQYnVkZ2V0X3NwZW50X3VzZBgMIAEoARITCgt0b3RhbF9jYWxscxgUIAEoBBJCCg1yZXBlYXRfY291bnRzGBUgAygLMisuc2hhY2tsZS5zcDEuU2Vzc2lvblN0YXRlLlJlcGVhdENvdW50c0VudHJ5EkIKDXdpbmRvd19jb3VudHMYFiADKAsyKy5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGUuV2luZG93Q291bnRzRW50cnkSFwoPY2lyY3VpdF90cmlwcGVkGB4gASgIEhsKE2NpcmN1aXRfdHJpcF9yZWFzb24YHyABKAkSHQoVY2lyY3VpdF90cmlwcGVkX2F0X25zGCAgASgDEhcKD3dpbmRvd19zdGFydF9ucxgoIAEoAxIZChF3aW5kb3dfZHVyYXRpb25fcxgpIAEoDRIYChB3aW5kb3dfbWF4X2NhbGxzGCogASgNEhYKDmxhc3RfdG9vbF9uYW1lGDIgASgJEh0KFWxhc3RfdG9vbF9wYXJhbXNfaGFzaBgzIAEoDBIYChBsYXN0X2FjdGl2aXR5X25zGDQgASgDEjkKCG1ldGFkYXRhGDwgAygLMicuc2hhY2tsZS5zcDEuU2Vzc2lvblN0YXRlLk1ldGFkYXRhRW50cnkSIgoaYnVkZ2V0X2luaXRpYWxfdXNkX2RlY2ltYWwYZCABKAkSJAocYnVkZ2V0X3JlbWFpbmluZ191c2RfZGVjaW1hbBhlIAEoCRIgChhidWRnZXRfc3BlbnRfdXNkX2RlY2ltYWwYZiABKAkaMwoRUmVwZWF0Q291bnRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4ARozChFXaW5kb3dDb3VudHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKkAwoLR3VhcmRDb25maWcSEgoKYnVkZ2V0X3VzZBgBIAEoARIuCgxidWRnZXRfc2NvcGUYAiABKA4yGC5zaGFja2xlLnNwMS5CdWRnZXRTY29wZRIYChBtYXhfcmVwZWF0X2NhbGxzGAogASgNEhsKE2Vycm9yX2FtcGxpZmljYXRpb24YCyABKAgSFwoPdGltZW91dF9zZWNvbmRzGBQgASgNEhkKEXdpbmRvd19kdXJhdGlvbl9zGB4gASgNEhgKEHdpbmRvd19tYXhfY2FsbHMYHyABKA0SFwoPbWF4X3RvdGFsX2NhbGxzGCggASgNEhoKEnByb2JhYmlsaXN0aWNfZGVueRgyIAEoCBIZChFkZW55X2ppdHRlcl9yYXRpbxgzIAEoARIoCgloaXRsX21vZGUYPCABKA4yFS5zaGFja2xlLnNwMS5IaXRsTW9kZRIdChVoaXRsX2J1ZGdldF90aHJlc2hvbGQYPSABKAESFwoPcGFyZW50X2d1YXJkX2lkGEYgASgJEhoKEmJ1ZGdldF91c2RfZGVjaW1hbBhkIAEoCSKRBAoKQXVkaXRFbnRyeRIQCghlbnRyeV9pZBgBIAEoCRIUCgx0aW1lc3RhbXBfbnMYAiABKAMSEgoKc2Vzc2lvbl9pZBgDIAEoCRIQCghhZ2VudF9pZBgEIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBSABKAkSEwoLY2FsbF9udW1iZXIYBiABKAQSEQoJdG9vbF9uYW1lGAcgASgJEhgKEHRvb2xfcGFyYW1zX2hhc2gYCCABKAwSJQoHdmVyZGljdBgJIAEoDjIULnNoYWNrbGUuc3AxLlZlcmRpY3QSLAoLZGVueV9yZWFzb24YCiABKA4yFy5zaGFja2xlLnNwMS5EZW55UmVhc29uEhkKEWJ1ZGdldF9iZWZvcmVfdXNkGAsgASgBEhgKEGJ1ZGdldF9hZnRlcl91c2QYDCABKAESEwoLb3BlcmF0b3JfaWQYDSABKAkSEQoJc2lnbmF0dXJlGA4gASgMEhsKE3ByZXZpb3VzX2VudHJ5X2hhc2gYDyABKAwSDgoGcmVhc29uGGQgASgJEiEKGWJ1ZGdldF9iZWZvcmVfdXNkX2RlY2ltYWwYZSABKAkSIAoYYnVkZ2V0X2FmdGVyX3VzZF9kZWNpbWFsGGYgASgJEhEKCWNoYWluX3NlcRhnIAEoBBISCgplbnRyeV9oYXNoGGggASgJEg8KB3JlY2VpcHQYaSABKAkqiAIKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASHQoZUFJPVE9DT0xfVkVSU0lPTl9NSVNNQVRDSBABEhUKEVNFU1NJT05fTk9UX0ZPVU5EEAISGQoVQVVUSEVOVElDQVRJT05fRkFJTEVEEAMSEAoMUkFURV9MSU1JVEVEEAQSFQoRTUVTU0FHRV9UT09fTEFSR0UQBRIWChJEQUVNT05fVU5BVkFJTEFCTEUQBhIfChtPUkdBTklaQVRJT05fUVVPVEFfRVhDRUVERUQQBxIXChNQQVJFTlRfR1VBUkRfREVOSUVEEAgSEwoPSU5WQUxJRF9NRVNTQUdFEGQqQQoHVmVyZGljdBIXChNWRVJESUNUX1VOU1BFQ0lGSUVEEAASCQoFQUxMT1cQARIICgRERU5ZEAISCAoESElUTBADKusECgpEZW55UmVhc29uEggKBE5PTkUQABIQCgxDSVJDVUlUX09QRU4QARIUChBCVURHRVRfRVhIQVVTVEVEEAISEgoOQlVER0VUX09WRVJSVU4QAxIXChNNQVhfUkVQRUFUX0VYQ0VFREVEEAQSEwoPTUFMRk9STUVEX0lOUFVUEAUSEwoPRFVQTElDQVRFX05PTkNFEAYSHgoaRFVQTElDQVRFX1JFU1VNRV9OT19FRkZFQ1QQBxIPCgtISVRMX1JFSkVDVBAIEhwKGEhJVExfU1VQRVJTRURFRF9PUklHSU5BTBAJEhsKF0hJVExfVEVSTUlOQUxfTk9fRUZGRUNUEAoSFwoTSElUTF9OT05DRV9NSVNNQVRDSBALEhgKFEhJVExfRElHRVNUX01JU01BVENIEAwSHgoaSElUTF9VTkJPVU5EX0FVVEhPUklaQVRJT04QDRIZChVISVRMX1VOS05PV05fREVDSVNJT04QDhIXChNISVRMX0RFRkVSX0VTQ0FMQVRFEA8SEgoOSElUTF9BTExfQ0FMTFMQEBIUChBCVURHRVRfVEhSRVNIT0xEEBESEgoOT1BBUVVFX0NPTlRFWFQQEhIJCgVPVEhFUhBjEhMKD1dJTkRPV19FWENFRURFRBBkEhAKDEdMT0JBTF9MSU1JVBBlEgsKB1RJTUVPVVQQZhIaChZFUlJPUl9BTVBMSUZJRURfUkVQRUFUEGcSFgoSUFJPQkFCSUxJU1RJQ19ERU5ZEGgSFgoSSElUTF9UT09MX01JU01BVENIEGkSGAoUUEFSQU1TX0hBU0hfTUlTTUFUQ0gQaipCCg1TZXNzaW9uU3RhdHVzEgoKBkFDVElWRRAAEgoKBlBBVVNFRBABEg4KClRFUk1JTkFURUQQAhIJCgVTVEFMRRADKkMKC0J1ZGdldFNjb3BlEg8KC1BFUl9TRVNTSU9OEAASDQoJUEVSX0FHRU5UEAESFAoQUEVSX09SR0FOSVpBVElPThACKlsKCEhpdGxNb2RlEg4KCkhJVExfTkVWRVIQABIQCgxISVRMX09OX0RFTlkQARIcChhISVRMX09OX0JVREdFVF9USFJFU0hPTEQQAhIPCgtISVRMX0FMV0FZUxADMvgCCg1TaGFja2xlRGFlbW9uEkcKCFJlZ2lzdGVyEhwuc2hhY2tsZS5zcDEuUmVnaXN0ZXJSZXF1ZXN0Gh0uc2hhY2tsZS5zcDEuUmVnaXN0ZXJSZXNwb25zZRJECgdQcmVFeGVjEhsuc2hhY2tsZS5zcDEuUHJlRXhlY1JlcXVlc3QaHC5zaGFja2xlLnNwMS5QcmVFeGVjUmVzcG9uc2USRQoIUG9zdEV4ZWMSIS5zaGFja2xlLnNwMS5Qb3N0RXhlY05vdGlmaWNhdGlvbhoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eRI+CglIZWFydGJlYXQSFi5zaGFja2xlLnNwMS5IZWFydGJlYXQaGS5zaGFja2xlLnNwMS5IZWFydGJlYXRBY2sSUQoPR2V0U2Vzc2lvblN0YXRlEiMuc2hhY2tsZS5zcDEuR2V0U2Vzc2lvblN0YXRlUmVxdWVzdBoZLnNoYWNrbGUuc3AxLlNlc3Npb25TdGF0ZWIGcHJvdG8z", [file_google_protobuf_empty]);
+  fileDesc("ChlzaGFja2xlL3NwMS9zaGFja2xlLnByb3RvEgtzaGFja2xlLnNwMSKkBgoIRW52ZWxvcGUSGAoQcHJvdG9jb2xfdmVyc2lvbhgBIAEoCRISCgptZXNzYWdlX2lkGAIgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAMgASgJEhsKE2NsaWVudF90aW1lc3RhbXBfbnMYBCABKAMSGwoTc2VydmVyX3RpbWVzdGFtcF9ucxgFIAEoAxIMCgRobWFjGAYgASgMEi8KCHByZV9leGVjGAogASgLMhsuc2hhY2tsZS5zcDEuUHJlRXhlY1JlcXVlc3RIABI5ChFwcmVfZXhlY19yZXNwb25zZRgLIAEoCzIcLnNoYWNrbGUuc3AxLlByZUV4ZWNSZXNwb25zZUgAEjYKCXBvc3RfZXhlYxgMIAEoCzIhLnNoYWNrbGUuc3AxLlBvc3RFeGVjTm90aWZpY2F0aW9uSAASMAoIcmVnaXN0ZXIYDSABKAsyHC5zaGFja2xlLnNwMS5SZWdpc3RlclJlcXVlc3RIABI6ChFyZWdpc3Rlcl9yZXNwb25zZRgOIAEoCzIdLnNoYWNrbGUuc3AxLlJlZ2lzdGVyUmVzcG9uc2VIABIrCgloZWFydGJlYXQYDyABKAsyFi5zaGFja2xlLnNwMS5IZWFydGJlYXRIABIyCg1oZWFydGJlYXRfYWNrGBAgASgLMhkuc2hhY2tsZS5zcDEuSGVhcnRiZWF0QWNrSAASIwoFZXJyb3IYESABKAsyEi5zaGFja2xlLnNwMS5FcnJvckgAEkAKEWdldF9zZXNzaW9uX3N0YXRlGGQgASgLMiMuc2hhY2tsZS5zcDEuR2V0U2Vzc2lvblN0YXRlUmVxdWVzdEgAEjIKDXNlc3Npb25fc3RhdGUYZSABKAsyGS5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGVIABIxCgl3YWl0X2hpdGwYZyABKAsyHC5zaGFja2xlLnNwMS5XYWl0SGl0bFJlcXVlc3RIABIuCgtoaXRsX3VwZGF0ZRhoIAEoCzIXLnNoYWNrbGUuc3AxLkhpdGxVcGRhdGVIABIOCgZrZXlfaWQYZiABKAlCCQoHcGF5bG9hZCL6AQoPUmVnaXN0ZXJSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEhUKDWFnZW50X3ZlcnNpb24YAiABKAkSEQoJZnJhbWV3b3JrGAMgASgJEhIKCnNlc3Npb25faWQYBCABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAUgASgJEg8KB3J1bnRpbWUYBiABKAkSPAoIbWV0YWRhdGEYByADKAsyKi5zaGFja2xlLnNwMS5SZWdpc3RlclJlcXVlc3QuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipAEKEFJlZ2lzdGVyUmVzcG9uc2USEgoKc2Vzc2lvbl9pZBgBIAEoCRIWCg5kYWVtb25fdmVyc2lvbhgCIAEoCRIbChNuZWdvdGlhdGVkX3Byb3RvY29sGAMgASgJEi8KDWFjdGl2ZV9jb25maWcYBCABKAsyGC5zaGFja2xlLnNwMS5HdWFyZENvbmZpZxIWCg5kYWVtb25fdGltZV9ucxgFIAEoAyLKAgoOUHJlRXhlY1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtjYWxsX251bWJlchgCIAEoBBIRCgl0b29sX25hbWUYAyABKAkSGAoQdG9vbF9wYXJhbXNfaGFzaBgEIAEoDBIaChJlc3RpbWF0ZWRfY29zdF91c2QYBSABKAESFwoPcGFyZW50X2d1YXJkX2lkGAYgASgJEg0KBW5vbmNlGAcgASgEEjMKBHRhZ3MYCCADKAsyJS5zaGFja2xlLnNwMS5QcmVFeGVjUmVxdWVzdC5UYWdzRW50cnkSGAoQdG9vbF9wYXJhbXNfanNvbhhkIAEoCRIiChplc3RpbWF0ZWRfY29zdF91c2RfZGVjaW1hbBhlIAEoCRorCglUYWdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK2AwoPUHJlRXhlY1Jlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSEwoLY2FsbF9udW1iZXIYAiABKAQSJQoHdmVyZGljdBgDIAEoDjIULnNoYWNrbGUuc3AxLlZlcmRpY3QSLAoLZGVueV9yZWFzb24YBCABKA4yFy5zaGFja2xlLnNwMS5EZW55UmVhc29uEh0KFWh1bWFuX3JlYWRhYmxlX3JlYXNvbhgFIAEoCRIcChRidWRnZXRfcmVtYWluaW5nX3VzZBgGIAEoARIUCgxyZXBlYXRfY291bnQYByABKAUSFgoOZGFlbW9uX3RpbWVfbnMYCCABKAMSGgoScHJvYmFiaWxpc3RpY19kZW55GAkgASgIEg4KBnJlYXNvbhhkIAEoCRIkChxidWRnZXRfcmVtYWluaW5nX3VzZF9kZWNpbWFsGGUgASgJEg8KB3JlY2VpcHQYZiABKAkSEQoJY2hhaW5fc2VxGGcgASgEEhIKCmVudHJ5X2hhc2gYaCABKAkSFwoPaGl0bF9yZXF1ZXN0X2lkGGkgASgJEhcKD2hpdGxfZXhwaXJlc19ucxhqIAEoAyKKAgoUUG9zdEV4ZWNOb3RpZmljYXRpb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtjYWxsX251bWJlchgCIAEoBBIXCg9hY3R1YWxfY29zdF91c2QYAyABKAESDwoHc3VjY2VzcxgEIAEoCBIVCg1lcnJvcl9tZXNzYWdlGAUgASgJEhMKC2R1cmF0aW9uX21zGAYgASgDEhEKCXRva2Vuc19pbhgHIAEoBBISCgp0b2tlbnNfb3V0GAggASgEEhIKCm1vZGVsX3VzZWQYCSABKAkSHwoXYWN0dWFsX2Nvc3RfdXNkX2RlY2ltYWwYZCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GGUgASgJIoEBCglIZWFydGJlYXQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIYChBsYXN0X2NhbGxfbnVtYmVyGAIgASgEEh4KFmxvY2FsX2J1ZGdldF9yZW1haW5pbmcYAyABKAESJgoebG9jYWxfYnVkZ2V0X3JlbWFpbmluZ19kZWNpbWFsGGQgASgJIpwBCgxIZWFydGJlYXRBY2sSEgoKc2Vzc2lvbl9pZBgBIAEoCRIfChdkYWVtb25fYnVkZ2V0X3JlbWFpbmluZxgCIAEoARIWCg5kcmlmdF9kZXRlY3RlZBgDIAEoCBIWCg5kYWVtb25fdGltZV9ucxgEIAEoAxInCh9kYWVtb25fYnVkZ2V0X3JlbWFpbmluZ19kZWNpbWFsGGQgASgJIoIBCgVFcnJvchIkCgRjb2RlGAEgASgOMhYuc2hhY2tsZS5zcDEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSDgoGZGV0YWlsGAMgASgJEhoKEnN1cHBvcnRlZF92ZXJzaW9ucxgEIAMoCRIWCg5yZXRyeV9hZnRlcl9tcxgFIAEoBCIsChZHZXRTZXNzaW9uU3RhdGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkioAcKDFNlc3Npb25TdGF0ZRISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgDIAEoCRIqCgZzdGF0dXMYBCABKA4yGi5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdHVzEhoKEmJ1ZGdldF9pbml0aWFsX3VzZBgKIAEoARIcChRidWRnZXRfcmVtYWluaW5nX3VzZBgLIAEoARIYChBidWRnZXRfc3BlbnRfdXNkGAwgASgBEhMKC3RvdGFsX2NhbGxzGBQgASgEEkIKDXJlcGVhdF9jb3VudHMYFSADKAsyKy5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGUuUmVwZWF0Q291bnRzRW50cnkSQgoNd2luZG93X2NvdW50cxgWIAMoCzIrLnNoYWNrbGUuc3AxLlNlc3Npb25TdGF0ZS5XaW5kb3dDb3VudHNFbnRyeRIXCg9jaXJjdWl0X3RyaXBwZWQYHiABKAgSGwoTY2lyY3VpdF90cmlwX3JlYXNvbhgfIAEoCRIdChVjaXJjdWl0X3RyaXBwZWRfYXRfbnMYICABKAMSFwoPd2luZG93X3N0YXJ0X25zGCggASgDEhkKEXdpbmRvd19kdXJhdGlvbl9zGCkgASgNEhgKEHdpbmRvd19tYXhfY2FsbHMYKiABKA0SFgoObGFzdF90b29sX25hbWUYMiABKAkSHQoVbGFzdF90b29sX3BhcmFtc19oYXNoGDMgASgMEhgKEGxhc3RfYWN0aXZpdHlfbnMYNCABKAMSOQoIbWV0YWRhdGEYPCADKAsyJy5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGUuTWV0YWRhdGFFbnRyeRIiChpidWRnZXRfaW5pdGlhbF91c2RfZGVjaW1hbBhkIAEoCRIkChxidWRnZXRfcmVtYWluaW5nX3VzZF9kZWNpbWFsGGUgASgJEiAKGGJ1ZGdldF9zcGVudF91c2RfZGVjaW1hbBhmIAEoCRozChFSZXBlYXRDb3VudHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKA06AjgBGjMKEVdpbmRvd0NvdW50c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAEaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqQDCgtHdWFyZENvbmZpZxISCgpidWRnZXRfdXNkGAEgASgBEi4KDGJ1ZGdldF9zY29wZRgCIAEoDjIYLnNoYWNrbGUuc3AxLkJ1ZGdldFNjb3BlEhgKEG1heF9yZXBlYXRfY2FsbHMYCiABKA0SGwoTZXJyb3JfYW1wbGlmaWNhdGlvbhgLIAEoCBIXCg90aW1lb3V0X3NlY29uZHMYFCABKA0SGQoRd2luZG93X2R1cmF0aW9uX3MYHiABKA0SGAoQd2luZG93X21heF9jYWxscxgfIAEoDRIXCg9tYXhfdG90YWxfY2FsbHMYKCABKA0SGgoScHJvYmFiaWxpc3RpY19kZW55GDIgASgIEhkKEWRlbnlfaml0dGVyX3JhdGlvGDMgASgBEigKCWhpdGxfbW9kZRg8IAEoDjIVLnNoYWNrbGUuc3AxLkhpdGxNb2RlEh0KFWhpdGxfYnVkZ2V0X3RocmVzaG9sZBg9IAEoARIXCg9wYXJlbnRfZ3VhcmRfaWQYRiABKAkSGgoSYnVkZ2V0X3VzZF9kZWNpbWFsGGQgASgJIpEECgpBdWRpdEVudHJ5EhAKCGVudHJ5X2lkGAEgASgJEhQKDHRpbWVzdGFtcF9ucxgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhAKCGFnZW50X2lkGAQgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgFIAEoCRITCgtjYWxsX251bWJlchgGIAEoBBIRCgl0b29sX25hbWUYByABKAkSGAoQdG9vbF9wYXJhbXNfaGFzaBgIIAEoDBIlCgd2ZXJkaWN0GAkgASgOMhQuc2hhY2tsZS5zcDEuVmVyZGljdBIsCgtkZW55X3JlYXNvbhgKIAEoDjIXLnNoYWNrbGUuc3AxLkRlbnlSZWFzb24SGQoRYnVkZ2V0X2JlZm9yZV91c2QYCyABKAESGAoQYnVkZ2V0X2FmdGVyX3VzZBgMIAEoARITCgtvcGVyYXRvcl9pZBgNIAEoCRIRCglzaWduYXR1cmUYDiABKAwSGwoTcHJldmlvdXNfZW50cnlfaGFzaBgPIAEoDBIOCgZyZWFzb24YZCABKAkSIQoZYnVkZ2V0X2JlZm9yZV91c2RfZGVjaW1hbBhlIAEoCRIgChhidWRnZXRfYWZ0ZXJfdXNkX2RlY2ltYWwYZiABKAkSEQoJY2hhaW5fc2VxGGcgASgEEhIKCmVudHJ5X2hhc2gYaCABKAkSDwoHcmVjZWlwdBhpIAEoCSJhCgpIaXRsQnVkZ2V0EhkKEWxpbWl0X3VzZF9kZWNpbWFsGGQgASgJEh0KFXJlbWFpbmluZ191c2RfZGVjaW1hbBhlIAEoCRIZChFzcGVudF91c2RfZGVjaW1hbBhmIAEoCSKoAQoSSGl0bFZlcmRpY3RTdW1tYXJ5EhMKC2NhbGxfbnVtYmVyGGQgASgEEhEKCXRvb2xfbmFtZRhlIAEoCRIlCgd2ZXJkaWN0GGYgASgOMhQuc2hhY2tsZS5zcDEuVmVyZGljdBIOCgZyZWFzb24YZyABKAkSJAocYnVkZ2V0X3JlbWFpbmluZ191c2RfZGVjaW1hbBhoIAEoCRINCgVhdF9ucxhpIAEoAyLbBAoPSGl0bFJlcXVlc3RWaWV3EhIKCnJlcXVlc3RfaWQYZCABKAkSEgoKc2Vzc2lvbl9pZBhlIAEoCRIQCghhZ2VudF9pZBhmIAEoCRIXCg9vcmdhbml6YXRpb25faWQYZyABKAkSEwoLY2FsbF9udW1iZXIYaCABKAQSEQoJdG9vbF9uYW1lGGkgASgJEg0KBW5vbmNlGGogASgJEhMKC3BhcmFtc19qc29uGGsgASgJEhMKC2FyZ3NfZGlnZXN0GGwgASgJEg4KBnJlYXNvbhhtIAEoCRInCgZidWRnZXQYbiABKAsyFy5zaGFja2xlLnNwMS5IaXRsQnVkZ2V0Eg4KBnBvbGljeRhvIAEoCRISCgpjcmVhdGVkX25zGHAgASgDEhIKCmV4cGlyZXNfbnMYcSABKAMSJwoGc3RhdHVzGHIgASgOMhcuc2hhY2tsZS5zcDEuSGl0bFN0YXR1cxIvCghkZWNpc2lvbhhzIAEoDjIdLnNoYWNrbGUuc3AxLkhpdGxEZWNpc2lvbktpbmQSEwoLb3BlcmF0b3JfaWQYdCABKAkSDwoHY29tbWVudBh1IAEoCRISCgpkZWNpZGVkX25zGHYgASgDEhcKD3N1Y2Nlc3Nvcl9ub25jZRh3IAEoCRIdChVzdWNjZXNzb3JfcGFyYW1zX2pzb24YeCABKAkSHQoVc3VjY2Vzc29yX2FyZ3NfZGlnZXN0GHkgASgJEjgKD3JlY2VudF92ZXJkaWN0cxh6IAMoCzIfLnNoYWNrbGUuc3AxLkhpdGxWZXJkaWN0U3VtbWFyeSJhCgxIaXRsRGVjaXNpb24SKwoEa2luZBhkIAEoDjIdLnNoYWNrbGUuc3AxLkhpdGxEZWNpc2lvbktpbmQSEwoLcGFyYW1zX2pzb24YZSABKAkSDwoHY29tbWVudBhmIAEoCSJOCg9MaXN0SGl0bFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBhkIAEoCRInCgZzdGF0dXMYZSABKA4yFy5zaGFja2xlLnNwMS5IaXRsU3RhdHVzIkIKEExpc3RIaXRsUmVzcG9uc2USLgoIcmVxdWVzdHMYZCADKAsyHC5zaGFja2xlLnNwMS5IaXRsUmVxdWVzdFZpZXciJAoOR2V0SGl0bFJlcXVlc3QSEgoKcmVxdWVzdF9pZBhkIAEoCSJUChFBbnN3ZXJIaXRsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGGQgASgJEisKCGRlY2lzaW9uGGUgASgLMhkuc2hhY2tsZS5zcDEuSGl0bERlY2lzaW9uIjkKD1dhaXRIaXRsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGGQgASgJEhIKCnNlc3Npb25faWQYZSABKAkiSgoKSGl0bFVwZGF0ZRItCgdyZXF1ZXN0GGQgASgLMhwuc2hhY2tsZS5zcDEuSGl0bFJlcXVlc3RWaWV3Eg0KBWZpbmFsGGUgASgIImUKDENvbnNvbGVIZWxsbxITCgtvcGVyYXRvcl9pZBhkIAEoCRIQCghyZWFkb25seRhlIAEoCBIWCg5kYWVtb25fdmVyc2lvbhhmIAEoCRIWCg5kYWVtb25fdGltZV9ucxhnIAEoAyK/AQoOQ29uc29sZVJlcXVlc3QSFgoOY29ycmVsYXRpb25faWQYZCABKAkSLAoEbGlzdBhlIAEoCzIcLnNoYWNrbGUuc3AxLkxpc3RIaXRsUmVxdWVzdEgAEioKA2dldBhmIAEoCzIbLnNoYWNrbGUuc3AxLkdldEhpdGxSZXF1ZXN0SAASMAoGYW5zd2VyGGcgASgLMh4uc2hhY2tsZS5zcDEuQW5zd2VySGl0bFJlcXVlc3RIAEIJCgdyZXF1ZXN0IosCCgxDb25zb2xlRXZlbnQSFgoOY29ycmVsYXRpb25faWQYZCABKAkSKgoFaGVsbG8YZSABKAsyGS5zaGFja2xlLnNwMS5Db25zb2xlSGVsbG9IABItCgRsaXN0GGYgASgLMh0uc2hhY2tsZS5zcDEuTGlzdEhpdGxSZXNwb25zZUgAEi8KB3JlcXVlc3QYZyABKAsyHC5zaGFja2xlLnNwMS5IaXRsUmVxdWVzdFZpZXdIABIpCgZ1cGRhdGUYaCABKAsyFy5zaGFja2xlLnNwMS5IaXRsVXBkYXRlSAASIwoFZXJyb3IYaSABKAsyEi5zaGFja2xlLnNwMS5FcnJvckgAQgcKBWV2ZW50KogCCglFcnJvckNvZGUSGgoWRVJST1JfQ09ERV9VTlNQRUNJRklFRBAAEh0KGVBST1RPQ09MX1ZFUlNJT05fTUlTTUFUQ0gQARIVChFTRVNTSU9OX05PVF9GT1VORBACEhkKFUFVVEhFTlRJQ0FUSU9OX0ZBSUxFRBADEhAKDFJBVEVfTElNSVRFRBAEEhUKEU1FU1NBR0VfVE9PX0xBUkdFEAUSFgoSREFFTU9OX1VOQVZBSUxBQkxFEAYSHwobT1JHQU5JWkFUSU9OX1FVT1RBX0VYQ0VFREVEEAcSFwoTUEFSRU5UX0dVQVJEX0RFTklFRBAIEhMKD0lOVkFMSURfTUVTU0FHRRBkKkEKB1ZlcmRpY3QSFwoTVkVSRElDVF9VTlNQRUNJRklFRBAAEgkKBUFMTE9XEAESCAoEREVOWRACEggKBEhJVEwQAyrrBAoKRGVueVJlYXNvbhIICgROT05FEAASEAoMQ0lSQ1VJVF9PUEVOEAESFAoQQlVER0VUX0VYSEFVU1RFRBACEhIKDkJVREdFVF9PVkVSUlVOEAMSFwoTTUFYX1JFUEVBVF9FWENFRURFRBAEEhMKD01BTEZPUk1FRF9JTlBVVBAFEhMKD0RVUExJQ0FURV9OT05DRRAGEh4KGkRVUExJQ0FURV9SRVNVTUVfTk9fRUZGRUNUEAcSDwoLSElUTF9SRUpFQ1QQCBIcChhISVRMX1NVUEVSU0VERURfT1JJR0lOQUwQCRIbChdISVRMX1RFUk1JTkFMX05PX0VGRkVDVBAKEhcKE0hJVExfTk9OQ0VfTUlTTUFUQ0gQCxIYChRISVRMX0RJR0VTVF9NSVNNQVRDSBAMEh4KGkhJVExfVU5CT1VORF9BVVRIT1JJWkFUSU9OEA0SGQoVSElUTF9VTktOT1dOX0RFQ0lTSU9OEA4SFwoTSElUTF9ERUZFUl9FU0NBTEFURRAPEhIKDkhJVExfQUxMX0NBTExTEBASFAoQQlVER0VUX1RIUkVTSE9MRBAREhIKDk9QQVFVRV9DT05URVhUEBISCQoFT1RIRVIQYxITCg9XSU5ET1dfRVhDRUVERUQQZBIQCgxHTE9CQUxfTElNSVQQZRILCgdUSU1FT1VUEGYSGgoWRVJST1JfQU1QTElGSUVEX1JFUEVBVBBnEhYKElBST0JBQklMSVNUSUNfREVOWRBoEhYKEkhJVExfVE9PTF9NSVNNQVRDSBBpEhgKFFBBUkFNU19IQVNIX01JU01BVENIEGoqQgoNU2Vzc2lvblN0YXR1cxIKCgZBQ1RJVkUQABIKCgZQQVVTRUQQARIOCgpURVJNSU5BVEVEEAISCQoFU1RBTEUQAypDCgtCdWRnZXRTY29wZRIPCgtQRVJfU0VTU0lPThAAEg0KCVBFUl9BR0VOVBABEhQKEFBFUl9PUkdBTklaQVRJT04QAipbCghIaXRsTW9kZRIOCgpISVRMX05FVkVSEAASEAoMSElUTF9PTl9ERU5ZEAESHAoYSElUTF9PTl9CVURHRVRfVEhSRVNIT0xEEAISDwoLSElUTF9BTFdBWVMQAypyCgpIaXRsU3RhdHVzEhsKF0hJVExfU1RBVFVTX1VOU1BFQ0lGSUVEEAASEAoMSElUTF9QRU5ESU5HEGQSEAoMSElUTF9ERUNJREVEEGUSEQoNSElUTF9DT05TVU1FRBBmEhAKDEhJVExfRVhQSVJFRBBnKrUBChBIaXRsRGVjaXNpb25LaW5kEh0KGUhJVExfREVDSVNJT05fVU5TUEVDSUZJRUQQABIZChVISVRMX0RFQ0lTSU9OX0FQUFJPVkUQZBIYChRISVRMX0RFQ0lTSU9OX1JFSkVDVBBlEhgKFEhJVExfREVDSVNJT05fTU9ESUZZEGYSFwoTSElUTF9ERUNJU0lPTl9ERUZFUhBnEhoKFkhJVExfREVDSVNJT05fRVNDQUxBVEUQaDK9AwoNU2hhY2tsZURhZW1vbhJHCghSZWdpc3RlchIcLnNoYWNrbGUuc3AxLlJlZ2lzdGVyUmVxdWVzdBodLnNoYWNrbGUuc3AxLlJlZ2lzdGVyUmVzcG9uc2USRAoHUHJlRXhlYxIbLnNoYWNrbGUuc3AxLlByZUV4ZWNSZXF1ZXN0Ghwuc2hhY2tsZS5zcDEuUHJlRXhlY1Jlc3BvbnNlEkUKCFBvc3RFeGVjEiEuc2hhY2tsZS5zcDEuUG9zdEV4ZWNOb3RpZmljYXRpb24aFi5nb29nbGUucHJvdG9idWYuRW1wdHkSPgoJSGVhcnRiZWF0EhYuc2hhY2tsZS5zcDEuSGVhcnRiZWF0Ghkuc2hhY2tsZS5zcDEuSGVhcnRiZWF0QWNrElEKD0dldFNlc3Npb25TdGF0ZRIjLnNoYWNrbGUuc3AxLkdldFNlc3Npb25TdGF0ZVJlcXVlc3QaGS5zaGFja2xlLnNwMS5TZXNzaW9uU3RhdGUSQwoIV2FpdEhpdGwSHC5zaGFja2xlLnNwMS5XYWl0SGl0bFJlcXVlc3QaFy5zaGFja2xlLnNwMS5IaXRsVXBkYXRlMAFiBnByb3RvMw", [file_google_protobuf_empty]);
 
 /**
  * §4.1. Every message on the Unix socket is one Envelope.
@@ -200,6 +200,24 @@ export type Envelope = Message<"shackle.sp1.Envelope"> & {
      */
     value: SessionState;
     case: "sessionState";
+  } | {
+    /**
+     * Leash addition: a paused agent's long poll for its HITL request's outcome (the socket's
+     * WaitHitl). Answered with one hitl_update once the request is decided or expired (or with an
+     * Error); the client's own timeout, the request's expiry, bounds the wait.
+     *
+     * @generated from field: shackle.sp1.WaitHitlRequest wait_hitl = 103;
+     */
+    value: WaitHitlRequest;
+    case: "waitHitl";
+  } | {
+    /**
+     * Leash addition: the answer to wait_hitl (always final on the socket).
+     *
+     * @generated from field: shackle.sp1.HitlUpdate hitl_update = 104;
+     */
+    value: HitlUpdate;
+    case: "hitlUpdate";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -506,6 +524,21 @@ export type PreExecResponse = Message<"shackle.sp1.PreExecResponse"> & {
    * @generated from field: string entry_hash = 104;
    */
   entryHash: string;
+
+  /**
+   * Leash addition: with verdict HITL, the request a human answers (wait for it with WaitHitl).
+   *
+   * @generated from field: string hitl_request_id = 105;
+   */
+  hitlRequestId: string;
+
+  /**
+   * Leash addition: with verdict HITL, when that request expires into a DENY (hitl_timeout), daemon
+   * clock, nanoseconds since the Unix epoch.
+   *
+   * @generated from field: int64 hitl_expires_ns = 106;
+   */
+  hitlExpiresNs: bigint;
 };
 
 /**
@@ -1152,6 +1185,520 @@ export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
   messageDesc(file_shackle_sp1_shackle, 12);
 
 /**
+ * The session's budget when the request was shown: exact decimals, empty without a budget.
+ *
+ * @generated from message shackle.sp1.HitlBudget
+ */
+export type HitlBudget = Message<"shackle.sp1.HitlBudget"> & {
+  /**
+   * @generated from field: string limit_usd_decimal = 100;
+   */
+  limitUsdDecimal: string;
+
+  /**
+   * @generated from field: string remaining_usd_decimal = 101;
+   */
+  remainingUsdDecimal: string;
+
+  /**
+   * @generated from field: string spent_usd_decimal = 102;
+   */
+  spentUsdDecimal: string;
+};
+
+/**
+ * Describes the message shackle.sp1.HitlBudget.
+ * Use `create(HitlBudgetSchema)` to create a new message.
+ */
+export const HitlBudgetSchema: GenMessage<HitlBudget> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 13);
+
+/**
+ * One recent verdict of the request's session, as the daemon answered it (for the console).
+ *
+ * @generated from message shackle.sp1.HitlVerdictSummary
+ */
+export type HitlVerdictSummary = Message<"shackle.sp1.HitlVerdictSummary"> & {
+  /**
+   * @generated from field: uint64 call_number = 100;
+   */
+  callNumber: bigint;
+
+  /**
+   * @generated from field: string tool_name = 101;
+   */
+  toolName: string;
+
+  /**
+   * @generated from field: shackle.sp1.Verdict verdict = 102;
+   */
+  verdict: Verdict;
+
+  /**
+   * @generated from field: string reason = 103;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string budget_remaining_usd_decimal = 104;
+   */
+  budgetRemainingUsdDecimal: string;
+
+  /**
+   * @generated from field: int64 at_ns = 105;
+   */
+  atNs: bigint;
+};
+
+/**
+ * Describes the message shackle.sp1.HitlVerdictSummary.
+ * Use `create(HitlVerdictSummarySchema)` to create a new message.
+ */
+export const HitlVerdictSummarySchema: GenMessage<HitlVerdictSummary> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 14);
+
+/**
+ * A HITL request as an operator (or the waiting agent) sees it.
+ *
+ * @generated from message shackle.sp1.HitlRequestView
+ */
+export type HitlRequestView = Message<"shackle.sp1.HitlRequestView"> & {
+  /**
+   * @generated from field: string request_id = 100;
+   */
+  requestId: string;
+
+  /**
+   * @generated from field: string session_id = 101;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string agent_id = 102;
+   */
+  agentId: string;
+
+  /**
+   * @generated from field: string organization_id = 103;
+   */
+  organizationId: string;
+
+  /**
+   * @generated from field: uint64 call_number = 104;
+   */
+  callNumber: bigint;
+
+  /**
+   * @generated from field: string tool_name = 105;
+   */
+  toolName: string;
+
+  /**
+   * The paused call's nonce as the engine recorded it (decimal text of PreExecRequest.nonce).
+   *
+   * @generated from field: string nonce = 106;
+   */
+  nonce: string;
+
+  /**
+   * The paused call's params as canonical JSON (spec §3.6 canonical_hash input); empty if unknown.
+   *
+   * @generated from field: string params_json = 107;
+   */
+  paramsJson: string;
+
+  /**
+   * canonical_hash(params), 64 lowercase hex.
+   *
+   * @generated from field: string args_digest = 108;
+   */
+  argsDigest: string;
+
+  /**
+   * The §3.5 reason that asked for a human (e.g. "hitl_all_calls").
+   *
+   * @generated from field: string reason = 109;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: shackle.sp1.HitlBudget budget = 110;
+   */
+  budget?: HitlBudget | undefined;
+
+  /**
+   * The guard config in force (its identity: the policy a daemon applies to the agent).
+   *
+   * @generated from field: string policy = 111;
+   */
+  policy: string;
+
+  /**
+   * @generated from field: int64 created_ns = 112;
+   */
+  createdNs: bigint;
+
+  /**
+   * @generated from field: int64 expires_ns = 113;
+   */
+  expiresNs: bigint;
+
+  /**
+   * @generated from field: shackle.sp1.HitlStatus status = 114;
+   */
+  status: HitlStatus;
+
+  /**
+   * @generated from field: shackle.sp1.HitlDecisionKind decision = 115;
+   */
+  decision: HitlDecisionKind;
+
+  /**
+   * Who answered: the console token's identity, never a name typed in the page.
+   *
+   * @generated from field: string operator_id = 116;
+   */
+  operatorId: string;
+
+  /**
+   * @generated from field: string comment = 117;
+   */
+  comment: string;
+
+  /**
+   * @generated from field: int64 decided_ns = 118;
+   */
+  decidedNs: bigint;
+
+  /**
+   * With MODIFY: the call the operator allows instead — its nonce, params and their digest. The
+   * agent re-dispatches exactly that call.
+   *
+   * @generated from field: string successor_nonce = 119;
+   */
+  successorNonce: string;
+
+  /**
+   * @generated from field: string successor_params_json = 120;
+   */
+  successorParamsJson: string;
+
+  /**
+   * @generated from field: string successor_args_digest = 121;
+   */
+  successorArgsDigest: string;
+
+  /**
+   * The session's latest verdicts, newest last.
+   *
+   * @generated from field: repeated shackle.sp1.HitlVerdictSummary recent_verdicts = 122;
+   */
+  recentVerdicts: HitlVerdictSummary[];
+};
+
+/**
+ * Describes the message shackle.sp1.HitlRequestView.
+ * Use `create(HitlRequestViewSchema)` to create a new message.
+ */
+export const HitlRequestViewSchema: GenMessage<HitlRequestView> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 15);
+
+/**
+ * An operator's answer to one request.
+ *
+ * @generated from message shackle.sp1.HitlDecision
+ */
+export type HitlDecision = Message<"shackle.sp1.HitlDecision"> & {
+  /**
+   * @generated from field: shackle.sp1.HitlDecisionKind kind = 100;
+   */
+  kind: HitlDecisionKind;
+
+  /**
+   * With MODIFY: the edited params, a JSON object.
+   *
+   * @generated from field: string params_json = 101;
+   */
+  paramsJson: string;
+
+  /**
+   * @generated from field: string comment = 102;
+   */
+  comment: string;
+};
+
+/**
+ * Describes the message shackle.sp1.HitlDecision.
+ * Use `create(HitlDecisionSchema)` to create a new message.
+ */
+export const HitlDecisionSchema: GenMessage<HitlDecision> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 16);
+
+/**
+ * @generated from message shackle.sp1.ListHitlRequest
+ */
+export type ListHitlRequest = Message<"shackle.sp1.ListHitlRequest"> & {
+  /**
+   * Empty: every session.
+   *
+   * @generated from field: string session_id = 100;
+   */
+  sessionId: string;
+
+  /**
+   * UNSPECIFIED: every status.
+   *
+   * @generated from field: shackle.sp1.HitlStatus status = 101;
+   */
+  status: HitlStatus;
+};
+
+/**
+ * Describes the message shackle.sp1.ListHitlRequest.
+ * Use `create(ListHitlRequestSchema)` to create a new message.
+ */
+export const ListHitlRequestSchema: GenMessage<ListHitlRequest> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 17);
+
+/**
+ * @generated from message shackle.sp1.ListHitlResponse
+ */
+export type ListHitlResponse = Message<"shackle.sp1.ListHitlResponse"> & {
+  /**
+   * @generated from field: repeated shackle.sp1.HitlRequestView requests = 100;
+   */
+  requests: HitlRequestView[];
+};
+
+/**
+ * Describes the message shackle.sp1.ListHitlResponse.
+ * Use `create(ListHitlResponseSchema)` to create a new message.
+ */
+export const ListHitlResponseSchema: GenMessage<ListHitlResponse> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 18);
+
+/**
+ * @generated from message shackle.sp1.GetHitlRequest
+ */
+export type GetHitlRequest = Message<"shackle.sp1.GetHitlRequest"> & {
+  /**
+   * @generated from field: string request_id = 100;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message shackle.sp1.GetHitlRequest.
+ * Use `create(GetHitlRequestSchema)` to create a new message.
+ */
+export const GetHitlRequestSchema: GenMessage<GetHitlRequest> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 19);
+
+/**
+ * @generated from message shackle.sp1.AnswerHitlRequest
+ */
+export type AnswerHitlRequest = Message<"shackle.sp1.AnswerHitlRequest"> & {
+  /**
+   * @generated from field: string request_id = 100;
+   */
+  requestId: string;
+
+  /**
+   * @generated from field: shackle.sp1.HitlDecision decision = 101;
+   */
+  decision?: HitlDecision | undefined;
+};
+
+/**
+ * Describes the message shackle.sp1.AnswerHitlRequest.
+ * Use `create(AnswerHitlRequestSchema)` to create a new message.
+ */
+export const AnswerHitlRequestSchema: GenMessage<AnswerHitlRequest> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 20);
+
+/**
+ * The waiting agent names its request and the session it belongs to.
+ *
+ * @generated from message shackle.sp1.WaitHitlRequest
+ */
+export type WaitHitlRequest = Message<"shackle.sp1.WaitHitlRequest"> & {
+  /**
+   * @generated from field: string request_id = 100;
+   */
+  requestId: string;
+
+  /**
+   * @generated from field: string session_id = 101;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message shackle.sp1.WaitHitlRequest.
+ * Use `create(WaitHitlRequestSchema)` to create a new message.
+ */
+export const WaitHitlRequestSchema: GenMessage<WaitHitlRequest> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 21);
+
+/**
+ * A request's state. final: it will not change for the waiting agent any more (decided, consumed or
+ * expired).
+ *
+ * @generated from message shackle.sp1.HitlUpdate
+ */
+export type HitlUpdate = Message<"shackle.sp1.HitlUpdate"> & {
+  /**
+   * @generated from field: shackle.sp1.HitlRequestView request = 100;
+   */
+  request?: HitlRequestView | undefined;
+
+  /**
+   * @generated from field: bool final = 101;
+   */
+  final: boolean;
+};
+
+/**
+ * Describes the message shackle.sp1.HitlUpdate.
+ * Use `create(HitlUpdateSchema)` to create a new message.
+ */
+export const HitlUpdateSchema: GenMessage<HitlUpdate> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 22);
+
+/**
+ * The console's first message after an authenticated upgrade: who the token says the operator is.
+ *
+ * @generated from message shackle.sp1.ConsoleHello
+ */
+export type ConsoleHello = Message<"shackle.sp1.ConsoleHello"> & {
+  /**
+   * @generated from field: string operator_id = 100;
+   */
+  operatorId: string;
+
+  /**
+   * @generated from field: bool readonly = 101;
+   */
+  readonly: boolean;
+
+  /**
+   * @generated from field: string daemon_version = 102;
+   */
+  daemonVersion: string;
+
+  /**
+   * @generated from field: int64 daemon_time_ns = 103;
+   */
+  daemonTimeNs: bigint;
+};
+
+/**
+ * Describes the message shackle.sp1.ConsoleHello.
+ * Use `create(ConsoleHelloSchema)` to create a new message.
+ */
+export const ConsoleHelloSchema: GenMessage<ConsoleHello> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 23);
+
+/**
+ * Console → daemon, one per WebSocket text frame (JSON form of this message).
+ *
+ * @generated from message shackle.sp1.ConsoleRequest
+ */
+export type ConsoleRequest = Message<"shackle.sp1.ConsoleRequest"> & {
+  /**
+   * Echoed on the answer, so a console can pair them.
+   *
+   * @generated from field: string correlation_id = 100;
+   */
+  correlationId: string;
+
+  /**
+   * @generated from oneof shackle.sp1.ConsoleRequest.request
+   */
+  request: {
+    /**
+     * @generated from field: shackle.sp1.ListHitlRequest list = 101;
+     */
+    value: ListHitlRequest;
+    case: "list";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.GetHitlRequest get = 102;
+     */
+    value: GetHitlRequest;
+    case: "get";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.AnswerHitlRequest answer = 103;
+     */
+    value: AnswerHitlRequest;
+    case: "answer";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message shackle.sp1.ConsoleRequest.
+ * Use `create(ConsoleRequestSchema)` to create a new message.
+ */
+export const ConsoleRequestSchema: GenMessage<ConsoleRequest> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 24);
+
+/**
+ * Daemon → console, one per WebSocket text frame. Answers carry the request's correlation_id;
+ * live updates (a new request, an answer by anyone, an expiry) carry none.
+ *
+ * @generated from message shackle.sp1.ConsoleEvent
+ */
+export type ConsoleEvent = Message<"shackle.sp1.ConsoleEvent"> & {
+  /**
+   * @generated from field: string correlation_id = 100;
+   */
+  correlationId: string;
+
+  /**
+   * @generated from oneof shackle.sp1.ConsoleEvent.event
+   */
+  event: {
+    /**
+     * @generated from field: shackle.sp1.ConsoleHello hello = 101;
+     */
+    value: ConsoleHello;
+    case: "hello";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.ListHitlResponse list = 102;
+     */
+    value: ListHitlResponse;
+    case: "list";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.HitlRequestView request = 103;
+     */
+    value: HitlRequestView;
+    case: "request";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.HitlUpdate update = 104;
+     */
+    value: HitlUpdate;
+    case: "update";
+  } | {
+    /**
+     * @generated from field: shackle.sp1.Error error = 105;
+     */
+    value: Error;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message shackle.sp1.ConsoleEvent.
+ * Use `create(ConsoleEventSchema)` to create a new message.
+ */
+export const ConsoleEventSchema: GenMessage<ConsoleEvent> = /*@__PURE__*/
+  messageDesc(file_shackle_sp1_shackle, 25);
+
+/**
  * Appendix B, in the table's order; the names are the spec's codes. The spec gives no numbers;
  * Leash's start at 1 (0 is "not set") and its own codes at 100.
  *
@@ -1557,6 +2104,90 @@ export const HitlModeSchema: GenEnum<HitlMode> = /*@__PURE__*/
   enumDesc(file_shackle_sp1_shackle, 5);
 
 /**
+ * Where a HITL request is. PENDING until a human answers or it expires; DECIDED once answered;
+ * CONSUMED once its approval was spent by the released call.
+ *
+ * @generated from enum shackle.sp1.HitlStatus
+ */
+export enum HitlStatus {
+  /**
+   * A filter of "any status".
+   *
+   * @generated from enum value: HITL_STATUS_UNSPECIFIED = 0;
+   */
+  HITL_STATUS_UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: HITL_PENDING = 100;
+   */
+  HITL_PENDING = 100,
+
+  /**
+   * @generated from enum value: HITL_DECIDED = 101;
+   */
+  HITL_DECIDED = 101,
+
+  /**
+   * @generated from enum value: HITL_CONSUMED = 102;
+   */
+  HITL_CONSUMED = 102,
+
+  /**
+   * @generated from enum value: HITL_EXPIRED = 103;
+   */
+  HITL_EXPIRED = 103,
+}
+
+/**
+ * Describes the enum shackle.sp1.HitlStatus.
+ */
+export const HitlStatusSchema: GenEnum<HitlStatus> = /*@__PURE__*/
+  enumDesc(file_shackle_sp1_shackle, 6);
+
+/**
+ * A human's answer (§3.6). UNSPECIFIED is never a valid answer.
+ *
+ * @generated from enum shackle.sp1.HitlDecisionKind
+ */
+export enum HitlDecisionKind {
+  /**
+   * @generated from enum value: HITL_DECISION_UNSPECIFIED = 0;
+   */
+  HITL_DECISION_UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: HITL_DECISION_APPROVE = 100;
+   */
+  HITL_DECISION_APPROVE = 100,
+
+  /**
+   * @generated from enum value: HITL_DECISION_REJECT = 101;
+   */
+  HITL_DECISION_REJECT = 101,
+
+  /**
+   * @generated from enum value: HITL_DECISION_MODIFY = 102;
+   */
+  HITL_DECISION_MODIFY = 102,
+
+  /**
+   * @generated from enum value: HITL_DECISION_DEFER = 103;
+   */
+  HITL_DECISION_DEFER = 103,
+
+  /**
+   * @generated from enum value: HITL_DECISION_ESCALATE = 104;
+   */
+  HITL_DECISION_ESCALATE = 104,
+}
+
+/**
+ * Describes the enum shackle.sp1.HitlDecisionKind.
+ */
+export const HitlDecisionKindSchema: GenEnum<HitlDecisionKind> = /*@__PURE__*/
+  enumDesc(file_shackle_sp1_shackle, 7);
+
+/**
  * §4.6, under the spec's name. PostExec answers Empty on success (gRPC needs an answer), a gRPC
  * status otherwise.
  *
@@ -1604,6 +2235,18 @@ export const ShackleDaemon: GenService<{
     methodKind: "unary";
     input: typeof GetSessionStateRequestSchema;
     output: typeof SessionStateSchema;
+  },
+  /**
+   * Leash addition: a paused agent waits for its HITL request's outcome. The daemon sends the
+   * request's current view at once, then one more when it is decided or expires (final = true), and
+   * ends the stream. Only the session's own organization may wait on it; nobody answers here.
+   *
+   * @generated from rpc shackle.sp1.ShackleDaemon.WaitHitl
+   */
+  waitHitl: {
+    methodKind: "server_streaming";
+    input: typeof WaitHitlRequestSchema;
+    output: typeof HitlUpdateSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_shackle_sp1_shackle, 0);

@@ -1,0 +1,108 @@
+// `leash console token add` and `leash serve`'s console flags: minting a token (printed once, stored hashed)
+// and every refused combination, each a one-line error before anything starts.
+import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { expectOneLineError, leash, scratchDir } from "./helpers.js";
+
+const scratch = scratchDir();
+afterAll(() => scratch.cleanup());
+const hmac = scratch.write("acme.hmac", randomBytes(32).toString("hex"));
+const config = scratch.write(
+  "daemon.yaml",
+  `organizations:\n  acme:\n    hmac_keys: { k1: { file: ${hmac} } }\n`,
+);
+
+describe("leash console token add", () => {
+  it("prints a new token once and stores only its SHA-256 with the operator", async () => {
+    const file = join(scratch.dir, "tokens.json");
+    const r = await leash(["console", "token", "add", "--file", file, "--operator", "alice"]);
+    expect(r.code).toBe(0);
+    const token = r.stdout.trim();
+    expect(token).toMatch(/^lct_[A-Za-z0-9_-]{40,}$/);
+    const stored = JSON.parse(readFileSync(file, "utf8"));
+    expect(stored).toEqual({
+      tokens: [
+        { sha256: createHash("sha256").update(token).digest("hex"), operator: "alice", readonly: false },
+      ],
+    });
+    const ro = await leash([
+      "console",
+      "token",
+      "add",
+      "--file",
+      file,
+      "--operator",
+      "auditor",
+      "--readonly",
+    ]);
+    expect(ro.code).toBe(0);
+    expect(JSON.parse(readFileSync(file, "utf8")).tokens[1]).toMatchObject({
+      operator: "auditor",
+      readonly: true,
+    });
+  });
+
+  it("refuses a missing operator or file and a name the file cannot hold, changing nothing", async () => {
+    const file = join(scratch.dir, "other.json");
+    const noOp = await leash(["console", "token", "add", "--file", file]);
+    expect(noOp.code).toBe(2);
+    expectOneLineError(noOp.stderr);
+    const noFile = await leash(["console", "token", "add", "--operator", "a"]);
+    expect(noFile.code).toBe(2);
+    const badName = await leash(["console", "token", "add", "--file", file, "--operator", "two words"]);
+    expect(badName.code).toBe(2);
+    expectOneLineError(badName.stderr);
+    expect(() => readFileSync(file)).toThrow();
+  });
+});
+
+describe("leash serve --console", () => {
+  const serve = (...extra: string[]) =>
+    leash(["serve", "--config", config, "--store", "memory:", "--ephemeral-key", ...extra]);
+
+  it("needs both flags, a HOST:PORT and a readable tokens file", async () => {
+    const noTokens = await serve("--console", "127.0.0.1:0");
+    expect(noTokens.code).toBe(2);
+    expect(noTokens.stderr).toContain("--console needs --console-tokens FILE");
+    const noConsole = await serve("--console-tokens", "x.json");
+    expect(noConsole.code).toBe(2);
+    expect(noConsole.stderr).toContain("--console-tokens needs --console HOST:PORT");
+    const badAddress = await serve("--console", "8788", "--console-tokens", "x.json");
+    expect(badAddress.code).toBe(2);
+    expect(badAddress.stderr).toContain("--console wants HOST:PORT");
+    const missing = await serve(
+      "--console",
+      "127.0.0.1:0",
+      "--console-tokens",
+      join(scratch.dir, "absent.json"),
+    );
+    expect(missing.code).toBe(2);
+    expectOneLineError(missing.stderr);
+    expect(missing.stderr).toContain("ENOENT");
+    const broken = scratch.write("broken.json", JSON.stringify({ tokens: [{ sha256: "x", operator: "a" }] }));
+    const bad = await serve("--console", "127.0.0.1:0", "--console-tokens", broken);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("sha256 must be 64 lowercase hex");
+    const empty = scratch.write("empty.json", JSON.stringify({ tokens: [] }));
+    expect((await serve("--console", "127.0.0.1:0", "--console-tokens", empty)).stderr).toContain(
+      "holds no tokens",
+    );
+  });
+
+  it("refuses a --hitl-timeout that is not seconds > 0", async () => {
+    for (const value of ["0", "-5", "soon"]) {
+      const r = await serve("--hitl-timeout", value);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain("--hitl-timeout wants seconds > 0");
+    }
+  });
+
+  it("--help names the console flags", async () => {
+    const r = await leash(["serve", "--help"]);
+    expect(r.stdout).toContain("--console <host:port>");
+    expect(r.stdout).toContain("--console-tokens <file>");
+    expect(r.stdout).toContain("--hitl-timeout <seconds>");
+  });
+});
