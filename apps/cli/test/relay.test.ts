@@ -249,7 +249,7 @@ describe.each(STORE_KINDS)("leash relay on %s", (kind) => {
     }
   });
 
-  it("a new HITL request reaches the webhook as a hitl_request entry: request id, tool, digest and expiry, no params", async () => {
+  it("a new HITL request reaches the webhook as a hitl_request entry: request id, tool, digest and expiry, not the params", async () => {
     const created = await L(["session", "create", "--agent", "bot", "--hitl", "always"], KEY_ENV);
     const session = JSON.parse(created.stdout).session_id;
     const paused = await L(
@@ -283,8 +283,11 @@ describe.each(STORE_KINDS)("leash relay on %s", (kind) => {
         reason: "hitl_all_calls",
       });
       expect(typeof announced[0].data.expires_ns).toBe("string"); // epoch ns, exact, as text
-      // A chat channel is told a request waits; the params stay in the store (`leash hitl show`).
-      expect(JSON.stringify(bodies)).not.toContain("secret");
+      // The announcement a chat channel posts names the request, not its params (`leash hitl show` has
+      // them); the decision entry itself records the call's params, the input replay re-decides from.
+      expect(JSON.stringify(announced[0])).not.toContain("secret");
+      const decision = bodies.find((b) => b.kind === "decision" && b.data.verdict === "HITL");
+      expect(decision?.data.params_json).toBe('{"iban":"DE00 secret"}');
     } finally {
       await hook.close();
     }

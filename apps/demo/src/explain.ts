@@ -105,7 +105,13 @@ const KINDS: Readonly<Record<string, readonly [one: string, many: string, long: 
     "a session registered, with its guard config",
   ],
   post_exec: ["settled cost", "settled costs", "a settled cost: the tool ran and reported what it spent"],
+  hitl_request: [
+    "request for a human",
+    "requests for a human",
+    "a paused call's request, announced to operators (relay, console)",
+  ],
   hitl_decision: ["human answer", "human answers", "a human's answer to a paused call"],
+  hitl_expired: ["expired request", "expired requests", "a request for a human that nobody answered in time"],
   reservation_expired: [
     "expired hold",
     "expired holds",

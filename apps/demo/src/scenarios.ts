@@ -105,6 +105,9 @@ export async function humanInTheLoop(engine: Engine, narrator: Narrator): Promis
         estimate: 0.2,
         nonce: () => nonce,
         onDecision: (r) => (decided = r),
+        // The scene shows the pause, then the human's answer, then the agent sending the call again;
+        // a real agent would let guard() wait for the answer instead.
+        wait: false,
       },
       async (_args: { doc: string }) => {
         ran = true;

@@ -44,6 +44,7 @@ describe("pnpm demo", () => {
     expect(output).toMatch(/approved by alice\s+ALLOW\s+hitl_transition:approve/);
     expect(output).toMatch(/memo 3 \(\$0\.25\)\s+DENY\s+budget_overrun/);
     expect(output).toMatch(/same nonce again\s+DENY\s+policy_violation:duplicate_nonce/);
+    expect(output).toMatch(/summary 5 again \(replayed\)\s+DENY\s+policy_violation:duplicate_resume_no_effect/);
     expect(output).toMatch(/chain verified: \d+ signed entries/);
     expect(output).toMatch(/receipts: (\d+) of \1 verified offline/);
     expect(output).toMatch(/fails verification at seq \d+: edited/);
@@ -67,7 +68,9 @@ describe("pnpm demo", () => {
     expect(output).toMatch(/budget_overrun.*\n\s+↳ the call's estimated cost is more than what is left/);
     const [, decisions, entries] = /(\d+) decisions make (\d+) entries because/.exec(output) ?? [];
     expect(Number(entries)).toBeGreaterThan(Number(decisions));
-    expect(output).toMatch(/: 17 verdicts, 4 session registrations, 11 settled costs, 1 human answer\./);
+    expect(output).toMatch(
+      /: 17 verdicts, 4 session registrations, 11 settled costs, 1 request for a human, 1 human answer\./,
+    );
     expect(output).toMatch(/What to try next[\s\S]*pnpm leash tail --follow/);
     expect(output).toContain(`Report (one HTML file, works offline): ${report}`);
   });
@@ -94,7 +97,7 @@ describe("the demo's HTML report", () => {
     await page.goto(pathToFileURL(report).href);
 
     await expect(page.title()).resolves.toBe("Leash demo report");
-    expect(await page.locator("#chain-result").textContent()).toMatch(/^✓ Chain verified: 33 signed entries/);
+    expect(await page.locator("#chain-result").textContent()).toMatch(/^✓ Chain verified: 34 signed entries/);
     expect(await page.locator("#tampered").textContent()).toMatch(
       /fails verification at entry \d+: edited\. Editing the log afterwards is detected\./,
     );
@@ -119,7 +122,9 @@ describe("the demo's HTML report", () => {
     const rules = await page
       .locator("table.verdicts tbody tr")
       .evaluateAll((rows) => rows.map((r) => [r.getAttribute("data-reason"), r.children[2]?.textContent]));
-    expect(rules).toContainEqual(["policy_violation:duplicate_nonce", "2"]);
+    // The replayed payment, and the approved summary sent a second time (a used approval, §3.6).
+    expect(rules).toContainEqual(["policy_violation:duplicate_nonce", "1"]);
+    expect(rules).toContainEqual(["policy_violation:duplicate_resume_no_effect", "1"]);
     expect(rules).toContainEqual(["within_thresholds", "11"]);
     expect(requested).toEqual([]);
 

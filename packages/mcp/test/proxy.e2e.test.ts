@@ -238,6 +238,34 @@ describe("leash mcp (through the built CLI)", () => {
   );
 
   it(
+    "without elicitation waits for an operator: approved from another process, the call runs in the same tools/call",
+    async () => {
+      const { ws, store, client } = await setup("guard: { hitl_mode: always }\n", {
+        upstream: ["--hitl-timeout", "60", "--", process.execPath, TEST_SERVER],
+      });
+      const operator = createEngine({ substrate: await store.another(), signer: ws.signer });
+      const answered = (async () => {
+        for (;;) {
+          const [pending] = await operator.listHitl({ status: "pending" });
+          if (pending !== undefined) {
+            expect(ws.calls()).toEqual([]); // the upstream has not seen the paused call
+            return operator.answerHitl(pending.request_id, { decision: "approve", operatorId: "ops:alice" });
+          }
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      })();
+      const result = await client.callTool({ name: "echo", arguments: { text: "needs a human" } });
+      await answered;
+      expect(result.isError).not.toBe(true);
+      expect(firstText(result)).toBe("echo: needs a human");
+      expect(ws.calls().map((c) => c.args)).toEqual([{ text: "needs a human" }]);
+      const decisions = (await entries(store)).filter((e) => e.kind === "decision");
+      expect(decisions.map((e) => e.data.reason)).toEqual(["hitl_all_calls", "hitl_transition:approve"]);
+    },
+    TIMEOUT,
+  );
+
+  it(
     "gives the client an error, not a hang, when the server crashes, and then exits",
     async () => {
       const { ws, proxy, client } = await setup("guard: {}\n");

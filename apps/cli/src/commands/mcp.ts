@@ -288,7 +288,7 @@ export function registerMcp(program: Command, io: Io, setExit: (code: number) =>
       )
       .option(
         "--hitl-timeout <seconds>",
-        "how long a human has to answer a HITL call (elicitation) (default: 900)",
+        "how long a HITL call waits for a human (elicitation, or an operator in library mode) (default: 900)",
         positiveNumber,
       ),
   )
