@@ -3,22 +3,31 @@
 import type { HitlRequestView, HitlStatus, HumanDecision } from "@leash/engine";
 import { type Command, Option } from "commander";
 import { nonEmpty } from "../args.js";
+import {
+  answerQuery,
+  askConsole,
+  type ConsoleFlags,
+  getQuery,
+  listQuery,
+  viewOf,
+  viewsOf,
+} from "../console-client.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, type Io, parseJsonKeepingText, readSource } from "../io.js";
 import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 
-interface ListOptions extends StoreOptions, KeyOptions {
+interface ListOptions extends StoreOptions, KeyOptions, ConsoleFlags {
   readonly session?: string;
   readonly status?: HitlStatus;
   readonly json?: boolean;
 }
 
-interface ShowOptions extends StoreOptions {
+interface ShowOptions extends StoreOptions, ConsoleFlags {
   readonly json?: boolean;
 }
 
-interface AnswerOptions extends StoreOptions, KeyOptions {
-  readonly operator: string;
+interface AnswerOptions extends StoreOptions, KeyOptions, ConsoleFlags {
+  readonly operator?: string;
   readonly comment?: string;
   readonly params?: string;
 }
@@ -127,7 +136,7 @@ function listLine(view: HitlRequestView): string {
 }
 
 /** `--params` as JSON text, `@FILE` / `@-`, or a path to a JSON file. */
-async function readParams(spec: string, io: Io): Promise<Record<string, unknown>> {
+async function readParams(spec: string, io: Io): Promise<{ value: Record<string, unknown>; text: string }> {
   const trimmed = spec.trimStart();
   const text = trimmed.startsWith("{")
     ? spec
@@ -136,7 +145,34 @@ async function readParams(spec: string, io: Io): Promise<Record<string, unknown>
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
     throw new CliError("--params must be a JSON object (the edited call's params)", EXIT_BAD_INPUT);
   }
-  return value as Record<string, unknown>;
+  return { value: value as Record<string, unknown>, text };
+}
+
+/** Whether this run talks to a daemon's console; --store and --console name two different places. */
+function consoleMode(options: StoreOptions & ConsoleFlags): boolean {
+  if (options.console === undefined) return false;
+  if (options.store !== undefined || options.config !== undefined) {
+    throw new CliError(
+      "--store/--config and --console are mutually exclusive: a store (library mode) or a daemon's console",
+      EXIT_BAD_INPUT,
+    );
+  }
+  return true;
+}
+
+/** --console URL and --token-file FILE: the daemon's operator channel instead of a store. */
+function addConsoleOptions(command: Command): Command {
+  return command
+    .option(
+      "--console <url>",
+      "answer through a running daemon's HITL console (e.g. http://127.0.0.1:8788) instead of a store",
+      nonEmpty,
+    )
+    .option(
+      "--token-file <file>",
+      "with --console: a file holding the operator's console token (default: $LEASH_CONSOLE_TOKEN)",
+      nonEmpty,
+    );
 }
 
 async function runAnswer(
@@ -146,22 +182,45 @@ async function runAnswer(
   io: Io,
 ): Promise<number> {
   const params = decision === "modify" ? await readParams(options.params as string, io) : undefined;
+  if (consoleMode(options)) {
+    if (options.operator !== undefined) {
+      throw new CliError(
+        "--operator is refused with --console: the daemon records the console token's operator",
+        EXIT_BAD_INPUT,
+      );
+    }
+    const event = await askConsole(options, io, answerQuery(id, decision, options.comment, params?.text));
+    printJson(io, viewOf(event));
+    return 0;
+  }
+  const operatorId = options.operator;
+  if (operatorId === undefined) {
+    throw new CliError("required option '--operator <name>' not specified", EXIT_BAD_INPUT);
+  }
   const settings = await loadSettings(options, io);
   const { signer } = resolveSigner(options, io);
   const view = await withEngine(settings, signer, (engine) =>
     engine.answerHitl(id, {
       decision,
-      operatorId: options.operator,
+      operatorId,
       ...(options.comment === undefined ? {} : { comment: options.comment }),
-      ...(params === undefined ? {} : { params }),
+      ...(params === undefined ? {} : { params: params.value }),
     }),
   );
   printJson(io, view);
   return 0;
 }
 
+const OPERATOR_HELP =
+  "who decided (recorded in the audit chain); required with a store, refused with --console (the token's operator is recorded)";
+
+const CONSOLE_HELP =
+  "\nWith --console URL the daemon answers: same output and exit status; the operator is the token's identity, and a read-only token is refused (exit 1).";
+
 const EXIT_HELP =
   "Exit status: 0 recorded, 1 refused (unknown request, already answered, expired, a store error), 2 bad flags, params, config, signing key or store URL.";
+
+const storeOrConsole = (command: Command) => addConsoleOptions(addStoreOptions(command));
 
 export function registerHitl(program: Command, io: Io, setExit: (code: number) => void): void {
   const hitl = program
@@ -169,7 +228,7 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
     .description("list, show and answer the calls waiting for a human (HITL requests)");
 
   addKeyOptions(
-    addStoreOptions(
+    storeOrConsole(
       hitl
         .command("list")
         .description("list HITL requests, oldest first (one line each; --json for the views)")
@@ -187,9 +246,16 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
   )
     .addHelpText(
       "after",
-      "\nRequests past their expiry are recorded as expired first (a signed entry), so it needs the signing key.\nExit status: 0 listed, 1 a store error, 2 bad flags, config, signing key or store URL.",
+      `\nRequests past their expiry are recorded as expired first (a signed entry), so it needs the signing key.\nExit status: 0 listed, 1 a store error, 2 bad flags, config, signing key or store URL.${CONSOLE_HELP}`,
     )
     .action(async (options: ListOptions) => {
+      if (consoleMode(options)) {
+        const views = viewsOf(await askConsole(options, io, listQuery(options.session, options.status)));
+        if (options.json) printJson(io, views);
+        else if (views.length === 0) io.stdout("no HITL requests\n");
+        else for (const view of views) io.stdout(listLine(view));
+        return setExit(0);
+      }
       const settings = await loadSettings(options, io);
       const { signer } = resolveSigner(options, io);
       const views = await withEngine(settings, signer, (engine) =>
@@ -204,7 +270,7 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
       setExit(0);
     });
 
-  addStoreOptions(
+  storeOrConsole(
     hitl
       .command("show")
       .description(
@@ -215,12 +281,12 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
   )
     .addHelpText(
       "after",
-      "\nThe params are the canonical JSON the digest is the SHA-256 of, indented. It only reads: no signing key.\nExit status: 0 shown, 1 unknown request or a store error, 2 bad flags, config or store URL.",
+      `\nThe params are the canonical JSON the digest is the SHA-256 of, indented. It only reads: no signing key.\nExit status: 0 shown, 1 unknown request or a store error, 2 bad flags, config or store URL.${CONSOLE_HELP}`,
     )
     .action(async (id: string, options: ShowOptions) => {
-      const view = await withEngine(await loadSettings(options, io), "read-only", (engine) =>
-        engine.getHitl(id),
-      );
+      const view = consoleMode(options)
+        ? viewOf(await askConsole(options, io, getQuery(id)))
+        : await withEngine(await loadSettings(options, io), "read-only", (engine) => engine.getHitl(id));
       if (options.json) printJson(io, view);
       else io.stdout(describeRequest(view));
       setExit(0);
@@ -234,23 +300,23 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
   ];
   for (const [decision, description] of answers) {
     addKeyOptions(
-      addStoreOptions(
+      storeOrConsole(
         hitl
           .command(decision)
           .description(`${description}; print the request as JSON`)
           .argument("<id>", "request id")
-          .requiredOption("--operator <name>", "who decided (recorded in the audit chain)", nonEmpty)
+          .option("--operator <name>", OPERATOR_HELP, nonEmpty)
           .option("--comment <text>", "why (recorded with the answer)"),
       ),
     )
-      .addHelpText("after", `\nEach request takes one answer.\n${EXIT_HELP}`)
+      .addHelpText("after", `\nEach request takes one answer.\n${EXIT_HELP}${CONSOLE_HELP}`)
       .action(async (id: string, options: AnswerOptions) => {
         setExit(await runAnswer(id, decision, options, io));
       });
   }
 
   addKeyOptions(
-    addStoreOptions(
+    storeOrConsole(
       hitl
         .command("modify")
         .description(
@@ -261,13 +327,13 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
           "--params <json|file>",
           "the edited params: JSON text, @FILE, @- (stdin) or a file path",
         )
-        .requiredOption("--operator <name>", "who decided (recorded in the audit chain)", nonEmpty)
+        .option("--operator <name>", OPERATOR_HELP, nonEmpty)
         .option("--comment <text>", "why (recorded with the answer)"),
     ),
   )
     .addHelpText(
       "after",
-      `\nThe engine names the successor nonce and binds the params' canonical digest (spec §3.6); the original call can no longer run.\n${EXIT_HELP}`,
+      `\nThe engine names the successor nonce and binds the params' canonical digest (spec §3.6); the original call can no longer run.\n${EXIT_HELP}${CONSOLE_HELP}`,
     )
     .action(async (id: string, options: AnswerOptions) => {
       setExit(await runAnswer(id, "modify", options, io));
