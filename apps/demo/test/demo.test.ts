@@ -44,7 +44,9 @@ describe("pnpm demo", () => {
     expect(output).toMatch(/approved by alice\s+ALLOW\s+hitl_transition:approve/);
     expect(output).toMatch(/memo 3 \(\$0\.25\)\s+DENY\s+budget_overrun/);
     expect(output).toMatch(/same nonce again\s+DENY\s+policy_violation:duplicate_nonce/);
-    expect(output).toMatch(/summary 5 again \(replayed\)\s+DENY\s+policy_violation:duplicate_resume_no_effect/);
+    expect(output).toMatch(
+      /summary 5 again \(replayed\)\s+DENY\s+policy_violation:duplicate_resume_no_effect/,
+    );
     expect(output).toMatch(/chain verified: \d+ signed entries/);
     expect(output).toMatch(/receipts: (\d+) of \1 verified offline/);
     expect(output).toMatch(/fails verification at seq \d+: edited/);
