@@ -163,12 +163,22 @@ it("two daemons, one PostgreSQL schema, 8 clients over socket and gRPC, one orga
   // Zero overspend: what the clients settled is within the budget, and is exactly what the store spent.
   const settledMilli = allowed.reduce((sum, x) => sum + x.actualMilli, 0);
   expect(settledMilli).toBeLessThanOrEqual(BUDGET_MILLI);
-  const { account, pending, settled, entries } = await pg.substrate.transaction(async (tx) => ({
-    account: await tx.budgets.getAccount("org:acme"),
-    pending: await tx.budgets.listReservations({ status: "PENDING" }),
-    settled: await tx.budgets.listReservations({ status: "SETTLED" }),
-    entries: await tx.chain.range(0, 1_000_000),
-  }));
+  // Over the socket a post_exec is a notification (§4.4): the last ones may still be on their way into
+  // a daemon when the clients return. Wait (bounded) until no hold is pending; a lost settlement
+  // would keep its hold pending and fail the checks below.
+  const read = () =>
+    pg.substrate.transaction(async (tx) => ({
+      account: await tx.budgets.getAccount("org:acme"),
+      pending: await tx.budgets.listReservations({ status: "PENDING" }),
+      settled: await tx.budgets.listReservations({ status: "SETTLED" }),
+      entries: await tx.chain.range(0, 1_000_000),
+    }));
+  let state = await read();
+  for (let waited = 0; state.pending.length > 0 && waited < 15_000; waited += 100) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    state = await read();
+  }
+  const { account, pending, settled, entries } = state;
   expect(account).not.toBeNull();
   expect(toMilli(account!.spent_usd)).toBe(settledMilli);
   expect(toMilli(account!.reserved_usd)).toBe(0);
