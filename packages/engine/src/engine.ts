@@ -1098,7 +1098,7 @@ export function createEngine(options: EngineOptions): Engine {
           throw error;
         },
       );
-      return span.recording ? answer.then(...endEvaluateSpan(span)) : answer;
+      return span.recording ? answer.then(...endSpan(span, evaluateAttributes)) : answer;
     },
 
     postExec(request) {
@@ -1111,7 +1111,7 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       const answer = postExecIn(request, span);
-      return span.recording ? answer.then(...endPostExecSpan(span)) : answer;
+      return span.recording ? answer.then(...endSpan(span, postExecAttributes)) : answer;
     },
 
     getSession(sessionId) {
@@ -1129,7 +1129,7 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       const answer = resumeIn(input, span);
-      return span.recording ? answer.then(...endResumeSpan(span)) : answer;
+      return span.recording ? answer.then(...endSpan(span, resumeAttributes)) : answer;
     },
 
     async listHitl(filter = {}) {
@@ -1424,22 +1424,16 @@ function budgetAttribute(remaining: string | null): number | undefined {
   return remaining === null ? undefined : Number(remaining);
 }
 
-/** then() handlers that end an evaluate span with its answer: a DENY is an answer, a rejection an error. */
-function endEvaluateSpan(span: EngineSpan) {
+/**
+ * then() handlers that end a span with its answer's attributes: a DENY is an answer, not an error;
+ * only a rejection marks the span as failed.
+ */
+function endSpan<T>(span: EngineSpan, attributesOf: (answer: T) => Parameters<typeof defined>[0]) {
   return [
-    (result: EvaluateResult) => {
-      span.set(
-        defined({
-          "leash.verdict": result.verdict,
-          "leash.reason": result.reason,
-          "leash.session_id": result.session_id,
-          "leash.call_number": result.call_number,
-          "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
-          "leash.chain.seq": result.entry_seq,
-        }),
-      );
+    (answer: T) => {
+      span.set(defined(attributesOf(answer)));
       span.end();
-      return result;
+      return answer;
     },
     (error: unknown): never => {
       span.end(error);
@@ -1448,46 +1442,27 @@ function endEvaluateSpan(span: EngineSpan) {
   ] as const;
 }
 
-function endPostExecSpan(span: EngineSpan) {
-  return [
-    (result: PostExecResult) => {
-      span.set(
-        defined({
-          "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
-          "leash.actual_usd": Number(result.actual_usd),
-          "leash.overrun_usd": Number(result.overrun_usd),
-          "leash.replayed": result.replayed,
-          "leash.late": result.late,
-        }),
-      );
-      span.end();
-      return result;
-    },
-    (error: unknown): never => {
-      span.end(error);
-      throw error;
-    },
-  ] as const;
-}
+const evaluateAttributes = (result: EvaluateResult) => ({
+  "leash.verdict": result.verdict,
+  "leash.reason": result.reason,
+  "leash.session_id": result.session_id,
+  "leash.call_number": result.call_number,
+  "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
+  "leash.chain.seq": result.entry_seq,
+});
 
-function endResumeSpan(span: EngineSpan) {
-  return [
-    (view: SessionView) => {
-      span.set(
-        defined({
-          "leash.session_status": view.status,
-          "leash.budget_remaining_usd": budgetAttribute(view.budget_remaining_usd),
-        }),
-      );
-      span.end();
-      return view;
-    },
-    (error: unknown): never => {
-      span.end(error);
-      throw error;
-    },
-  ] as const;
-}
+const postExecAttributes = (result: PostExecResult) => ({
+  "leash.budget_remaining_usd": budgetAttribute(result.budget_remaining_usd),
+  "leash.actual_usd": Number(result.actual_usd),
+  "leash.overrun_usd": Number(result.overrun_usd),
+  "leash.replayed": result.replayed,
+  "leash.late": result.late,
+});
+
+const resumeAttributes = (view: SessionView) => ({
+  "leash.session_status": view.status,
+  "leash.budget_remaining_usd": budgetAttribute(view.budget_remaining_usd),
+});
 
 /** DENY without a decision or an entry: the store's chain does not verify (fail closed). */
 function chainUnverified(request: EvaluateRequest, error: ChainUnverifiedError): EvaluateResult {
