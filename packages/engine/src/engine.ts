@@ -824,13 +824,12 @@ export function createEngine(options: EngineOptions): Engine {
           budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
           budget_after_usd: remaining,
           reservation_id,
-          rng: rngValue,
+          // The random number probabilistic denial consumed; absent when it did not run.
+          ...(rngValue === null ? {} : { rng: rngValue }),
           // An input decide() saw (error amplification), so replay sees it too; absent when not given.
           ...(previousError === undefined ? {} : { previous_error: previousError }),
-          operator_id: null,
-          // What decide() saw, so the verdict can be re-derived from the log alone (the session's
-          // config never changes: it is in its session_registered entry).
-          state,
+          // Inputs and outcome only: the state decide() saw is the fold of the entries before this
+          // one (replay re-derives it), so it is not copied here; the config is in session_registered.
           now_ns: nowNs,
           ...replayInputs({
             paramsText,

@@ -149,6 +149,18 @@ describe("replayChain finds the entry that does not follow", () => {
     });
     const result = await replayChain(entries);
     expect(result.ok).toBe(false);
+    // The entry carries no copy of the state (replay inputs 2): what fails is the outcome it claims
+    // (here the ALLOW's hold, which the fold places under this call's own number).
+    expect(result.mismatch).toMatchObject({ index, session_id: session, field: "reservation_id" });
+  });
+
+  it("a state copy (replay inputs 1) that is not the folded state", async () => {
+    const { entries, index, session } = await chainWithLie((d) => {
+      d.replay_inputs = 1;
+      d.state = { circuit_tripped: false, total_calls: 0 };
+    });
+    const result = await replayChain(entries);
+    expect(result.ok).toBe(false);
     expect(result.mismatch).toMatchObject({ index, session_id: session, field: "state" });
   });
 
@@ -174,15 +186,6 @@ describe("replayChain finds the entry that does not follow", () => {
       budget_after_usd: "0.95",
       reservation_id: `${s.session_id}#2`,
     };
-    data.state = {
-      ...(data.state as object),
-      budget_remaining_usd: 0.9,
-      last_tool_name: "t",
-      last_tool_params_hash: data.params_hash,
-      repeat_counts: { t: 1 },
-      total_calls: 1,
-      last_activity_ns: (data.state as { last_activity_ns?: unknown }).last_activity_ns ?? null,
-    };
     await store.substrate.transaction((tx) =>
       appendEntry(tx, {
         kind: "decision",
@@ -195,6 +198,7 @@ describe("replayChain finds the entry that does not follow", () => {
     expect(result.ok).toBe(false);
     expect(result.mismatch?.index).toBe(2);
     expect(result.mismatch?.session_id).toBe(s.session_id);
+    expect(["budget_before_usd", "budget_after_usd"]).toContain(result.mismatch?.field);
     expect(result.mismatch?.expected).not.toEqual(result.mismatch?.recorded);
   });
 
