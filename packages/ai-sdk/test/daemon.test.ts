@@ -19,7 +19,7 @@ beforeEach(async () => {
   daemon = await startServeFixture({
     agents: { "ai-sdk-bot": { guard: { budget_usd: 1, max_repeat_calls: 3 } } },
   });
-});
+}, 60_000);
 
 afterEach(async () => {
   client?.close();
@@ -105,4 +105,4 @@ it("over the daemon: three runs, then the daemon's DENY is the tool error the mo
     "0.1",
     "0.1",
   ]);
-});
+}, 60_000);

@@ -115,6 +115,6 @@ describe.each(["socket", "grpc"] as const)(
         "0.02",
         "0.02",
       ]);
-    });
+    }, 60_000);
   },
 );

@@ -111,7 +111,7 @@ it("the tool runs until the daemon denies the repeat; the rejection reaches the 
     "0.03",
     "0.03",
   ]);
-});
+}, 60_000);
 
 it("a paused call stays paused after state.approve() alone: the guardrail rejects it, the tool never runs", async () => {
   const { daemon, client, session_id } = await connect("mailer", {
