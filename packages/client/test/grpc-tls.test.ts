@@ -1,11 +1,11 @@
 // @leash/client over gRPC with TLS and mTLS against the real daemon (openssl-made certificates): the
 // organization's certificate is served and its receipts verify; no certificate or another CA's fails closed.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generateKeyPair } from "@leash/chain";
 import { type Daemon, parseDaemonConfig, startDaemon } from "@leash/daemon";
+import { makeTestPki } from "@leash/test-stores";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, createClient, type GrpcTlsOptions } from "../src/index.js";
@@ -16,66 +16,15 @@ let daemon: Daemon;
 const signer = generateKeyPair();
 const clients: Client[] = [];
 
-/** A CA, and leaves signed by it: `ssl(...)` is openssl in the scratch directory. */
-function makePki(): void {
-  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-  const ca = (name: string) =>
-    ssl(
-      "req",
-      "-x509",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-subj",
-      `/CN=${name}`,
-    );
-  const leaf = (name: string, signedBy: string, cn: string, san: string) => {
-    ssl(
-      "req",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.csr`,
-      "-subj",
-      `/CN=${cn}`,
-    );
-    writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
-    ssl(
-      "x509",
-      "-req",
-      "-in",
-      `${name}.csr`,
-      "-CA",
-      `${signedBy}.pem`,
-      "-CAkey",
-      `${signedBy}.key`,
-      "-CAcreateserial",
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-extfile",
-      `${name}.ext`,
-    );
-  };
-  ca("ca");
-  ca("other-ca");
-  leaf("server", "ca", "leash.test", "DNS:leash.test,IP:127.0.0.1");
-  leaf("acme", "ca", "acme", "URI:leash:org:acme");
-  leaf("impostor", "other-ca", "acme", "URI:leash:org:acme");
-}
-
 beforeAll(async () => {
-  makePki();
+  makeTestPki(dir, {
+    cas: ["ca", "other-ca"],
+    leaves: [
+      { name: "server", signedBy: "ca", subject: "/CN=leash.test", san: "DNS:leash.test,IP:127.0.0.1" },
+      { name: "acme", signedBy: "ca", subject: "/CN=acme", san: "URI:leash:org:acme" },
+      { name: "impostor", signedBy: "other-ca", subject: "/CN=acme", san: "URI:leash:org:acme" },
+    ],
+  });
   daemon = await startDaemon({
     config: parseDaemonConfig({
       organizations: {
