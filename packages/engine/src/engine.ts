@@ -74,6 +74,7 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { denyListed, TOOL_DENIED } from "./tool-policy.js";
 import {
   callIdOf,
   defined,
@@ -669,17 +670,22 @@ export function createEngine(options: EngineOptions): Engine {
     const previousError = recordableErrorText(request.previous_error);
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
+    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts); a tool
+    // in the config's denied_tools is never run (tool-policy.ts).
     let decision: Verdicted =
       malformed === null
-        ? bindToPausedTool(
-            decide(config, state, call, {
-              nowNs,
-              rng: rngValue ?? undefined,
-              ...(previousError === undefined ? {} : { errorText: previousError }),
-              sha256Hex: nodeSha256Hex,
-            }),
-            state,
+        ? denyListed(
+            bindToPausedTool(
+              decide(config, state, call, {
+                nowNs,
+                rng: rngValue ?? undefined,
+                ...(previousError === undefined ? {} : { errorText: previousError }),
+                sha256Hex: nodeSha256Hex,
+              }),
+              state,
+              call,
+            ),
+            config,
             call,
           )
         : MALFORMED;
@@ -736,9 +742,9 @@ export function createEngine(options: EngineOptions): Engine {
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
     // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
-    // unspent, so the paused call itself can still use it.
+    // unspent, so the paused call itself can still use it. So does a denied tool.
     let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,
