@@ -78,7 +78,7 @@ beforeAll(async () => {
   const config = join(ws.dir, "daemon.yaml");
   writeFileSync(
     config,
-    `organizations:\n  acme:\n    hmac_keys: { k1: { file: ${hmacFile} } }\n    agents:\n      notes-bot: { guard: { hitl_mode: always, denied_tools: [delete_all] } }\n`,
+    `organizations:\n  acme:\n    hmac_keys: { k1: { file: ${hmacFile} } }\n    agents:\n      notes-bot: { guard: { hitl_mode: always, denied_tools: [delete_all] } }\n      hasty-bot: { guard: { hitl_mode: always, hitl_timeout_s: 2 } }\n`,
   );
   store = await openStore("sqlite", { label: "mcpdaemon" });
   daemon = spawn(
@@ -131,6 +131,7 @@ afterAll(async () => {
 
 async function start(
   options: Parameters<typeof proxied>[2] = {},
+  agent = "notes-bot",
 ): Promise<{ proxy: Proxied; sessionId: string }> {
   const proxy = await proxied(
     ws,
@@ -140,7 +141,7 @@ async function start(
       "--org",
       "acme",
       "--agent",
-      "notes-bot",
+      agent,
       "--hmac-key-file",
       hmacFile,
       "--hmac-key-id",
@@ -278,6 +279,25 @@ describe("leash mcp --daemon and a human on the daemon", () => {
       const checked = await verifyReceipt(denied.receipt as string, serving.public_key);
       expect(checked.ok && checked.payload.data.reason).toBe("hitl_transition:reject");
       expect(ws.calls()).toHaveLength(before);
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "a request nobody answers expires into the recorded DENY hitl_timeout, in the same tools/call",
+    async () => {
+      const { proxy, sessionId } = await start({}, "hasty-bot");
+      const before = ws.calls().length;
+      const result = await proxy.client.callTool({ name: "echo", arguments: { text: "too late" } });
+      const denied = result.structuredContent as unknown as Decision;
+      expect(denied).toMatchObject({ verdict: "DENY", reason: "hitl_timeout" });
+      expect(firstText(result)).toContain("nobody approved this call in time");
+      expect((await verifyReceipt(denied.receipt as string, serving.public_key)).ok).toBe(true);
+      expect(ws.calls()).toHaveLength(before);
+      const reasons = (await decisionsOf(sessionId))
+        .filter((d) => d.kind === "decision")
+        .map((d) => d.reason);
+      expect(reasons).toEqual(["hitl_all_calls", "hitl_timeout"]);
     },
     TIMEOUT,
   );

@@ -284,6 +284,39 @@ describe("leash mcp (through the built CLI)", () => {
   );
 
   it(
+    "without elicitation, an operator's modify runs the operator's params under the successor nonce",
+    async () => {
+      const { ws, store, client } = await setup("guard: { hitl_mode: always }\n", {
+        upstream: ["--hitl-timeout", "60", "--", process.execPath, TEST_SERVER],
+      });
+      const operator = createEngine({ substrate: await store.another(), signer: ws.signer });
+      const answered = (async () => {
+        for (;;) {
+          const [pending] = await operator.listHitl({ status: "pending" });
+          if (pending !== undefined)
+            return operator.answerHitl(pending.request_id, {
+              decision: "modify",
+              operatorId: "ops:alice",
+              params: { text: "edited" },
+            });
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      })();
+      const result = await client.callTool({ name: "echo", arguments: { text: "draft" } });
+      const modified = await answered;
+      expect(firstText(result)).toBe("echo: edited");
+      expect(ws.calls().map((c) => c.args)).toEqual([{ text: "edited" }]);
+      const decisions = (await entries(store)).filter((e) => e.kind === "decision");
+      expect(decisions.map((e) => e.data.reason)).toEqual([
+        "hitl_all_calls",
+        "hitl_transition:modify_successor",
+      ]);
+      expect(decisions[1]?.data.nonce).toEqual(modified.successor?.nonce);
+    },
+    TIMEOUT,
+  );
+
+  it(
     "gives the client an error, not a hang, when the server crashes, and then exits",
     async () => {
       const { ws, proxy, client } = await setup("guard: {}\n");
