@@ -670,25 +670,22 @@ export function createEngine(options: EngineOptions): Engine {
     const previousError = recordableErrorText(request.previous_error);
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts); a tool
-    // in the config's denied_tools is never run (tool-policy.ts).
+    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
     let decision: Verdicted =
       malformed === null
-        ? denyListed(
-            bindToPausedTool(
-              decide(config, state, call, {
-                nowNs,
-                rng: rngValue ?? undefined,
-                ...(previousError === undefined ? {} : { errorText: previousError }),
-                sha256Hex: nodeSha256Hex,
-              }),
-              state,
-              call,
-            ),
-            config,
+        ? bindToPausedTool(
+            decide(config, state, call, {
+              nowNs,
+              rng: rngValue ?? undefined,
+              ...(previousError === undefined ? {} : { errorText: previousError }),
+              sha256Hex: nodeSha256Hex,
+            }),
+            state,
             call,
           )
         : MALFORMED;
+    // A tool in the config's denied_tools never runs (tool-policy.ts).
+    if (malformed === null) decision = denyListed(decision, config, call);
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
     }

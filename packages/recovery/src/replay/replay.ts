@@ -453,20 +453,17 @@ export class ChainReplayer {
       this.verdictsChecked++;
       decision = malformed
         ? MALFORMED
-        : denyListed(
-            bindToPausedTool(
-              decide(config, state, call, {
-                nowNs,
-                rng: rngValue ?? undefined,
-                ...(typeof data.previous_error === "string" ? { errorText: data.previous_error } : {}),
-                sha256Hex,
-              }),
-              state,
-              call,
-            ),
-            config,
+        : bindToPausedTool(
+            decide(config, state, call, {
+              nowNs,
+              rng: rngValue ?? undefined,
+              ...(typeof data.previous_error === "string" ? { errorText: data.previous_error } : {}),
+              sha256Hex,
+            }),
+            state,
             call,
           );
+      if (!malformed) decision = denyListed(decision, config, call);
       if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
         decision = { verdict: "DENY", reason: estimate.reason };
       }
