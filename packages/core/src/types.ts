@@ -78,6 +78,11 @@ export interface Config {
   default_estimate_usd?: number | string;
   /** Per-tool estimates by tool name, ahead of `default_estimate_usd`. */
   tool_estimates_usd?: Record<string, number | string>;
+  /**
+   * Tools this session may never run: a call to one is DENY `policy_violation:tool_denied`, recorded
+   * and counted without tripping the circuit. The engine's, not decide's.
+   */
+  denied_tools?: readonly string[];
 }
 
 export type Nonce = string | number;

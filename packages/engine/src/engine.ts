@@ -74,6 +74,7 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { denyListed, TOOL_DENIED } from "./tool-policy.js";
 import {
   callIdOf,
   defined,
@@ -683,6 +684,8 @@ export function createEngine(options: EngineOptions): Engine {
             call,
           )
         : MALFORMED;
+    // A tool in the config's denied_tools never runs (tool-policy.ts).
+    if (malformed === null) decision = denyListed(decision, config, call);
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
     }
@@ -736,9 +739,9 @@ export function createEngine(options: EngineOptions): Engine {
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
     // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
-    // unspent, so the paused call itself can still use it.
+    // unspent, so the paused call itself can still use it. So does a denied tool.
     let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,

@@ -45,4 +45,5 @@ export {
   storeKindOf,
 } from "./open-store.js";
 export { nodeSha256Hex, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
+export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

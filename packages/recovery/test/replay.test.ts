@@ -238,3 +238,62 @@ describe("replayChain finds the entry that does not follow", () => {
     });
   });
 });
+
+describe.each(KINDS)("replayChain over denied_tools on %s", (kind: Kind) => {
+  it("re-derives a denied tool's DENY (no circuit trip) and finds an ALLOW of a denied tool", async () => {
+    store = await openStore(kind);
+    const clock = manualClock();
+    const key = generateKeyPair();
+    const engine = workloadEngine(store.substrate, clock, key.signer);
+    const { session_id } = await engine.register({
+      agent_id: "a",
+      config: { max_repeat_calls: 3, denied_tools: ["rm"] },
+    });
+    const reasons: string[] = [];
+    for (const [tool, nonce] of [
+      ["rm", "1"],
+      ["ls", "2"],
+      ["rm", "3"],
+      ["ls", "4"],
+    ] as const) {
+      reasons.push((await engine.evaluate({ session_id, tool_name: tool, params: { p: 1 }, nonce })).reason);
+    }
+    expect(reasons).toEqual([
+      "policy_violation:tool_denied",
+      "within_thresholds",
+      "policy_violation:tool_denied",
+      "within_thresholds",
+    ]);
+    const honest = await readChain(store.substrate);
+    const result = await replayChain(honest);
+    expect(result.mismatch).toBeNull();
+    expect(result.verdicts_checked).toBe(4);
+    expect(await compareSnapshots(store.substrate, result.projection)).toEqual([]);
+
+    // Entry 1 (the first rm) re-signed as an ALLOW: replay derives the denial and names the entry.
+    const body = parseEntryBody(honest[1]!.body) as { data: Record<string, unknown> };
+    const mem = await openStore("memory");
+    const tampered = honest.slice(0, 1);
+    try {
+      await mem.substrate.transaction((tx) => tx.chain.append(honest[0]!));
+      await mem.substrate.transaction((tx) =>
+        appendEntry(tx, {
+          kind: "decision",
+          data: { ...body.data, verdict: "ALLOW", reason: "within_thresholds" } as never,
+          signer: key.signer,
+          nowNs: clock.nowNs(),
+          chainId: (parseEntryBody(honest[0]!.body) as { chain_id: string }).chain_id,
+        }),
+      );
+      tampered.push(...(await readChain(mem.substrate)).slice(1));
+    } finally {
+      await mem.close();
+    }
+    expect((await replayChain(tampered)).mismatch).toMatchObject({
+      index: 1,
+      field: "verdict",
+      expected: "DENY",
+      recorded: "ALLOW",
+    });
+  }, 30_000);
+});

@@ -36,6 +36,7 @@ import {
   boundRequestId,
   budgetEnabled,
   consumedTransitionOf,
+  denyListed,
   type EngineDecision,
   guardAccountId,
   HITL_TIMEOUT,
@@ -48,6 +49,7 @@ import {
   releasesApproval,
   resolveEstimate,
   sessionAccountId,
+  TOOL_DENIED,
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
@@ -445,7 +447,9 @@ export class ChainReplayer {
             ? PARAMS_HASH_MISMATCH
             : data.reason === HITL_TIMEOUT.reason
               ? HITL_TIMEOUT
-              : { verdict: data.verdict, reason: data.reason }
+              : data.reason === TOOL_DENIED.reason
+                ? TOOL_DENIED
+                : { verdict: data.verdict, reason: data.reason }
       ) as EngineDecision;
       this.provedFrom = index + 1;
     } else {
@@ -462,6 +466,7 @@ export class ChainReplayer {
             state,
             call,
           );
+      if (!malformed) decision = denyListed(decision, config, call);
       if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
         decision = { verdict: "DENY", reason: estimate.reason };
       }
@@ -507,7 +512,7 @@ export class ChainReplayer {
     expectEqual("estimate_usd", estimateUsd, data.estimate_usd);
 
     let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,

@@ -67,6 +67,7 @@ SESSION_NOT_FOUND: ErrorCode
 STALE: SessionStatus
 TERMINATED: SessionStatus
 TIMEOUT: DenyReason
+TOOL_DENIED: DenyReason
 VERDICT_UNSPECIFIED: Verdict
 WINDOW_EXCEEDED: DenyReason
 
