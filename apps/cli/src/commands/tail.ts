@@ -240,9 +240,10 @@ export function registerTail(program: Command, io: Io, setExit: (code: number) =
       "after",
       `
 Verdicts are coloured (ALLOW green, DENY red, HITL yellow) only when stdout is a terminal and NO_COLOR
-is unset. It reads the audit chain without verifying it (\`leash verify\` does) and needs no key.
+is unset. It reads the audit chain without verifying it (\`leash verify\` does) and needs no signing key.
 With --daemon the daemon reads its own chain and sends the decisions of your organization's sessions
-only (the socket: the organization of the HMAC key; gRPC: of your mTLS certificate), with new ones
+only (the socket: the organization of the HMAC key; gRPC: of your mTLS certificate, or --org as given
+with --grpc-insecure on loopback), with new ones
 as they are made (--follow); the output is the same as with --store. Examples:
   leash tail --daemon /run/leash/leash.sock --org acme --hmac-key-file acme-k1.hmac --hmac-key-id k1 -f
   leash tail --daemon leash.internal:50051 --org acme --tls-ca ca.pem --tls-cert acme.pem --tls-key acme.key

@@ -94,6 +94,9 @@ export class TailReader {
       if (cached === undefined) unknown.push(id);
     }
     if (unknown.length > 0) {
+      // One order for every reader: a store that locks the rows it reads (PostgreSQL) then never
+      // has two tails wait on each other.
+      unknown.sort();
       const rows = await this.#substrate.transaction((tx) =>
         Promise.all(unknown.map((id) => tx.sessions.get(id))),
       );
