@@ -70,7 +70,7 @@ export function tailEventOf(entry: ChainEntryRecord): TailEvent {
 /** Reads the chain for one organization's callers; shared by every tail in the daemon (the cache). */
 export class TailReader {
   readonly #substrate: Substrate;
-  readonly #orgOf = new Map<string, string | null>();
+  readonly #orgOf = new Map<string, string>();
 
   constructor(substrate: Substrate) {
     this.#substrate = substrate;
