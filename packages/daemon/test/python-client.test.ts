@@ -184,6 +184,12 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     }
   }, 120_000);
 
+  it("tail over the socket and gRPC: the session's decisions with their seq and hash, resume, last, follow", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.Tail"], env);
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(1);
+  }, 120_000);
+
   it("Python's canonical digest of tricky params is @leash/wire's", async () => {
     const texts = [
       '{"q": "päris", "n": 10.0, "big": 1180591620717411303424, "e": 1e16, "z": -0.0}',
