@@ -12,12 +12,15 @@
 // Run after `tsc --build`:  node packages/engine/bench/design-floor.mjs
 // Environment: DURATION (seconds, default 10), CONCURRENCY (callers, default 16), BODY=full|compact
 // (the decision entry's data: today's fields with the state copy, or inputs and outcome only; default
-// compact), SIGN=0 (a fixed signature: the signature's share).
+// compact), SIGN=0 (a fixed signature: the signature's share), SIGN=worker (the entries are built and
+// hash-linked on the main thread, and signed by a worker thread while the main thread goes on: the
+// entry hash covers the body, not the signature, so the chain does not wait for it).
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Worker } from "node:worker_threads";
 import { buildEntry, chainIdOf, compactJws, generateKeyPair } from "@leash/chain";
 
 const require = createRequire(new URL("../../substrate-sqlite/package.json", import.meta.url));
@@ -26,7 +29,7 @@ const Database = require("better-sqlite3");
 const SECONDS = Number(process.env.DURATION ?? 10);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
 const BODY = process.env.BODY ?? "compact";
-const SIGN = process.env.SIGN !== "0";
+const SIGN = process.env.SIGN ?? "1";
 const WARMUP_SECONDS = 1;
 /** Budget in integer micro-units (10^-18 dollars would need bigint; micro-dollars fit a double exactly). */
 const LIMIT = 1_000_000_000 * 1e6;
@@ -57,9 +60,48 @@ const upsertAccount = db.prepare(
 const begin = db.prepare("BEGIN IMMEDIATE");
 const commit = db.prepare("COMMIT");
 
-const { signer: realSigner } = generateKeyPair();
+const { signer: realSigner, privateKeyPem } = generateKeyPair();
 const fixed = realSigner.sign(new Uint8Array(1));
-const signer = SIGN ? realSigner : { ...realSigner, sign: () => fixed, implementation: "none" };
+const signer = SIGN === "1" ? realSigner : { ...realSigner, sign: () => fixed, implementation: "none" };
+
+/** SIGN=worker: one thread that signs each entry's JWS signing input as it arrives, in order. */
+const signing =
+  SIGN === "worker"
+    ? (() => {
+        // The worker loads the same @leash/chain signer (libsodium where it loads) from the same key.
+        const worker = new Worker(
+          `const { parentPort, workerData } = require("node:worker_threads");
+           const pending = [];
+           let signer = null;
+           let out = [];
+           const handle = (m) => {
+             if (m === null) { parentPort.postMessage(out); out = []; return; }
+             out.push(Buffer.from(signer.sign(m)).toString("base64url"));
+           };
+           parentPort.on("message", (m) => (signer === null ? pending.push(m) : handle(m)));
+           import(workerData.chain).then(({ createSigner }) => {
+             signer = createSigner(workerData.pem);
+             for (const m of pending.splice(0)) handle(m);
+           });`,
+          { eval: true, workerData: { pem: privateKeyPem, chain: import.meta.resolve("@leash/chain") } },
+        );
+        worker.unref();
+        let waiting = null;
+        worker.on("message", (signatures) => waiting(signatures));
+        return {
+          sign: (entry) => {
+            const jws = compactJws(entry);
+            worker.postMessage(Buffer.from(jws.slice(0, jws.lastIndexOf(".")), "latin1"));
+          },
+          /** The signatures of every entry posted since the last collect, in order. */
+          collect: () =>
+            new Promise((resolve) => {
+              waiting = resolve;
+              worker.postMessage(null);
+            }),
+        };
+      })()
+    : null;
 
 let nowNs = Date.now() * 1e6;
 const tick = () => (nowNs += 1000);
@@ -120,13 +162,15 @@ const money = (units) => (units / 1e6).toFixed(6).replace(/\.?0+$/, "");
 
 let queue = [];
 let scheduled = false;
+/** A batch is between BEGIN and COMMIT (with SIGN=worker it waits for its signatures there). */
+let inFlight = false;
 let seq = 0;
 
 /** One decision: the synchronous step on the projection, then wait for its batch to be durable. */
 function evaluate(session) {
   return new Promise((resolve, reject) => {
     queue.push({ session, resolve, reject });
-    if (!scheduled) {
+    if (!scheduled && !inFlight) {
       scheduled = true;
       setImmediate(flush);
     }
@@ -139,6 +183,7 @@ function flush() {
   queue = [];
   const touched = new Set();
   const written = [];
+  inFlight = true;
   begin.run();
   try {
     for (const item of batch) {
@@ -163,23 +208,64 @@ function flush() {
       session.repeat = session.lastTool === "search" ? session.repeat + 1 : 1;
       session.lastTool = "search";
       account.reserved += COST;
-      insertEntry.run(
-        entry.seq,
-        entry.entry_id,
-        entry.kind,
-        session.id,
-        nonce,
-        BigInt(at),
-        entry.prev_hash,
-        entry.entry_hash,
-        entry.key_id,
-        entry.signature,
-        JSON.stringify(entry.body),
-      );
       head = { seq: entry.seq, entry_hash: entry.entry_hash };
       touched.add(session);
-      written.push([item, entry]);
+      written.push({ item, entry, session, nonce, at });
+      if (signing === null) insertRow(written[written.length - 1]);
+      else signing.sign(entry);
     }
+  } catch (error) {
+    fail(batch, error);
+    return;
+  }
+  if (signing === null) finish(touched, written);
+  else
+    signing.collect().then((signatures) => {
+      for (let i = 0; i < written.length; i++) written[i].entry.signature = signatures[i];
+      try {
+        for (const row of written) insertRow(row);
+      } catch (error) {
+        fail(batch, error);
+        return;
+      }
+      finish(touched, written);
+    });
+}
+
+function fail(batch, error) {
+  db.exec("ROLLBACK");
+  for (const item of batch) item.reject(error);
+  next();
+}
+
+/** The next batch starts when this one is committed or rolled back. */
+function next() {
+  inFlight = false;
+  if (queue.length > 0 && !scheduled) {
+    scheduled = true;
+    setImmediate(flush);
+  }
+}
+
+function insertRow({ entry, session, nonce, at }) {
+  insertEntry.run(
+    entry.seq,
+    entry.entry_id,
+    entry.kind,
+    session.id,
+    nonce,
+    BigInt(at),
+    entry.prev_hash,
+    entry.entry_hash,
+    entry.key_id,
+    entry.signature,
+    entry.body,
+  );
+}
+
+/** One snapshot row per touched session and account, stamped with the head; COMMIT; then tell. */
+function finish(touched, written) {
+  try {
     for (const session of touched) {
       upsertSession.run(
         session.id,
@@ -190,12 +276,15 @@ function flush() {
     upsertAccount.run(account.id, head.seq, account.spent, account.reserved);
     commit.run();
   } catch (error) {
-    db.exec("ROLLBACK");
-    for (const item of batch) item.reject(error);
+    fail(
+      written.map((w) => w.item),
+      error,
+    );
     return;
   }
   // Told only after COMMIT (fsync): no verdict without its record. The receipt is the entry as a JWS.
-  for (const [item, entry] of written) item.resolve(compactJws(entry));
+  for (const { item, entry } of written) item.resolve(compactJws(entry));
+  next();
 }
 
 async function run(seconds) {
