@@ -5,9 +5,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generateKeyPair } from "@leash/chain";
+import { type ServeProcess, serve, writeConfig } from "@leash/test-stores";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, createClient, type TailEntry, type TailOptions } from "../src/index.js";
-import { type ServeProcess, serve, writeConfig } from "./serve-process.js";
 
 const dir = mkdtempSync(join(tmpdir(), "leash-client-tail-"));
 const acmeKey = randomBytes(32);
