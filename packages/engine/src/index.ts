@@ -44,5 +44,5 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
-export { nodeSha256Hex, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
+export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export type * from "./types.js";

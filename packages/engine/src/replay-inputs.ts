@@ -15,6 +15,12 @@ export const nodeSha256Hex: (text: string) => string =
     ? (text) => crypto.hash("sha256", text, "hex")
     : (text) => crypto.createHash("sha256").update(text).digest("hex");
 
+/** The same over bytes, for decide's argument digest (core writes canonical JSON as UTF-8 bytes). */
+export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string =
+  typeof crypto.hash === "function"
+    ? (bytes) => crypto.hash("sha256", bytes, "hex")
+    : (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
+
 /** Bumped when a decision entry gains an input replay needs; entries without it are not re-derived. */
 export const REPLAY_INPUTS_VERSION = 1;
 

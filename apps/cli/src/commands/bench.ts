@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DecideInputs, decide } from "@leash/core";
-import { nodeSha256Hex } from "@leash/engine";
+import { nodeSha256Hex, nodeSha256HexOfBytes } from "@leash/engine";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { loadFixtureFile, type Vector } from "../fixtures.js";
 import { CliError, EXIT_BAD_INPUT, type Io } from "../io.js";
@@ -149,7 +149,8 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
         }
       : undefined;
 
-  const inputs: DecideInputs = options.hash === "pure" ? {} : { sha256Hex: nodeSha256Hex };
+  const inputs: DecideInputs =
+    options.hash === "pure" ? {} : { sha256Hex: nodeSha256Hex, sha256HexOfBytes: nodeSha256HexOfBytes };
   const measure = (over: readonly Case[], label: string) => {
     lastShown = 0;
     const start: Spin = { decisions: 0, elapsedNs: 0, checksum: 0, batch: over.length };

@@ -17,8 +17,10 @@ const MAX_DEPTH = 64;
 function isMarker(v: string): boolean {
   if (MARKERS.has(v)) return true;
   let i = 0;
-  while (i < v.length && isPythonSpace(v.charCodeAt(i))) i++;
-  const first = v.charCodeAt(i) | 0x20;
+  let c = v.charCodeAt(0);
+  // Printable ASCII, the common first character, is never whitespace: skip the call.
+  while ((c <= 0x20 || c >= 0x85) && i < v.length && isPythonSpace(c)) c = v.charCodeAt(++i);
+  const first = c | 0x20;
   return (first === 0x6f || first === 0x75) && MARKERS.has(norm(v));
 }
 
