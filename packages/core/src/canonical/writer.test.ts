@@ -2,6 +2,7 @@
 // a polluted Object.prototype, and the pure SHA-256 over its bytes. Output equality is in canonical.test.ts.
 import { describe, expect, it } from "vitest";
 import { sha256Hex, sha256HexOfBytes } from "../crypto/sha256.js";
+import { canonicalizationError } from "./check.js";
 import { canonicalParamsDigest } from "./check-and-serialize.js";
 import { canonicalJson } from "./serialize.js";
 
@@ -24,11 +25,13 @@ describe("the canonical writer", () => {
     expect(canonicalJson(outer)).toBe(`{"a":${JSON.stringify('{"x":"ü","y":[1,"two"]}')},"b":2}`);
   });
 
-  it("ignores enumerable properties inherited from a polluted Object.prototype", () => {
+  it("ignores enumerable properties inherited from a polluted Object.prototype (check and writer)", () => {
     const proto = Object.prototype as Record<string, unknown>;
-    proto.polluted = 1;
+    proto.polluted = Number.NaN;
     try {
       expect(canonicalJson({ b: 1, a: { c: 2 } })).toBe('{"a":{"c":2},"b":1}');
+      // The structural check lists keys the same way: the inherited NaN is not the params'.
+      expect(canonicalizationError({ b: 1, a: { c: 2 } })).toBeNull();
     } finally {
       delete proto.polluted;
     }
