@@ -101,8 +101,7 @@ function grow(needed: number): void {
 }
 
 // Single bytes (brackets, commas, colons, small digits) are written inline as
-// `if (at >= buf.length) grow(1); buf[at++] = …`: as a function, V8 did not inline it and the calls
-// cost a third of a digest.
+// `if (at >= buf.length) grow(1); buf[at++] = …`, keeping the hot loop free of calls.
 
 /** `s` is ASCII without anything to escape (numbers, literals, escapes). */
 function writeAscii(s: string): void {
