@@ -190,7 +190,10 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
   const compare = async (corpora: Record<string, readonly ReferenceCase[]>) => {
     if (options.reference === undefined) return undefined;
     if (io.stderrIsTTY) io.stderr("\r\x1b[Kleash bench decide: the reference (Python) …");
-    const result = await runReference(options.reference, options.python ?? DEFAULT_PYTHON, corpora, options);
+    const result = await runReference(options.reference, options.python ?? DEFAULT_PYTHON, corpora, {
+      warmup: options.warmup,
+      seconds: options.seconds,
+    });
     if (io.stderrIsTTY) io.stderr("\r\x1b[K");
     warnOfMismatches(result, io);
     return result;

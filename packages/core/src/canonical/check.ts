@@ -49,7 +49,7 @@ export function canonicalizationError(
 let forIn = true;
 
 function objectPrototypeIsClean(): boolean {
-  for (const _ in {}) return false;
+  for (const _ in Object.prototype) return false;
   return true;
 }
 

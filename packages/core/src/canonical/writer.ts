@@ -45,7 +45,7 @@ ESCAPES[0x22] = '\\"';
 ESCAPES[0x5c] = "\\\\";
 
 function objectPrototypeIsClean(): boolean {
-  for (const _ in {}) return false;
+  for (const _ in Object.prototype) return false;
   return true;
 }
 
