@@ -155,4 +155,9 @@ export interface DecideInputs {
    * a correct SHA-256: decide() trusts it as it trusts its own.
    */
   sha256Hex?: (text: string) => string;
+  /**
+   * The same SHA-256 over bytes (canonical JSON already written as UTF-8), preferred to `sha256Hex`
+   * when both are given: it saves decoding the text and re-encoding it. Same correctness duty.
+   */
+  sha256HexOfBytes?: (bytes: Uint8Array) => string;
 }

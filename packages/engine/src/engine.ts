@@ -72,7 +72,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
-import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
+import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { denyListed, TOOL_DENIED } from "./tool-policy.js";
 import {
@@ -679,6 +679,7 @@ export function createEngine(options: EngineOptions): Engine {
               rng: rngValue ?? undefined,
               ...(previousError === undefined ? {} : { errorText: previousError }),
               sha256Hex: nodeSha256Hex,
+              sha256HexOfBytes: nodeSha256HexOfBytes,
             }),
             state,
             call,

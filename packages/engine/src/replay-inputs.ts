@@ -15,6 +15,12 @@ export const nodeSha256Hex: (text: string) => string =
     ? (text) => crypto.hash("sha256", text, "hex")
     : (text) => crypto.createHash("sha256").update(text).digest("hex");
 
+/** The same over bytes, for decide's argument digest (core writes canonical JSON as UTF-8 bytes). */
+export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string =
+  typeof crypto.hash === "function"
+    ? (bytes) => crypto.hash("sha256", bytes, "hex")
+    : (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
+
 /**
  * Bumped when a decision entry's replay inputs change; entries without it are not re-derived.
  * 1: inputs beside a copy of the state decide() saw. 2: no state copy (replay folds it from the
