@@ -188,8 +188,28 @@ describe("rule 4: HITL transition contract", () => {
   });
   it("unbound authorization", () => {
     expect(t({ decision: "approve" })).toBe("DENY hitl_transition:unbound_authorization");
-    expect(t({ decision: "approve", original_nonce: null, original_args_digest: "" })).toBe(
+    expect(t({ decision: "approve", original_nonce: null, original_args_digest: null })).toBe(
       "DENY hitl_transition:unbound_authorization",
+    );
+  });
+  it("an empty nonce or digest binds, and a digest compares byte for byte (as the reference)", () => {
+    expect(t({ decision: "approve", original_nonce: 20, original_args_digest: digest })).toBe(
+      "ALLOW hitl_transition:approve",
+    );
+    expect(t({ decision: "approve", original_nonce: "", original_args_digest: digest })).toBe(
+      "DENY hitl_transition:nonce_mismatch",
+    );
+    expect(t({ decision: "approve", original_nonce: null, original_args_digest: "" })).toBe(
+      "DENY hitl_transition:digest_mismatch",
+    );
+    expect(t({ decision: "approve", original_nonce: 20, original_args_digest: digest.toUpperCase() })).toBe(
+      "DENY hitl_transition:digest_mismatch",
+    );
+    expect(t({ decision: "approve", original_nonce: 20, original_args_digest: ` ${digest}` })).toBe(
+      "DENY hitl_transition:digest_mismatch",
+    );
+    expect(t({ decision: "modify", original_nonce: "", successor_nonce: 20 })).toBe(
+      "ALLOW hitl_transition:modify_successor",
     );
   });
   it("unknown and non-string decisions", () => {

@@ -28,8 +28,12 @@ function digestOf(ctx: DecideContext): string {
   return ctx.paramsDigest ?? withCanonicalBytes(ctx.params, NUMBER_TEXT, bytesHasher(ctx.inputs));
 }
 
-/** An empty string binds nothing, like an absent field. */
-const bound = (value: unknown) => present(value) && value !== "";
+/**
+ * Absent (or null) binds nothing; anything else binds, the empty string included, and the digest
+ * compares byte for byte: the reference's `is not None` and `!=` (spec §3.0 makes it normative),
+ * so a malformed authorization can only deny, never release a call the reference would not.
+ */
+const bound = present;
 
 export function checkTransition(ctx: DecideContext): Decision | null {
   const pending = ctx.state.pending_transition;
@@ -74,7 +78,7 @@ export function checkTransition(ctx: DecideContext): Decision | null {
   if (nonceBound && !sameNonce(ctx.call.nonce, authNonce)) return NONCE_MISMATCH;
   // The digest is computed only here: it is the one rule that needs canonical JSON + SHA-256 (rule 1
   // has usually built the text already, see rule-01-canonicalizable.ts).
-  if (digestBound && (typeof authDigest !== "string" || digestOf(ctx) !== norm(authDigest))) {
+  if (digestBound && (typeof authDigest !== "string" || digestOf(ctx) !== authDigest)) {
     return DIGEST_MISMATCH;
   }
   return released;
