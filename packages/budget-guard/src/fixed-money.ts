@@ -106,6 +106,9 @@ function unitsOf(value: MoneyInput): bigint {
     if (value.e >= MAGNITUDE_EXPONENT)
       throw new InvalidAmountError(value, `amount must be below 10^${MAGNITUDE_EXPONENT}`);
     text = value.toFixed();
+  } else if (typeof (value as { units?: unknown } | null)?.units === "bigint") {
+    // A Money from another copy of this package (instanceof is per copy).
+    return (value as { units: bigint }).units;
   } else {
     throw new InvalidAmountError(
       value,

@@ -87,6 +87,9 @@ export function toMoney(value: number | string | Decimal | Money): Money {
     const units = parseUnits(String(value));
     if (typeof units === "bigint" && inRange(units)) return units === 0n ? ZERO : Money.fromUnits(units);
   }
+  // A Money from another copy of this package (instanceof is per copy).
+  const foreign = (value as { units?: unknown } | null)?.units;
+  if (typeof foreign === "bigint") return toMoney(Money.fromUnits(foreign));
   return refuseOrRead(value);
 }
 
