@@ -141,6 +141,8 @@ let handedUnits = 0n;
 export class Money {
   /** The amount in units of 10^-18 dollars. */
   readonly units: bigint;
+  /** Its plain text once printed: a decision prints the same amounts more than once. */
+  #text: string | undefined = undefined;
 
   /** Exactly `value`; throws InvalidAmountError when it has more than 18 places or is not plain decimal. */
   constructor(value: MoneyInput) {
@@ -247,7 +249,7 @@ export class Money {
 
   /** How many decimal places the value needs (0 … 18). */
   decimalPlaces(): number {
-    const text = unitsText(this.units);
+    const text = this.toString();
     const point = text.indexOf(".");
     return point < 0 ? 0 : text.length - point - 1;
   }
@@ -262,7 +264,7 @@ export class Money {
    * ("0.001", "-0.5", "0"); with `dp`, rounded (by `mode`) and padded to that many places.
    */
   toFixed(dp?: number, mode: RoundingMode = Money.ROUND_HALF_EVEN): string {
-    if (dp === undefined) return unitsText(this.units);
+    if (dp === undefined) return this.toString();
     const rounded = roundUnits(this.units, dp, mode);
     // A negative value keeps its sign even when it rounds to zero ("-0.00"), as in decimal.js.
     const text = unitsText(rounded < 0n ? -rounded : rounded);
@@ -275,19 +277,20 @@ export class Money {
 
   /** The nearest JS number (as decimal.js's `toNumber`: the number its text reads as). */
   toNumber(): number {
-    return Number(unitsText(this.units));
+    return Number(this.toString());
   }
 
   toString(): string {
-    return unitsText(this.units);
+    if (this.#text === undefined) this.#text = unitsText(this.units);
+    return this.#text;
   }
 
   toJSON(): string {
-    return unitsText(this.units);
+    return this.toString();
   }
 
   valueOf(): string {
-    return unitsText(this.units);
+    return this.toString();
   }
 }
 

@@ -151,7 +151,7 @@ export function moneyString(value: Money | Decimal, allowNegative = false): Deci
   if (units < 0n && !allowNegative) {
     throw new InvalidAmountError(value, "a stored amount cannot be negative");
   }
-  const text = unitsText(units);
+  const text = value.toString();
   // What toMoney(text) would return, so the next read of this stored text skips the parse; only
   // for amounts toMoney accepts (a negative one, printed for an error message, is not money).
   if (units < LIMIT_UNITS && units > 0n) remember(text, value);
