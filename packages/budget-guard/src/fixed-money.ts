@@ -1,6 +1,5 @@
-// Money as an exact fixed-point number: a bigint count of 10^-18 dollars. What it buys: the hot path
-// (reserve, settle, available, over-limit) adds, subtracts and compares integers instead of decimal.js digit arrays.
-// Not the ledger's rules (range, sign, canonical text: money.ts) and not a general decimal: nothing ever rounds.
+// Money as exact fixed-point, a bigint count of 10^-18 dollars: the ledger's hot path adds and compares
+// integers, not decimal.js digit arrays. Not the ledger's rules (range, sign, text: money.ts); it never rounds.
 
 import { Decimal } from "decimal.js";
 import { InvalidAmountError } from "./errors.js";
