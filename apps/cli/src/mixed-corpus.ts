@@ -11,6 +11,8 @@ export interface CorpusCase {
   readonly expectedVerdict: string;
   readonly expectedReason: string;
   readonly kind: "hitl_approval" | "plain_allow" | "fixture";
+  /** Names the case in reports: the vector's name, or the kind and its number. */
+  readonly label: string;
 }
 
 /** mulberry32: small, seeded, good enough to vary inputs reproducibly. */
@@ -79,6 +81,7 @@ function hitlApproval(random: () => number, n: number): CorpusCase {
     expectedVerdict: "ALLOW",
     expectedReason: "hitl_transition:approve",
     kind: "hitl_approval",
+    label: `hitl_approval:${n}`,
   };
 }
 
@@ -102,6 +105,7 @@ function plainAllow(random: () => number, n: number): CorpusCase {
     expectedVerdict: "ALLOW",
     expectedReason: "within_thresholds",
     kind: "plain_allow",
+    label: `plain_allow:${n}`,
   };
 }
 
@@ -114,6 +118,7 @@ function fromFixture(vector: Vector): CorpusCase {
     expectedVerdict: vector.expectedVerdict,
     expectedReason: vector.expectedReason,
     kind: "fixture",
+    label: vector.name,
   };
 }
 

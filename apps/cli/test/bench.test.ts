@@ -1,8 +1,10 @@
-// Tests for `leash bench decide`: one JSON line with a positive rate, default vectors, refusal of a wrong decide.
-// It measures for a fraction of a second only; the figures themselves are not asserted beyond being sane.
+// Tests for `leash bench decide`: one JSON line with a positive rate, default vectors, refusal of a wrong decide,
+// and --reference run against a stand-in Python module of our own (the real reference is not in the repo).
 import { readFileSync } from "node:fs";
+import { JsonNumberText } from "@leash/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { defaultVectorFiles } from "../src/commands/bench.js";
+import { referenceJson } from "../src/reference-decide.js";
 import { CONFORMANCE, CONFORMANCE_101, expectOneLineError, leash, scratchDir } from "./helpers.js";
 
 const scratch = scratchDir();
@@ -71,5 +73,88 @@ describe("leash bench decide", () => {
     const r = await leash(["bench", "decide", "--vectors", `${scratch.dir}/none.json`, "--seconds", "0.05"]);
     expect(r.code).toBe(2);
     expectOneLineError(r.stderr);
+  });
+});
+
+describe("leash bench decide --reference", () => {
+  // A stand-in reference of our own that answers ALLOW within_thresholds to everything: the driver
+  // and the CLI must time it and name every vector where it disagrees with our decide.
+  const stub = scratch.write(
+    "conformance.py",
+    'def decide(config, state, call):\n    return ("ALLOW", "within_thresholds")\n',
+  );
+
+  it("times the reference over the same vectors and reports disagreements", async () => {
+    const r = await leash(["bench", "decide", "--seconds", "0.05", "--warmup", "0", "--reference", stub]);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(report.reference).toMatchObject({ file: stub, python: expect.stringMatching(/^3\./) });
+    expect(report.reference.sha256).toMatch(/^[0-9a-f]{64}$/);
+    const published = report.reference.published;
+    expect(published.vectors).toBe(29);
+    expect(published.decisions_per_cpu_sec).toBeGreaterThan(0);
+    // Two published vectors expect ALLOW within_thresholds; the stub agrees on exactly those.
+    expect(published.mismatches).toBe(27);
+    expect(published.first_mismatches[0]).toMatchObject({
+      label: "conformance.json:deny_budget_exhausted",
+      ours: "DENY budget_exhausted",
+      reference: "ALLOW within_thresholds",
+    });
+    expect(report.cpu_vs_reference).toBeCloseTo(
+      report.decisions_per_cpu_sec / published.decisions_per_cpu_sec,
+      1,
+    );
+    expect(r.stderr).toBe(
+      "bench decide: the reference disagrees with ours on 27 of 29 published vectors (first: conformance.json:deny_budget_exhausted: ours DENY budget_exhausted, reference ALLOW within_thresholds)\n",
+    );
+  });
+
+  it("hands the mixed corpus to the reference too", async () => {
+    const r = await leash([
+      "bench",
+      "decide",
+      "--corpus",
+      "mixed",
+      "--seconds",
+      "0.05",
+      "--warmup",
+      "0",
+      "--reference",
+      scratch.dir,
+    ]);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout);
+    expect(report.reference.mixed.vectors).toBe(4000);
+    // The stub is right only on the plain ALLOWs and the published within_thresholds vectors.
+    expect(report.reference.mixed.mismatches).toBeLessThan(4000 - 800);
+    expect(report.reference.mixed.mismatches).toBeGreaterThan(2000);
+    expect(report.mixed_cpu_vs_reference).toBeGreaterThan(0);
+    expect(report).not.toHaveProperty("reference_published_per_sec");
+  });
+
+  it("exits 2 with one line when the path holds no reference", async () => {
+    const missing = await leash([
+      "bench",
+      "decide",
+      "--seconds",
+      "0.05",
+      "--reference",
+      `${scratch.dir}/none`,
+    ]);
+    expect(missing.code).toBe(2);
+    expectOneLineError(missing.stderr);
+    const empty = scratch.write("empty.py", "x = 1\n");
+    const r = await leash(["bench", "decide", "--seconds", "0.05", "--warmup", "0", "--reference", empty]);
+    expect(r.code).toBe(2);
+    expectOneLineError(r.stderr);
+    expect(r.stderr).toContain("has no decide function");
+  });
+});
+
+describe("referenceJson", () => {
+  it("writes kept number literals as written, so Python reads 10.0 as a float", () => {
+    expect(referenceJson({ a: new JsonNumberText("10.0"), b: [new JsonNumberText("1e16"), 2], c: "x" })).toBe(
+      '{"a":10.0,"b":[1e16,2],"c":"x"}',
+    );
   });
 });

@@ -130,10 +130,10 @@ describe("leash tail", { timeout: 60_000 }, () => {
     });
   });
 
-  it("refuses --daemon with one line saying why (the daemon has no tail RPC)", () => {
+  it("--daemon without its organization is one line, exit 2 (tail-daemon.test.ts runs it against a daemon)", () => {
     const r = leash(["tail", "--daemon", "/tmp/leash.sock"]);
     expect(r.status).toBe(2);
-    expect(r.stderr).toMatch(/^leash: error: leash tail reads a store, and the daemon has no tail RPC.*\n$/);
+    expect(r.stderr).toMatch(/^leash: error: --daemon needs --org .*\n$/);
   });
 
   it("--follow prints each new decision as it is committed, and exits 0 on SIGTERM", async () => {

@@ -61,6 +61,7 @@ const REASONS: Readonly<Record<string, string>> = {
   "policy_violation:missing_estimate": "a call under a budget must say what it will cost",
   "policy_violation:invalid_estimate": "the call's estimated cost is not a non-negative number",
   "policy_violation:params_hash_mismatch": "the agent and Leash disagree on the arguments' digest",
+  "policy_violation:tool_denied": "the guard config lists this tool in denied_tools: it never runs",
   "hitl_transition:approve":
     "a human approved exactly this paused call (same nonce, same arguments): it may run, once",
   "hitl_transition:modify_successor":

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import unittest
 from typing import Any
 
-from leash_client import LeashClient, LeashDenied, LeashError, PreExecResult, guard, verify_receipt
+from leash_client import LeashClient, LeashDenied, LeashError, PreExecResult, TailEntry, guard, verify_receipt
 
 ENV = os.environ
 TRANSPORTS = ENV.get("LEASH_TEST_TRANSPORTS", "socket,grpc").split(",")
@@ -199,6 +200,49 @@ class MutualTls(unittest.TestCase):
                 self.assertEqual(runs, [])
                 with self.assertRaises(LeashError):
                     c.register()
+
+
+class Tail(unittest.TestCase):
+    def test_tail_reads_the_decisions_and_follows(self) -> None:
+        for transport in TRANSPORTS:
+            with self.subTest(transport=transport):
+                self.tail(transport)
+
+    def tail(self, transport: str) -> None:
+        with client(transport, agent_id=f"tail-{transport}") as c:
+            session = c.register().session_id
+            made = [c.pre_exec("lookup", {"n": n}, nonce=n) for n in (1, 2)]
+            seen = list(c.tail(session_id=session, kinds=["decision"]))
+            self.assertEqual(
+                [(e.seq, e.entry_hash, e.tool_name, e.verdict, e.reason, e.call_number) for e in seen],
+                [(d.entry_seq, d.entry_hash, "lookup", "ALLOW", "within_thresholds", d.call_number) for d in made],
+            )
+            self.assertEqual([e.seq for e in c.tail(session_id=session, kinds=["decision"], last=1)], [made[1].entry_seq])
+            resumed = list(c.tail(session_id=session, after_seq=made[0].entry_seq, kinds=["decision"]))
+            self.assertEqual([e.seq for e in resumed], [made[1].entry_seq])
+            # follow: a decision made after the tail started arrives; stop ends it.
+            stop = threading.Event()
+            got: list[TailEntry] = []
+
+            def follow() -> None:
+                for e in c.tail(session_id=session, kinds=["decision"], last=0, follow=True, stop=stop):
+                    got.append(e)
+                    stop.set()
+
+            reader = threading.Thread(target=follow)
+            reader.start()
+            time.sleep(0.3)
+            late = c.pre_exec("late", {"n": 3}, nonce=3)
+            reader.join(timeout=20)
+            self.assertFalse(reader.is_alive())
+            self.assertEqual([(e.seq, e.tool_name) for e in got], [(late.entry_seq, "late")])
+            with self.assertRaises(LeashError) as bad:
+                list(c.tail(after_seq=-2))
+            self.assertEqual(bad.exception.code, "invalid_argument")
+            with self.assertRaises(LeashError) as unknown:
+                list(c.tail(session_id="no-such-session"))
+            self.assertEqual(unknown.exception.code, "daemon_error")
+            self.assertIn("SESSION_NOT_FOUND", str(unknown.exception))
 
 
 class DaemonStopped(unittest.TestCase):

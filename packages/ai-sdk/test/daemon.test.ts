@@ -1,65 +1,41 @@
-// leashTools over @leash/client against the real daemon (in this process, a real Unix socket, a real
-// SQLite file): the same looping model is stopped by the daemon's policy, and its chain has every decision.
-import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { generateKeyPair, verifyChain } from "@leash/chain";
+// leashTools over @leash/client against a real `leash serve` process (Unix socket, SQLite file): the same
+// looping model is stopped by the daemon's policy, and the daemon's chain has every decision and verifies.
 import { type Client, createClient } from "@leash/client";
-import { type Daemon, parseDaemonConfig, startDaemon } from "@leash/daemon";
-import { openSqliteSubstrate } from "@leash/substrate-sqlite";
+import { type ServeFixture, startServeFixture } from "@leash/test-stores";
 import { generateText, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
-import { pino } from "pino";
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { z } from "zod";
 import { leashTools } from "../src/index.js";
 
-const HMAC = randomBytes(32);
-const KEY = generateKeyPair();
 const USAGE = {
   inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined },
   outputTokens: { total: 1, text: 1, reasoning: undefined },
 };
-let dir: string;
-let daemon: Daemon | undefined;
+let daemon: ServeFixture | undefined;
 let client: Client | undefined;
 
 beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), "leash-aisdk-daemon-"));
-  writeFileSync(join(dir, "acme-k1.hmac"), HMAC.toString("hex"), { mode: 0o600 });
-  daemon = await startDaemon({
-    config: parseDaemonConfig({
-      organizations: {
-        acme: {
-          hmac_keys: { k1: { file: join(dir, "acme-k1.hmac") } },
-          agents: { "ai-sdk-bot": { guard: { budget_usd: 1, max_repeat_calls: 3 } } },
-        },
-      },
-    }),
-    signer: KEY.signer,
-    store: `sqlite:${join(dir, "leash.db")}`,
-    socketPath: join(dir, "leash.sock"),
-    logger: pino({ level: "silent" }),
+  daemon = await startServeFixture({
+    agents: { "ai-sdk-bot": { guard: { budget_usd: 1, max_repeat_calls: 3 } } },
   });
-});
+}, 60_000);
 
 afterEach(async () => {
   client?.close();
   client = undefined;
-  await daemon?.close();
+  await daemon?.remove();
   daemon = undefined;
-  rmSync(dir, { recursive: true, force: true });
 });
 
 it("over the daemon: three runs, then the daemon's DENY is the tool error the model reads", async () => {
   client = createClient({
-    socketPath: daemon!.address,
-    organizationId: "acme",
+    socketPath: daemon!.socketPath,
+    organizationId: daemon!.organizationId,
     agentId: "ai-sdk-bot",
-    hmacKey: HMAC,
-    keyId: "k1",
-    daemonPublicKey: KEY.signer.publicKeyHex, // every receipt verified before the tool runs
+    hmacKey: daemon!.hmacKey,
+    keyId: daemon!.keyId,
+    daemonPublicKey: daemon!.publicKeyHex, // every receipt verified before the tool runs
     // SQLite commits (fsync) on a shared host can take far longer than the 50 ms default.
     timeoutMs: 5000,
     controlTimeoutMs: 5000,
@@ -110,24 +86,23 @@ it("over the daemon: three runs, then the daemon's DENY is the tool error the mo
   const errors = result.steps.flatMap((s) => s.content.filter((p) => p.type === "tool-error"));
   expect(errors.map((e) => (e.error as { reason: string }).reason)).toEqual(["max_repeat_exceeded"]);
 
-  // The daemon's own chain, read from its SQLite file after it stopped.
+  // The daemon's own chain, checked by `leash verify` and read by `leash export` once it stopped.
   client.close();
   client = undefined;
-  await daemon!.close();
-  daemon = undefined;
-  const substrate = await openSqliteSubstrate({ path: join(dir, "leash.db") });
-  try {
-    const entries = await substrate.transaction((tx) => tx.chain.range(0, 1_000_000));
-    expect((await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
-    const decisions = entries.filter((e) => e.kind === "decision").map((e) => JSON.parse(e.body).data.reason);
-    expect(decisions).toEqual([
-      "within_thresholds",
-      "within_thresholds",
-      "within_thresholds",
-      "max_repeat_exceeded",
-    ]);
-    expect(entries.filter((e) => e.kind === "post_exec")).toHaveLength(3);
-  } finally {
-    await substrate.close();
-  }
-});
+  await daemon!.stop();
+  const verified = await daemon!.verify();
+  expect(verified.stdout).toMatch(/^OK: \d+ entries verified/);
+  expect(verified.code).toBe(0);
+  const entries = await daemon!.entries();
+  expect(entries.filter((e) => e.kind === "decision").map((e) => e.data.reason)).toEqual([
+    "within_thresholds",
+    "within_thresholds",
+    "within_thresholds",
+    "max_repeat_exceeded",
+  ]);
+  expect(entries.filter((e) => e.kind === "post_exec").map((e) => e.data.actual_usd)).toEqual([
+    "0.1",
+    "0.1",
+    "0.1",
+  ]);
+}, 60_000);

@@ -26,6 +26,7 @@ import { LeashError, type LeashErrorCode } from "./errors.js";
 import { GrpcConnection } from "./grpc-connection.js";
 import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
 import { receiptProblem } from "./receipt-check.js";
+import { tailOn } from "./tail.js";
 import type { RequestOutcome, Transport } from "./transport.js";
 import type {
   ClientOptions,
@@ -37,6 +38,8 @@ import type {
   PreExecCall,
   PreExecResult,
   RegisterResult,
+  TailEntry,
+  TailOptions,
 } from "./types.js";
 
 /** The spec's pre_exec SLA is 5 ms (§8); 50 ms leaves room for a loaded host before failing closed. */
@@ -68,6 +71,13 @@ export interface Client {
     requestId: string,
     options?: { session_id?: string; expires_ns?: bigint | null; timeoutMs?: number },
   ): Promise<HitlOutcome>;
+  /**
+   * Your organization's audit chain entries, oldest first (`leash tail --daemon`): the whole chain by
+   * default, after `afterSeq`, or the latest `last`; with `follow`, then each new one until `signal`
+   * aborts. Fails closed: a dead daemon, a refusal or an answer that does not fit ends the iteration
+   * with a thrown LeashError (daemon_unavailable, timeout, daemon_error, bad_response).
+   */
+  tail(options?: TailOptions): AsyncGenerator<TailEntry>;
   /** The session of the last register(), or null before it. */
   readonly sessionId: string | null;
   close(): void;
@@ -401,6 +411,10 @@ export function createClient(options: ClientOptions): Client {
       }
       const timeoutMs = waitOptions.timeoutMs ?? waitBudgetMs(waitOptions.expires_ns);
       return waitForHitlOn(connection, { requestId, sessionId, timeoutMs });
+    },
+
+    tail(tailOptions) {
+      return tailOn(connection, tailOptions);
     },
 
     close() {

@@ -21,6 +21,8 @@ import {
   MAX_FRAME_BYTES,
   type Payload,
   shackleGrpcService,
+  type TailEvent,
+  type TailRequest,
 } from "@leash/wire";
 import { LeashError } from "./errors.js";
 import type { RequestOutcome, SettleOutcome, Transport } from "./transport.js";
@@ -203,6 +205,54 @@ export class GrpcConnection implements Transport {
         }),
       );
     });
+  }
+
+  /**
+   * TailEntries: the daemon's events as they come, until the stream ends (or `signal` aborts: it is
+   * cancelled and the iteration ends quietly). A failed stream throws LeashError (daemon_error with the
+   * daemon's Appendix B refusal; daemon_unavailable, timeout or bad_response otherwise).
+   */
+  async *tailStream(request: TailRequest, signal?: AbortSignal): AsyncGenerator<TailEvent> {
+    if (this.#closed) throw new LeashError("daemon_unavailable", "the client is closed");
+    const method = this.#methods.TailEntries;
+    if (method === undefined) throw new LeashError("bad_response", "no ShackleDaemon RPC TailEntries");
+    if (signal?.aborted) return;
+    const metadata = new Metadata();
+    metadata.set(GRPC_ORGANIZATION_METADATA, this.#options.organizationId);
+    if (this.protocolVersion !== undefined)
+      metadata.set(GRPC_PROTOCOL_VERSION_METADATA, this.protocolVersion);
+    // Without follow the stream ends by itself; a bound keeps a hung daemon from holding it forever.
+    const boundMs = 60_000;
+    const stream = this.#client.makeServerStreamRequest(
+      method.path,
+      method.requestSerialize,
+      method.responseDeserialize,
+      request as Parameters<typeof method.requestSerialize>[0],
+      metadata,
+      request.follow ? {} : { deadline: Date.now() + boundMs },
+    );
+    const onAbort = () => stream.cancel();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for await (const event of stream) yield event as TailEvent;
+    } catch (error) {
+      if (signal?.aborted) return;
+      const failed = this.#failed(error as ServiceError, boundMs);
+      if (failed.ok && failed.answer.case === "error") {
+        const e = failed.answer.value;
+        throw new LeashError(
+          "daemon_error",
+          `the daemon refused: ${ErrorCode[e.code] ?? e.code} ${e.detail}: ${e.message}`,
+        );
+      }
+      throw new LeashError(
+        failed.ok ? "bad_response" : failed.failure,
+        failed.ok ? "bad answer" : failed.message,
+      );
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      stream.cancel();
+    }
   }
 
   /** A non-OK status: the daemon's Appendix B refusal (an Error payload), or why there was no answer. */

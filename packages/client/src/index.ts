@@ -12,4 +12,5 @@ export {
 export { LeashDenied, LeashError, type LeashErrorCode, LeashHitl } from "./errors.js";
 export { type GuardOptions, guard } from "./guard.js";
 export { DEFAULT_HITL_WAIT_MS, waitBudgetMs } from "./hitl-wait.js";
+export { TAIL_POLL_WAIT_MS } from "./tail.js";
 export type * from "./types.js";

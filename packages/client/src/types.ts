@@ -164,3 +164,47 @@ export interface HeartbeatResult {
 }
 
 export type { SessionState };
+
+/** What client.tail() reads (`leash tail --daemon`); every field is optional. */
+export interface TailOptions {
+  /**
+   * Resume after this chain seq (the last entry you saw), -1 for the chain's first entry. Default: from
+   * the first entry, unless `last` is given.
+   */
+  afterSeq?: number;
+  /** Start with the latest `last` matching entries instead (ignored with afterSeq). */
+  last?: number;
+  /** Only this session's entries (it must be your organization's). */
+  sessionId?: string;
+  /** Only these entry kinds ("decision", "post_exec", "hitl_request", …). Default: every kind. */
+  kinds?: readonly string[];
+  /** Keep going: wait for new entries until `signal` aborts (or the daemon goes away: an error). */
+  follow?: boolean;
+  /** Stop after this many entries. */
+  limit?: number;
+  /** Ends the iteration quietly. */
+  signal?: AbortSignal;
+}
+
+/**
+ * One audit chain entry of your organization, as the daemon summarizes it (not a signed record:
+ * `leash verify` and the receipts are). Fields the entry does not record are null.
+ */
+export interface TailEntry {
+  seq: number;
+  entry_hash: string;
+  entry_id: string;
+  /** The daemon's clock when it wrote the entry, ns since the Unix epoch. */
+  time_ns: bigint;
+  kind: string;
+  session_id: string;
+  agent_id: string | null;
+  call_number: number | null;
+  /** Null on a decision about a malformed call (and on kinds that name no tool). */
+  tool_name: string | null;
+  /** Decisions only. */
+  verdict: "ALLOW" | "DENY" | "HITL" | null;
+  reason: string | null;
+  /** Exact decimal, when the session has a budget. */
+  budget_after_usd: string | null;
+}

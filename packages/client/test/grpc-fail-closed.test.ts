@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { type handleUnaryCall, Server, ServerCredentials, type ServiceDefinition } from "@grpc/grpc-js";
 import { generateKeyPair } from "@leash/chain";
+import { serve, writeConfig } from "@leash/test-stores";
 import {
   type PreExecRequest,
   PreExecResponseSchema,
@@ -17,7 +18,6 @@ import {
 } from "@leash/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { type Client, type ClientOptions, createClient, guard, LeashDenied } from "../src/index.js";
-import { serve, writeConfig } from "./serve-process.js";
 
 const cleanups: Array<() => void | Promise<void>> = [];
 afterEach(async () => {

@@ -1,11 +1,11 @@
 // @leash/client over gRPC with TLS and mTLS against the real daemon (openssl-made certificates): the
 // organization's certificate is served and its receipts verify; no certificate or another CA's fails closed.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generateKeyPair } from "@leash/chain";
 import { type Daemon, parseDaemonConfig, startDaemon } from "@leash/daemon";
+import { makeTestPki } from "@leash/test-stores";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Client, createClient, type GrpcTlsOptions } from "../src/index.js";
@@ -16,66 +16,16 @@ let daemon: Daemon;
 const signer = generateKeyPair();
 const clients: Client[] = [];
 
-/** A CA, and leaves signed by it: `ssl(...)` is openssl in the scratch directory. */
-function makePki(): void {
-  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-  const ca = (name: string) =>
-    ssl(
-      "req",
-      "-x509",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-subj",
-      `/CN=${name}`,
-    );
-  const leaf = (name: string, signedBy: string, cn: string, san: string) => {
-    ssl(
-      "req",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      `${name}.key`,
-      "-out",
-      `${name}.csr`,
-      "-subj",
-      `/CN=${cn}`,
-    );
-    writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
-    ssl(
-      "x509",
-      "-req",
-      "-in",
-      `${name}.csr`,
-      "-CA",
-      `${signedBy}.pem`,
-      "-CAkey",
-      `${signedBy}.key`,
-      "-CAcreateserial",
-      "-out",
-      `${name}.pem`,
-      "-days",
-      "2",
-      "-extfile",
-      `${name}.ext`,
-    );
-  };
-  ca("ca");
-  ca("other-ca");
-  leaf("server", "ca", "leash.test", "DNS:leash.test,IP:127.0.0.1");
-  leaf("acme", "ca", "acme", "URI:leash:org:acme");
-  leaf("impostor", "other-ca", "acme", "URI:leash:org:acme");
-}
-
 beforeAll(async () => {
-  makePki();
+  makeTestPki(dir, {
+    cas: ["ca", "other-ca"],
+    leaves: [
+      { name: "server", signedBy: "ca", subject: "/CN=leash.test", san: "DNS:leash.test,IP:127.0.0.1" },
+      { name: "acme", signedBy: "ca", subject: "/CN=acme", san: "URI:leash:org:acme" },
+      { name: "impostor", signedBy: "other-ca", subject: "/CN=acme", san: "URI:leash:org:acme" },
+      { name: "globex", signedBy: "ca", subject: "/CN=globex", san: "URI:leash:org:globex" },
+    ],
+  });
   daemon = await startDaemon({
     config: parseDaemonConfig({
       organizations: {
@@ -103,10 +53,10 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function client(tls: GrpcTlsOptions, serverName = "leash.test"): Client {
+function client(tls: GrpcTlsOptions, serverName = "leash.test", organizationId = "acme"): Client {
   const c = createClient({
     grpc: { address: daemon.grpcAddress as string, tls, serverName },
-    organizationId: "acme",
+    organizationId,
     agentId: "research-bot",
     daemonPublicKey: signer.publicKeyHex,
     timeoutMs: 5000,
@@ -158,5 +108,46 @@ describe("gRPC with mTLS", () => {
       const r = await c.preExec({ session_id: "s1", tool_name: "web_search" });
       expect([r.verdict, r.reason]).toEqual(["DENY", "fail_closed:daemon_unavailable"]);
     }
+  });
+});
+
+describe("TailEntries with mTLS", () => {
+  it("sends the certificate's organization's entries only, whatever organization the client claims", async () => {
+    const acme = client({ ca: pem("ca.pem"), cert: pem("acme.pem"), key: pem("acme.key") });
+    const globex = client(
+      { ca: pem("ca.pem"), cert: pem("globex.pem"), key: pem("globex.key") },
+      "leash.test",
+      "globex",
+    );
+    const mine = (await acme.register()).session_id;
+    const theirs = (await globex.register()).session_id;
+    await acme.preExec({ session_id: mine, tool_name: "web_search", params: { q: "a" } });
+    await globex.preExec({ session_id: theirs, tool_name: "globex_only", params: { q: "g" } });
+    // An acme certificate claiming globex (the metadata only counts on insecure loopback).
+    const claiming = client(
+      { ca: pem("ca.pem"), cert: pem("acme.pem"), key: pem("acme.key") },
+      "leash.test",
+      "globex",
+    );
+    for (const c of [acme, claiming]) {
+      const seen: { session_id: string; tool_name: string | null }[] = [];
+      for await (const e of c.tail({ kinds: ["decision"] })) seen.push(e);
+      expect(seen.length).toBeGreaterThan(0);
+      expect(seen.some((e) => e.session_id === theirs || e.tool_name === "globex_only")).toBe(false);
+      expect(seen.some((e) => e.session_id === mine)).toBe(true);
+    }
+    const theirsSeen: string[] = [];
+    for await (const e of globex.tail({ kinds: ["decision"] })) theirsSeen.push(e.session_id);
+    expect(theirsSeen).toEqual([theirs]);
+  });
+
+  it("without a client certificate the tail fails with an error, it is never empty", async () => {
+    const c = client({ ca: pem("ca.pem") });
+    await expect(
+      (async () => {
+        for await (const _ of c.tail()) return "an entry";
+        return "empty";
+      })(),
+    ).rejects.toMatchObject({ code: "daemon_unavailable" });
   });
 });

@@ -6,10 +6,9 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
-import { openStore, type TestStore } from "@leash/test-stores";
+import { openStore, type ServeProcess, serve, type TestStore, writeConfig } from "@leash/test-stores";
 import { afterEach, expect, it } from "vitest";
 import { type Client, createClient, type PreExecResult } from "../src/index.js";
-import { type ServeProcess, serve, writeConfig } from "./serve-process.js";
 
 const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.url));
 /** The organization's budget, and every call's estimate, in thousandths of a dollar (exact integers here). */

@@ -36,7 +36,7 @@ export function decide(config: unknown, state: unknown, call: unknown, inputs?: 
       call,
       params: rawParams === undefined || rawParams === null ? {} : rawParams,
       inputs: inputs ?? NO_INPUTS,
-      paramsText: null,
+      paramsDigest: null,
     };
     return (
       checkCanonicalizable(ctx) ??

@@ -78,6 +78,11 @@ export interface Config {
   default_estimate_usd?: number | string;
   /** Per-tool estimates by tool name, ahead of `default_estimate_usd`. */
   tool_estimates_usd?: Record<string, number | string>;
+  /**
+   * Tools this session may never run: a call to one is DENY `policy_violation:tool_denied`, recorded
+   * and counted without tripping the circuit. The engine's, not decide's.
+   */
+  denied_tools?: readonly string[];
 }
 
 export type Nonce = string | number;
@@ -150,4 +155,9 @@ export interface DecideInputs {
    * a correct SHA-256: decide() trusts it as it trusts its own.
    */
   sha256Hex?: (text: string) => string;
+  /**
+   * The same SHA-256 over bytes (canonical JSON already written as UTF-8), preferred to `sha256Hex`
+   * when both are given: it saves decoding the text and re-encoding it. Same correctness duty.
+   */
+  sha256HexOfBytes?: (bytes: Uint8Array) => string;
 }

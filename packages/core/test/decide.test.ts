@@ -290,6 +290,44 @@ describe("rules 7–10", () => {
   it("default allows", () => expect(d({}, {}, ok)).toBe("ALLOW within_thresholds"));
 });
 
+// The reference normalizes keywords with Python's str.strip(), whose whitespace is not trim()'s:
+// these were answered otherwise than the reference until 2 Dec 2026 (found by bench decide --reference).
+describe("keywords are stripped as Python strips them", () => {
+  const params = { amount: 5 };
+  const digest = canonicalHash(params);
+  const t = (pending: Record<string, unknown>) =>
+    d(
+      {},
+      { pending_transition: { original_nonce: 20, original_args_digest: digest, ...pending } },
+      { tool_name: "pay", params, nonce: 20 },
+    );
+  const p = (params: unknown) => d({}, {}, { tool_name: "t", params });
+
+  it("strips U+001C–U+001F and U+0085, which trim() keeps", () => {
+    for (const ws of ["\x1c", "\x1f", "\x85"]) {
+      expect(t({ decision: `approve${ws}` })).toBe("ALLOW hitl_transition:approve");
+      expect(t({ decision: "approve", terminal_status: `${ws}consumed` })).toBe(
+        "DENY hitl_transition:terminal_no_effect",
+      );
+      expect(p({ ctx: `opaque${ws}` })).toBe("HITL fail_closed:opaque_context");
+      expect(p({ [`${ws}blob`]: "unknown" })).toBe("HITL fail_closed:opaque_context");
+    }
+  });
+  it("keeps U+FEFF, which trim() strips", () => {
+    expect(t({ decision: "\ufeffapprove" })).toBe("DENY hitl_transition:unknown_decision");
+    expect(t({ decision: "approve", terminal_status: "consumed\ufeff" })).toBe(
+      "ALLOW hitl_transition:approve",
+    );
+    expect(p({ ctx: "\ufeffopaque" })).toBe("ALLOW within_thresholds");
+    expect(p({ "context\ufeff": "opaque" })).toBe("ALLOW within_thresholds");
+  });
+  it("finds a marker behind any leading Python whitespace, not only ASCII", () => {
+    for (const ws of ["\u3000", "\xa0", "\u2028 \t"]) {
+      expect(p({ ctx: `${ws}Opaque` })).toBe("HITL fail_closed:opaque_context");
+    }
+  });
+});
+
 describe("extension guards", () => {
   const NOW = 1_000_000_000_000;
   it("are off unless configured", () => {

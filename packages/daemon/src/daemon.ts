@@ -16,6 +16,8 @@ import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
 import { defaultSocketPath } from "./socket-path.js";
+import { TailFeed } from "./tail/feed.js";
+import { TailReader } from "./tail/reader.js";
 import { listenUnix, type UnixTransport } from "./unix-socket.js";
 
 export interface DaemonOptions {
@@ -148,11 +150,13 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   let grpc: GrpcTransport | undefined;
   let consoleServer: ConsoleServer | undefined;
   let hitl: HitlQueue | undefined;
+  let tailFeed: TailFeed | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   const cleanup = async () => {
     clearInterval(sweeper);
     // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
     hitl?.close();
+    tailFeed?.close();
     await consoleServer?.close();
     await Promise.all([transport?.close(), grpc?.close()]);
     await http?.close();
@@ -168,6 +172,13 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       reservationTtlMs: config.reservationTtlS * 1000,
     });
     hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
+    const feed = new TailFeed({
+      substrate,
+      onError: (error) => logger.warn({ err: error }, "looking for new chain entries failed"),
+    });
+    tailFeed = feed;
+    // An operator's answer (console) appends too: followers look at once.
+    engine.onHitlEvent(() => feed.poke());
     const version = daemonVersion();
     const handler = createRequestHandler({
       engine,
@@ -177,6 +188,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       metrics,
       daemonVersion: version,
       hitl,
+      tail: { reader: new TailReader(substrate), feed },
       ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({

@@ -27,6 +27,7 @@ import {
   PROTOCOL_VERSION,
   ShackleDaemon,
   shackleGrpcService,
+  type TailEvent,
 } from "@leash/wire";
 import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -222,6 +223,51 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
       })
       .catch((error: unknown) => {
         logger.warn({ err: error, rpc: "WaitHitl" }, "gRPC request failed inside the daemon");
+        call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
+      });
+  }) as handleServerStreamingCall<unknown, unknown>;
+  // TailEntries: the caller organization's chain entries, then (follow) each new one, until it cancels.
+  implementation.TailEntries = ((call: ServerWritableStream<unknown, unknown>) => {
+    let organizationId: string;
+    try {
+      organizationId = organizationOf(call);
+    } catch (error) {
+      if (!(error instanceof Unauthenticated)) throw error;
+      const metadata = new Metadata();
+      metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
+      metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
+      call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
+      return;
+    }
+    const gone = new AbortController();
+    call.on("cancelled", () => gone.abort());
+    call.on("close", () => gone.abort());
+    const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
+    handler
+      .streamTail(
+        call.request as Parameters<RequestHandler["streamTail"]>[0],
+        { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal },
+        async (event: TailEvent) => {
+          if (call.cancelled || call.write(event)) return;
+          // A slow reader: wait until grpc-js has sent what is buffered (or the call is gone).
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              call.off("drain", done);
+              gone.signal.removeEventListener("abort", done);
+              resolve();
+            };
+            call.on("drain", done);
+            gone.signal.addEventListener("abort", done, { once: true });
+          });
+        },
+      )
+      .then((error) => {
+        if (call.cancelled) return;
+        if (error === null) call.end();
+        else call.emit("error", refusalStatus(error));
+      })
+      .catch((error: unknown) => {
+        logger.warn({ err: error, rpc: "TailEntries" }, "gRPC request failed inside the daemon");
         call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
       });
   }) as handleServerStreamingCall<unknown, unknown>;

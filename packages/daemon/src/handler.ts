@@ -31,6 +31,9 @@ import {
   RegisterResponseSchema,
   SessionStateSchema,
   SessionStatus,
+  TailBatchSchema,
+  type TailEvent,
+  type TailRequest,
   verdictToWire,
   type WaitHitlRequest,
   WireError,
@@ -40,6 +43,8 @@ import { type DaemonConfig, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
 import type { DaemonMetrics } from "./metrics.js";
+import type { TailFeed } from "./tail/feed.js";
+import type { TailFilter, TailReader } from "./tail/reader.js";
 
 /** Who sent a request, as its transport established it (the socket: the key that verified its HMAC). */
 export interface AuthContext {
@@ -52,6 +57,8 @@ export interface RequestContext {
   readonly auth: AuthContext;
   /** The envelope's protocol_version (a Register negotiates from it). */
   readonly protocolVersion: string;
+  /** Aborted when the caller is gone (its connection closed, its call cancelled): long waits stop. */
+  readonly signal?: AbortSignal;
 }
 
 /** One answer: a response payload, or null when the request takes none (a recorded PostExec). */
@@ -69,6 +76,16 @@ export interface RequestHandler {
     context: RequestContext,
     send: (update: HitlUpdate) => void,
   ): Promise<ErrorMessage | null>;
+  /**
+   * gRPC's TailEntries stream: the caller organization's entries, then (with follow) each new one, until
+   * `context.signal` aborts or the daemon closes. `send` may return a promise (back-pressure). Never
+   * throws: resolves with the Error that ended it, or null when the stream is complete.
+   */
+  streamTail(
+    request: TailRequest,
+    context: RequestContext,
+    send: (event: TailEvent) => void | Promise<void>,
+  ): Promise<ErrorMessage | null>;
 }
 
 export interface HandlerOptions {
@@ -82,6 +99,8 @@ export interface HandlerOptions {
   readonly hitl?: HitlQueue;
   /** `hitl_timeout_s` for policies that set none (the engine's default applies when this is absent too). */
   readonly hitlTimeoutS?: number;
+  /** Serves TailEntries / tail_entries from the store's chain. Without it they are refused. */
+  readonly tail?: { readonly reader: TailReader; readonly feed: TailFeed };
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -106,7 +125,23 @@ const RPC_OF: Partial<Record<NonNullable<Payload["case"]>, string>> = {
   heartbeat: "Heartbeat",
   getSessionState: "GetSessionState",
   waitHitl: "WaitHitl",
+  tailEntries: "TailEntries",
 };
+
+/** Requests that may append to the chain: after one, followers are told to look at once. */
+const WRITES = new Set<Payload["case"]>(["register", "preExec", "postExec", "heartbeat"]);
+
+/** Tails (streams and socket polls) one daemon serves at once; beyond it RATE_LIMITED. */
+export const MAX_TAILS = 128;
+/** Events in one socket answer, and about the most text it carries (well under the 1 MiB frame). */
+const SOCKET_TAIL_EVENTS = 500;
+const TAIL_BYTES = 768 * 1024;
+/** The socket's long poll: default and longest wait for a new entry. */
+const DEFAULT_TAIL_WAIT_MS = 10_000;
+const MAX_TAIL_WAIT_MS = 60_000;
+/** A follower that hears nothing looks again after this long (the feed's own polls usually wake it first). */
+const STREAM_RECHECK_MS = 30_000;
+const MAX_TAIL_KINDS = 32;
 
 const HITL_ERROR_CODES: Record<HitlErrorCode, ErrorCode> = {
   hitl_request_not_found: ErrorCode.INVALID_MESSAGE,
@@ -496,6 +531,92 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     return { case: "sessionState", value: sessionStateOf(view) };
   }
 
+  let tails = 0;
+
+  /** The request's filter, checked: the organization is the caller's; a session must be one of its own. */
+  async function tailFilterOf(
+    request: TailRequest,
+    context: RequestContext,
+  ): Promise<{ tail: NonNullable<HandlerOptions["tail"]>; filter: TailFilter; afterSeq: number | null }> {
+    const tail = options.tail;
+    if (tail === undefined)
+      throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "tail_unavailable", "this daemon serves no tail");
+    const after = request.afterSeq;
+    if (after !== undefined && (after < -1n || after > BigInt(Number.MAX_SAFE_INTEGER))) {
+      throw new Refusal(
+        ErrorCode.INVALID_MESSAGE,
+        "invalid_after_seq",
+        "after_seq must be -1 or a chain seq",
+      );
+    }
+    if (
+      request.kinds.length > MAX_TAIL_KINDS ||
+      request.kinds.some((kind) => !/^[a-z][a-z0-9_]{0,63}$/.test(kind))
+    ) {
+      throw new Refusal(
+        ErrorCode.INVALID_MESSAGE,
+        "invalid_kinds",
+        `kinds must be at most ${MAX_TAIL_KINDS} entry kinds such as "decision"`,
+      );
+    }
+    if (request.sessionId !== "") await checkSession(request.sessionId, context.auth);
+    return {
+      tail,
+      filter: {
+        organizationId: context.auth.organizationId,
+        sessionId: request.sessionId === "" ? null : request.sessionId,
+        kinds: request.kinds.length === 0 ? null : new Set(request.kinds),
+      },
+      afterSeq: after === undefined ? null : Number(after),
+    };
+  }
+
+  /** Runs `fn` holding one of the MAX_TAILS slots. */
+  async function withTailSlot<T>(fn: () => Promise<T>): Promise<T> {
+    if (tails >= MAX_TAILS) {
+      metrics.rateLimited.inc();
+      throw new Refusal(ErrorCode.RATE_LIMITED, "too_many_tails", `more than ${MAX_TAILS} tails at once`);
+    }
+    tails++;
+    try {
+      return await fn();
+    } finally {
+      tails--;
+    }
+  }
+
+  const shuttingDown = () =>
+    new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "shutting_down", "the daemon is shutting down");
+
+  /** The socket's tail_entries: one batch; with follow, waits (bounded) until there is something to send. */
+  async function tailBatch(request: TailRequest, context: RequestContext): Promise<Payload> {
+    const { tail, filter, afterSeq } = await tailFilterOf(request, context);
+    return withTailSlot(async () => {
+      const signal = context.signal;
+      let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
+      const maxEvents =
+        request.limit === 0 ? SOCKET_TAIL_EVENTS : Math.min(request.limit, SOCKET_TAIL_EVENTS);
+      const waitMs = Math.min(request.waitMs === 0 ? DEFAULT_TAIL_WAIT_MS : request.waitMs, MAX_TAIL_WAIT_MS);
+      const deadline = Date.now() + waitMs;
+      for (;;) {
+        const page = await tail.reader.page(after, filter, { maxEvents, maxBytes: TAIL_BYTES });
+        if (page.afterSeq >= 0) tail.feed.observe(page.afterSeq);
+        after = page.afterSeq;
+        const left = deadline - Date.now();
+        if (page.events.length > 0 || page.more || !request.follow || left <= 0) {
+          return {
+            case: "tailBatch",
+            value: create(TailBatchSchema, { events: page.events, afterSeq: BigInt(after), more: page.more }),
+          };
+        }
+        const why = await tail.feed.wait(after, signal, left);
+        if (why === "closed") throw shuttingDown();
+        if (why === "aborted")
+          throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "cancelled", "the caller went away");
+      }
+    });
+  }
+
   async function dispatch(payload: Payload, context: RequestContext): Promise<Answer> {
     switch (payload.case) {
       case "register":
@@ -510,6 +631,8 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         return sessionState(payload.value, context);
       case "waitHitl":
         return waitHitl(payload.value, context);
+      case "tailEntries":
+        return tailBatch(payload.value, context);
       default:
         throw new Refusal(
           ErrorCode.INVALID_MESSAGE,
@@ -545,6 +668,42 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       }
     },
 
+    async streamTail(request, context, send) {
+      try {
+        const { tail, filter, afterSeq } = await tailFilterOf(request, context);
+        return await withTailSlot(async () => {
+          const signal = context.signal;
+          let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
+          let left = request.limit === 0 ? Number.POSITIVE_INFINITY : request.limit;
+          for (;;) {
+            if (signal?.aborted) return null;
+            const page = await tail.reader.page(after, filter, {
+              maxEvents: Math.min(left, SOCKET_TAIL_EVENTS),
+              maxBytes: TAIL_BYTES,
+            });
+            for (const event of page.events) {
+              if (signal?.aborted) return null;
+              await send(event);
+            }
+            left -= page.events.length;
+            after = page.afterSeq;
+            if (after >= 0) tail.feed.observe(after);
+            if (left <= 0) return null;
+            if (page.more) continue;
+            if (!request.follow) return null;
+            const why = await tail.feed.wait(after, signal, STREAM_RECHECK_MS);
+            if (why === "closed") throw shuttingDown();
+            if (why === "aborted") return null;
+          }
+        });
+      } catch (error) {
+        const known = answerFor(error);
+        if (known === undefined)
+          logger.warn({ rpc: "TailEntries", err: error }, "request failed inside the daemon");
+        return (known ?? errorPayload(new Error("internal"))).value as ErrorMessage;
+      }
+    },
+
     async handle(payload, context) {
       const rpc = RPC_OF[payload.case as keyof typeof RPC_OF] ?? "other";
       const stop = metrics.latency.startTimer({ rpc });
@@ -566,6 +725,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         return answer;
       } finally {
         stop();
+        if (WRITES.has(payload.case)) options.tail?.feed.poke();
       }
     },
   };

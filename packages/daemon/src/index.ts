@@ -44,6 +44,7 @@ export {
   guardConfigToWire,
   type HandlerOptions,
   hitlErrorPayload,
+  MAX_TAILS,
   type RequestContext,
   type RequestHandler,
 } from "./handler.js";
@@ -52,4 +53,6 @@ export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
 export { defaultSocketPath } from "./socket-path.js";
+export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";
+export { type TailFilter, type TailPage, TailReader, tailEventOf } from "./tail/reader.js";
 export { DEFAULT_MAX_IN_FLIGHT, listenUnix, SocketInUseError, type UnixTransport } from "./unix-socket.js";

@@ -133,6 +133,8 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     const mine = new Set<Promise<void>>();
     /** No further frame is read: the connection failed or closed. */
     let dead = false;
+    /** Aborted when the connection closes: a long poll (wait_hitl aside) stops waiting for nobody. */
+    const gone = new AbortController();
 
     const send = (payload: Payload, key: Uint8Array, keyId: string, correlationId: string) => {
       if (socket.destroyed || !socket.writable) return;
@@ -238,7 +240,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       }
       pending++;
       const work = handler
-        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion })
+        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion, signal: gone.signal })
         .then((answer) => {
           if (answer !== null) send(answer, key, auth.keyId, correlationId);
         })
@@ -283,6 +285,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     socket.on("error", (error) => logger.debug({ err: error.message }, "connection error"));
     socket.on("close", () => {
       dead = true;
+      gone.abort();
       sockets.delete(socket);
       metrics.connections.dec();
     });

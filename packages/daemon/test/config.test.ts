@@ -24,13 +24,14 @@ describe("daemon config", () => {
     const yaml = join(dir, "d.yaml");
     writeFileSync(
       yaml,
-      `store: sqlite:./x.db\nreservation_ttl_s: 5\norganizations:\n  o:\n    hmac_keys: { k: { file: ./acme-k1.hmac } }\n    agents:\n      a: { guard: { window_max_calls: 2, window_duration_s: 60 } }\n`,
+      `store: sqlite:./x.db\nreservation_ttl_s: 5\norganizations:\n  o:\n    hmac_keys: { k: { file: ./acme-k1.hmac } }\n    agents:\n      a: { guard: { window_max_calls: 2, window_duration_s: 60, denied_tools: [delete_all] } }\n`,
     );
     const loaded = loadDaemonConfig(yaml);
     expect([loaded.store, loaded.reservationTtlS]).toEqual(["sqlite:./x.db", 5]);
     expect(policyFor(loaded.organizations.get("o")!, "a")).toEqual({
       window_max_calls: 2,
       window_duration_s: 60,
+      denied_tools: ["delete_all"],
     });
   });
 
@@ -54,6 +55,10 @@ describe("daemon config", () => {
     [
       { organizations: { o: { hmac_keys: { k: { hex: HEX } }, current_key: "nope" } } },
       "current_key must name one of its hmac_keys",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX } }, default_guard: { denied_tools: "rm" } } } },
+      "/organizations/o/default_guard/denied_tools must be array",
     ],
     [
       { organizations: { o: { hmac_keys: { k: { hex: HEX } } } }, reservation_ttl_s: 0 },

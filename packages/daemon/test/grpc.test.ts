@@ -1,12 +1,10 @@
 // The gRPC transport end to end: a real @grpc/grpc-js client (from the same service definition) against a
 // real daemon — Appendix A on insecure loopback (SQLite, PostgreSQL), mTLS with openssl-made certificates, refusals.
-import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { type Client, credentials, Metadata, makeGenericClientConstructor, status } from "@grpc/grpc-js";
 import { verifyChain } from "@leash/chain";
 import { verifyReceipt } from "@leash/receipts";
+import { makeTestPki } from "@leash/test-stores";
 import {
   DenyReason,
   GetSessionStateRequestSchema,
@@ -240,69 +238,16 @@ describe("gRPC transport", () => {
   describe("mTLS", () => {
     let pki: Record<string, Buffer>;
     beforeAll(() => {
-      const dir = scratchDir();
-      const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-      const ca = (name: string) =>
-        ssl(
-          "req",
-          "-x509",
-          "-newkey",
-          "rsa:2048",
-          "-nodes",
-          "-keyout",
-          `${name}.key`,
-          "-out",
-          `${name}.pem`,
-          "-days",
-          "2",
-          "-subj",
-          `/CN=${name}`,
-        );
-      const leaf = (name: string, signer: string, subject: string, san: string) => {
-        ssl(
-          "req",
-          "-newkey",
-          "rsa:2048",
-          "-nodes",
-          "-keyout",
-          `${name}.key`,
-          "-out",
-          `${name}.csr`,
-          "-subj",
-          subject,
-        );
-        const ext = join(dir, `${name}.ext`);
-        execFileSync("sh", ["-c", `printf 'subjectAltName=${san}\\n' > ${ext}`]);
-        ssl(
-          "x509",
-          "-req",
-          "-in",
-          `${name}.csr`,
-          "-CA",
-          `${signer}.pem`,
-          "-CAkey",
-          `${signer}.key`,
-          "-CAcreateserial",
-          "-out",
-          `${name}.pem`,
-          "-days",
-          "2",
-          "-extfile",
-          ext,
-        );
-      };
-      ca("ca");
-      ca("other-ca");
-      leaf("server", "ca", "/CN=localhost", "DNS:localhost,IP:127.0.0.1");
-      leaf("acme", "ca", "/CN=acme", "DNS:acme.example");
-      leaf("globex-uri", "ca", "/CN=ignored", "URI:leash:org:globex");
-      leaf("initech", "ca", "/CN=initech", "DNS:initech.example");
-      leaf("impostor", "other-ca", "/CN=acme", "DNS:acme.example");
-      pki = {};
-      for (const n of ["ca", "server", "acme", "globex-uri", "initech", "impostor"]) {
-        pki[`${n}.pem`] = readFileSync(join(dir, `${n}.pem`));
-        if (n !== "ca") pki[`${n}.key`] = readFileSync(join(dir, `${n}.key`));
-      }
+      pki = makeTestPki(scratchDir(), {
+        cas: ["ca", "other-ca"],
+        leaves: [
+          { name: "server", signedBy: "ca", subject: "/CN=localhost", san: "DNS:localhost,IP:127.0.0.1" },
+          { name: "acme", signedBy: "ca", subject: "/CN=acme", san: "DNS:acme.example" },
+          { name: "globex-uri", signedBy: "ca", subject: "/CN=ignored", san: "URI:leash:org:globex" },
+          { name: "initech", signedBy: "ca", subject: "/CN=initech", san: "DNS:initech.example" },
+          { name: "impostor", signedBy: "other-ca", subject: "/CN=acme", san: "DNS:acme.example" },
+        ],
+      });
     });
 
     const connect = (address: string, who?: string) => {

@@ -1,13 +1,14 @@
 // The Python client (clients/python) against a real `leash serve` on SQLite, over the Unix socket and
 // gRPC: Appendix A, receipts, mTLS, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
 // Debian's python3-protobuf, python3-grpcio, python3-cryptography and python3-mypy (.ci/run installs them).
-import { type ChildProcess, execFile, execFileSync } from "node:child_process";
+import { type ChildProcess, execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import { verifyReceipt } from "@leash/receipts";
+import { makeTestPki } from "@leash/test-stores";
 import { paramsDigest, paramsFromJson } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBuilt, openStore, type Running, runDaemon, scratchDir, serve } from "./support.js";
@@ -183,6 +184,12 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     }
   }, 120_000);
 
+  it("tail over the socket and gRPC: the session's decisions with their seq and hash, resume, last, follow", async () => {
+    const run = await python(["-m", "unittest", "-v", "live_daemon.Tail"], env);
+    expect(run.code, run.stderr).toBe(0);
+    expect(ranCount(run)).toBe(1);
+  }, 120_000);
+
   it("Python's canonical digest of tricky params is @leash/wire's", async () => {
     const texts = [
       '{"q": "päris", "n": 10.0, "big": 1180591620717411303424, "e": 1e16, "z": -0.0}',
@@ -220,22 +227,15 @@ describe("the Python client over gRPC with mTLS (openssl-made certificates)", ()
   let running: Running | undefined;
 
   beforeAll(async () => {
-    // EC keys: as good as RSA here and much faster to make.
-    const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-    const newKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    ssl("req", "-x509", ...newKey, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=ca");
-    const leaf = (name: string, subject: string, san: string) => {
-      ssl("req", ...newKey, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject);
-      writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
-      ssl(
-        ...["x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"],
-        ...["-out", `${name}.pem`, "-days", "2", "-extfile", `${name}.ext`],
-      );
-    };
-    leaf("server", "/CN=localhost", "DNS:localhost,IP:127.0.0.1");
-    leaf("acme", "/CN=acme", "DNS:acme.example");
-    leaf("initech", "/CN=initech", "DNS:initech.example");
-    const read = (name: string) => readFileSync(join(dir, name));
+    const pki = makeTestPki(dir, {
+      cas: ["ca"],
+      leaves: [
+        { name: "server", signedBy: "ca", subject: "/CN=localhost", san: "DNS:localhost,IP:127.0.0.1" },
+        { name: "acme", signedBy: "ca", subject: "/CN=acme", san: "DNS:acme.example" },
+        { name: "initech", signedBy: "ca", subject: "/CN=initech", san: "DNS:initech.example" },
+      ],
+    });
+    const read = (name: string) => pki[name]!;
     running = await runDaemon("sqlite", {
       grpc: {
         listen: "127.0.0.1:0",

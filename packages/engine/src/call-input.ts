@@ -93,6 +93,7 @@ export function outranksEstimate(decision: { verdict: Verdict; reason: string })
     case "policy_violation:duplicate_nonce":
     case "policy_violation:duplicate_resume_no_effect":
     case "budget_exhausted":
+    case "policy_violation:tool_denied": // a tool never run needs no estimate
       return true;
     default:
       return decision.reason.startsWith("hitl_transition:");

@@ -72,8 +72,9 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
-import { canonicalParamsText, nodeSha256Hex, replayInputs } from "./replay-inputs.js";
+import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { denyListed, TOOL_DENIED } from "./tool-policy.js";
 import {
   callIdOf,
   defined,
@@ -668,11 +669,14 @@ export function createEngine(options: EngineOptions): Engine {
               rng: rngValue ?? undefined,
               ...(previousError === undefined ? {} : { errorText: previousError }),
               sha256Hex: nodeSha256Hex,
+              sha256HexOfBytes: nodeSha256HexOfBytes,
             }),
             state,
             call,
           )
         : MALFORMED;
+    // A tool in the config's denied_tools never runs (tool-policy.ts).
+    if (malformed === null) decision = denyListed(decision, config, call);
     if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
       decision = { verdict: "DENY", reason: estimate.reason };
     }
@@ -726,9 +730,9 @@ export function createEngine(options: EngineOptions): Engine {
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
     // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
-    // unspent, so the paused call itself can still use it.
+    // unspent, so the paused call itself can still use it. So does a denied tool.
     let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,
@@ -814,13 +818,12 @@ export function createEngine(options: EngineOptions): Engine {
           budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
           budget_after_usd: remaining,
           reservation_id,
-          rng: rngValue,
+          // The random number probabilistic denial consumed; absent when it did not run.
+          ...(rngValue === null ? {} : { rng: rngValue }),
           // An input decide() saw (error amplification), so replay sees it too; absent when not given.
           ...(previousError === undefined ? {} : { previous_error: previousError }),
-          operator_id: null,
-          // What decide() saw, so the verdict can be re-derived from the log alone (the session's
-          // config never changes: it is in its session_registered entry).
-          state,
+          // Inputs and outcome only: the state decide() saw is the fold of the entries before this
+          // one (replay re-derives it), so it is not copied here; the config is in session_registered.
           now_ns: nowNs,
           ...replayInputs({
             paramsText,

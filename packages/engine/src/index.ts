@@ -44,5 +44,6 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
-export { nodeSha256Hex, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
+export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
+export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

@@ -15,8 +15,18 @@ export const nodeSha256Hex: (text: string) => string =
     ? (text) => crypto.hash("sha256", text, "hex")
     : (text) => crypto.createHash("sha256").update(text).digest("hex");
 
-/** Bumped when a decision entry gains an input replay needs; entries without it are not re-derived. */
-export const REPLAY_INPUTS_VERSION = 1;
+/** The same over bytes, for decide's argument digest (core writes canonical JSON as UTF-8 bytes). */
+export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string =
+  typeof crypto.hash === "function"
+    ? (bytes) => crypto.hash("sha256", bytes, "hex")
+    : (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
+
+/**
+ * Bumped when a decision entry's replay inputs change; entries without it are not re-derived.
+ * 1: inputs beside a copy of the state decide() saw. 2: no state copy (replay folds it from the
+ * entries before), and the optional inputs below are absent rather than null.
+ */
+export const REPLAY_INPUTS_VERSION = 2;
 
 /** The params' canonical JSON, as canonicalHash hashes it (number literals as Python reads them). */
 export function canonicalParamsText(params: unknown): string {
@@ -36,11 +46,15 @@ export interface ReplayInputsArgs {
 
 /** The fields added to a decision entry's data (see REPLAY_INPUTS_VERSION). */
 export function replayInputs(args: ReplayInputsArgs): Record<string, unknown> {
-  return {
+  // Absent, not null, when unused: every byte of an entry is hashed once and, inside the signature,
+  // twice more (Ed25519's SHA-512), on every decision.
+  const inputs: Record<string, unknown> = {
     replay_inputs: REPLAY_INPUTS_VERSION,
     params_json: args.paramsText,
-    expected_params_hash: args.expectedHash ?? null,
-    hitl_request_id: args.hitlRequestId,
-    hold_ttl_ns: args.holdTtlNs,
   };
+  if (args.expectedHash !== undefined && args.expectedHash !== null)
+    inputs.expected_params_hash = args.expectedHash;
+  if (args.hitlRequestId !== null) inputs.hitl_request_id = args.hitlRequestId;
+  if (args.holdTtlNs !== null) inputs.hold_ttl_ns = args.holdTtlNs;
+  return inputs;
 }

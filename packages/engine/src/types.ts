@@ -124,6 +124,7 @@ export type EngineReason =
   | "policy_violation:missing_estimate"
   | "policy_violation:invalid_estimate"
   | "policy_violation:params_hash_mismatch"
+  | "policy_violation:tool_denied"
   | "hitl_timeout";
 
 export interface EvaluateResult {

@@ -6,7 +6,8 @@ import { McpProxyError } from "./errors.js";
 /**
  * What Leash does with one tool's calls. `guard` (the default): the guard config decides. `hitl`:
  * every call needs a human (decided and recorded by the engine in a session of its own, see
- * README). `deny`: never forwarded; the proxy refuses it itself (not a chain entry).
+ * README). `deny`: never forwarded; the session's guard lists it in `denied_tools`, so each call is
+ * a recorded DENY `policy_violation:tool_denied` (library mode; a daemon's own config decides there).
  */
 export type ToolPolicy = "guard" | "hitl" | "deny";
 
@@ -87,14 +88,20 @@ export async function loadMcpConfig(path: string): Promise<McpProxyConfig> {
 
 /**
  * The guard config of the proxy's session: the file's guard with each tool's `estimate_usd` added
- * to `tool_estimates_usd` (the engine holds it for that tool's calls).
+ * to `tool_estimates_usd` (the engine holds it for that tool's calls) and each `deny` tool added to
+ * `denied_tools` (the engine refuses and records its calls).
  */
 export function sessionGuardConfig(config: McpProxyConfig): LeashConfigFile["guard"] {
-  const estimates: Record<string, string | number> = { ...config.leash.guard.tool_estimates_usd };
+  const guard = config.leash.guard;
+  const estimates: Record<string, string | number> = { ...guard.tool_estimates_usd };
+  const denied = new Set(guard.denied_tools ?? []);
   for (const [name, settings] of Object.entries(config.tools)) {
     if (settings.estimate_usd !== undefined) estimates[name] = settings.estimate_usd;
+    if (settings.policy === "deny") denied.add(name);
   }
-  return Object.keys(estimates).length === 0
-    ? config.leash.guard
-    : { ...config.leash.guard, tool_estimates_usd: estimates };
+  return {
+    ...guard,
+    ...(Object.keys(estimates).length === 0 ? {} : { tool_estimates_usd: estimates }),
+    ...(denied.size === 0 ? {} : { denied_tools: [...denied] }),
+  };
 }

@@ -1,13 +1,15 @@
 // What the proxy asks Leash before a tool call and tells it after: library mode (@leash/engine) or
 // daemon mode (@leash/client), behind one interface. It owns the proxy run's sessions; it speaks no MCP.
-import type { Client as LeashClient } from "@leash/client";
+import { type HitlOutcome, type Client as LeashClient, waitBudgetMs } from "@leash/client";
 import type { Config } from "@leash/core";
-import type { Engine, HumanDecision } from "@leash/engine";
+import type { Engine, HitlRequestView, HumanDecision } from "@leash/engine";
 
 export interface GateCall {
   tool_name: string;
   params: Record<string, unknown>;
-  nonce: string;
+  /** The params as JSON text, sent as given (a modify successor's exact text, so its digest matches). */
+  params_json?: string;
+  nonce: string | number;
   /** The tool's estimate from the proxy config (daemon mode sends it; the engine reads its own). */
   estimate_usd?: string | number;
   /** The error this tool's previous result reported, for error amplification. */
@@ -43,29 +45,49 @@ export interface Settlement {
   traceparent?: string;
 }
 
-/** How a paused call gets its human answer, where the gate can record one. */
+/**
+ * How waiting for an operator ended. `pending`: nobody answered within the wait, or it was cancelled
+ * (the request stays open; the same call sent again is re-dispatched with its nonce). `answered`: a
+ * human answered or the request expired — re-dispatch so Leash judges the call against that: the
+ * same call and nonce, or for modify the successor the operator allowed. `failed`: the answer could
+ * not be learned (daemon mode, fail closed: a DENY).
+ */
+export type HitlWaitOutcome =
+  | { kind: "pending" }
+  | {
+      kind: "answered";
+      successor?: { nonce: string | number; params: Record<string, unknown>; params_json?: string };
+    }
+  | { kind: "failed"; reason: string; detail?: string };
+
+/** How a paused call gets its human answer. */
 export interface HitlAnswers {
   /** The id of the request the session's paused call opened, or null. */
   pendingRequestId(sessionId: string): Promise<string | null>;
-  /** Records the human's answer (the engine's resume), as `operatorId`. */
-  answer(sessionId: string, requestId: string, decision: HumanDecision, operatorId: string): Promise<void>;
   /**
-   * Waits until an operator answered the request or it expired, when the engine can wait
-   * (`engine.waitForHitl`); absent otherwise, and the paused call's id is returned at once.
+   * Records the human's answer (the engine's resume), as `operatorId`. Absent in daemon mode: an
+   * approver's identity must come from a credential the daemon trusts (a console token), and the
+   * agent-side proxy holds none, so an answer given to the agent's client is never recorded there.
    */
-  wait?(
-    requestId: string,
-    options: { signal: AbortSignal; timeoutMs: number },
-  ): Promise<"answered" | "pending">;
+  answer?(sessionId: string, requestId: string, decision: HumanDecision, operatorId: string): Promise<void>;
+  /**
+   * Waits until an operator answered the request or it expired, at most `timeoutMs`, stopping when
+   * `signal` aborts; absent when the gate cannot wait (the paused call's id is returned at once).
+   */
+  wait?(requestId: string, options: { signal: AbortSignal; timeoutMs: number }): Promise<HitlWaitOutcome>;
 }
 
 export interface LeashGate {
   readonly mode: "library" | "daemon";
   /** The proxy run's session (the one every `guard` tool is judged in). */
   readonly sessionId: string;
+  /**
+   * The tools the session's guard config denies (`denied_tools`), when the gate knows its config
+   * (library mode); undefined in daemon mode, where the daemon's config decides.
+   */
+  readonly deniedTools?: ReadonlySet<string>;
   evaluate(call: GateCall): Promise<GateVerdict>;
   settle(verdict: GateVerdict, settlement: Settlement): Promise<void>;
-  /** Absent in daemon mode: the wire has no operator answers (an operator answers on the daemon). */
   readonly hitl?: HitlAnswers;
   close(): Promise<void>;
 }
@@ -80,18 +102,14 @@ export interface EngineGateOptions {
   session_id?: string;
 }
 
-/** The waiting API another part of the engine adds (`engine.waitForHitl`); used when present. */
-type MaybeWaitingEngine = Engine & {
-  waitForHitl?: (
-    requestId: string,
-    options: { signal?: AbortSignal; timeoutMs?: number },
-  ) => Promise<{ status?: unknown }>;
-};
-
-/** The request a HITL verdict opened, where the engine's result names it (`hitl_request_id`). */
-function hitlRequestIdOf(result: object): { hitl_request_id?: string } {
-  const id = (result as { hitl_request_id?: unknown }).hitl_request_id;
-  return typeof id === "string" && id !== "" ? { hitl_request_id: id } : {};
+/** The view of an answered request as the proxy's re-dispatch needs it. */
+function answeredOutcome(view: HitlRequestView): HitlWaitOutcome {
+  if (view.status === "pending") return { kind: "pending" };
+  // modify: the successor the operator allowed (its nonce, its params); else the same call again.
+  const successor = view.decision === "modify" ? view.successor : null;
+  return successor?.params != null
+    ? { kind: "answered", successor: { nonce: successor.nonce, params: successor.params } }
+    : { kind: "answered" };
 }
 
 /** Library mode: the engine decides in-process, on the store it was given. */
@@ -116,11 +134,10 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
       .then((view) => view.session_id);
     return hitlSession;
   };
-  const waiting = engine as MaybeWaitingEngine;
-  const waitForHitl = waiting.waitForHitl?.bind(engine);
   return {
     mode: "library",
     sessionId: main.session_id,
+    deniedTools: new Set(options.config.denied_tools ?? []),
     async evaluate(call) {
       const session_id = await sessionFor(call);
       const result = await engine.evaluate({
@@ -141,7 +158,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         estimate_usd: result.estimate_usd,
         params_hash: result.params_hash,
         ...(result.error === undefined ? {} : { detail: result.error }),
-        ...hitlRequestIdOf(result),
+        ...(result.hitl_request_id === undefined ? {} : { hitl_request_id: result.hitl_request_id }),
       };
     },
     async settle(verdict, settlement) {
@@ -168,15 +185,15 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
           request_id: requestId,
         });
       },
-      ...(waitForHitl === undefined
-        ? {}
-        : {
-            async wait(requestId: string, { signal, timeoutMs }: { signal: AbortSignal; timeoutMs: number }) {
-              // Resolves at the answer, the expiry or the timeout; still pending only in the last case.
-              const view = await waitForHitl(requestId, { signal, timeoutMs });
-              return String(view.status).toLowerCase() === "pending" ? "pending" : "answered";
-            },
-          }),
+      async wait(requestId, { signal, timeoutMs }) {
+        // Resolves at the answer, the expiry or the timeout; still pending only in the last case.
+        try {
+          return answeredOutcome(await engine.waitForHitl(requestId, { signal, timeoutMs }));
+        } catch (error) {
+          if (signal.aborted) return { kind: "pending" };
+          throw error;
+        }
+      },
     },
     async close() {},
   };
@@ -191,6 +208,8 @@ export async function clientGate(
     options.session_id === undefined ? {} : { session_id: options.session_id },
   );
   const sessionId = registered.session_id;
+  /** When each request this gate saw open expires (daemon clock): a wait never outlasts it. */
+  const expiries = new Map<string, bigint | null>();
   return {
     mode: "daemon",
     sessionId,
@@ -198,10 +217,12 @@ export async function clientGate(
       const result = await client.preExec({
         session_id: sessionId,
         tool_name: call.tool_name,
-        params: call.params,
+        params: call.params_json ?? call.params,
         nonce: call.nonce,
         ...(call.estimate_usd === undefined ? {} : { estimated_cost_usd: call.estimate_usd }),
       });
+      const requestId = result.verdict === "HITL" ? (result.hitl_request_id ?? null) : null;
+      if (requestId !== null) expiries.set(requestId, result.hitl_expires_ns ?? null);
       return {
         verdict: result.verdict,
         reason: result.reason,
@@ -212,6 +233,7 @@ export async function clientGate(
         estimate_usd: call.estimate_usd === undefined ? null : String(call.estimate_usd),
         params_hash: result.params_hash,
         ...(result.detail === undefined ? {} : { detail: result.detail }),
+        ...(requestId === null ? {} : { hitl_request_id: requestId }),
       };
     },
     async settle(verdict, settlement) {
@@ -223,8 +245,57 @@ export async function clientGate(
         ...(settlement.error_message === undefined ? {} : { error_message: settlement.error_message }),
       });
     },
+    // No `answer`: only an operator on the daemon (console token) answers; the proxy waits for it.
+    hitl: {
+      async pendingRequestId() {
+        return null; // the daemon names the request in its HITL verdict
+      },
+      async wait(requestId, { signal, timeoutMs }) {
+        const expires = expiries.get(requestId) ?? null;
+        const bound = Math.min(timeoutMs, waitBudgetMs(expires));
+        // The wire has no cancel for a wait: an abort stops this side waiting (the daemon's long
+        // poll ends at the answer or the expiry, and its late answer is dropped).
+        let onAbort: () => void = () => undefined;
+        const cancelled = new Promise<"cancelled">((resolve) => {
+          onAbort = () => resolve("cancelled");
+          if (signal.aborted) onAbort();
+          else signal.addEventListener("abort", onAbort, { once: true });
+        });
+        let outcome: HitlOutcome | "cancelled";
+        try {
+          outcome = await Promise.race([
+            client.waitForHitl(requestId, { session_id: sessionId, timeoutMs: bound }),
+            cancelled,
+          ]);
+        } finally {
+          signal.removeEventListener("abort", onAbort);
+        }
+        if (outcome === "cancelled") return { kind: "pending" };
+        expiries.delete(requestId);
+        return outcomeOfWait(outcome);
+      },
+    },
     async close() {
       client.close();
     },
+  };
+}
+
+/** The client's HitlOutcome as the proxy's: what to re-dispatch, or why nothing can run. */
+function outcomeOfWait(outcome: HitlOutcome): HitlWaitOutcome {
+  // No answer within the proxy's own bound: the request may still be open on the daemon.
+  if (outcome.kind === "fail_closed" && outcome.reason === "fail_closed:timeout") return { kind: "pending" };
+  if (outcome.kind === "fail_closed")
+    return {
+      kind: "failed",
+      reason: outcome.reason,
+      ...(outcome.detail === undefined ? {} : { detail: outcome.detail }),
+    };
+  // Expired, approve, reject, defer, escalate: the daemon judges the same call and nonce again.
+  if (outcome.decision !== "modify" || outcome.successor === undefined) return { kind: "answered" };
+  const { nonce, params_json } = outcome.successor;
+  return {
+    kind: "answered",
+    successor: { nonce, params: JSON.parse(params_json) as Record<string, unknown>, params_json },
   };
 }

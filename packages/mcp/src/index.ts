@@ -17,6 +17,7 @@ export {
   type GateCall,
   type GateVerdict,
   type HitlAnswers,
+  type HitlWaitOutcome,
   type LeashGate,
   type Settlement,
 } from "./gate.js";

@@ -23,7 +23,7 @@ import {
 import type { ToolSettings } from "./config.js";
 import { reportedCost } from "./cost.js";
 import { McpProxyError } from "./errors.js";
-import type { GateVerdict, LeashGate } from "./gate.js";
+import type { GateVerdict, HitlWaitOutcome, LeashGate } from "./gate.js";
 import { denialText, pendingText } from "./words.js";
 
 /** The `_meta` key of a result Leash made (DENY, HITL): the same {verdict, reason, receipt, …}. */
@@ -120,6 +120,17 @@ export async function connectUpstream(transport: Transport): Promise<Client> {
 export async function createLeashProxy(options: LeashProxyOptions): Promise<LeashProxy> {
   const { gate } = options;
   const tools = options.tools ?? {};
+  // A deny policy is the engine's (denied_tools): refused and recorded like every verdict. A gate
+  // whose guard does not list the tool would let it through, so that is refused before anything starts.
+  for (const [name, settings] of Object.entries(tools)) {
+    if (settings.policy === "deny" && gate.deniedTools?.has(name) !== true)
+      throw new McpProxyError(
+        "invalid_argument",
+        gate.mode === "daemon"
+          ? `tools.${name}.policy deny: with a daemon its config decides; list "${name}" in denied_tools of the agent's guard there`
+          : `tools.${name}.policy deny: the gate's guard config must list "${name}" in denied_tools (sessionGuardConfig does)`,
+      );
+  }
   const log = options.log ?? (() => undefined);
   const hitlTimeoutMs = options.hitlTimeoutMs ?? DEFAULT_HITL_TIMEOUT_MS;
   const withTrace = options.withTraceContext ?? ((_traceparent, run) => run());
@@ -277,10 +288,12 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   }
 
   /**
-   * A HITL verdict: a human answers (the agent's user through elicitation, else an operator when
-   * the engine can wait); the answer is recorded and the same call re-dispatched with the same
-   * nonce, so the engine judges it against the answer. Returns the final verdict (still HITL when
-   * nobody answered) and whether it waited.
+   * A HITL verdict: a human answers — the agent's user through elicitation where the gate can record
+   * that answer (library mode), else an operator on the engine or the daemon, waited for up to the
+   * HITL timeout — and the call is re-dispatched so Leash judges it against the answer: the same call
+   * and nonce (approve runs it once; reject and expiry are recorded DENYs), or for modify the
+   * successor the operator allowed. Returns the final verdict (still HITL when nobody answered), the
+   * params that verdict is for, and whether it waited.
    */
   async function throughHuman(
     call: {
@@ -292,22 +305,33 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     },
     verdict: GateVerdict,
     signal: AbortSignal,
-  ): Promise<{ verdict: GateVerdict; requestId: string | null; waited: boolean }> {
+  ): Promise<{
+    verdict: GateVerdict;
+    args: Record<string, unknown>;
+    requestId: string | null;
+    waited: boolean;
+  }> {
     const hitl = gate.hitl;
-    if (hitl === undefined) return { verdict, requestId: null, waited: false };
+    const unchanged = { verdict, args: call.args };
+    if (hitl === undefined) return { ...unchanged, requestId: null, waited: false };
     const requestId = verdict.hitl_request_id ?? (await hitl.pendingRequestId(verdict.session_id));
-    if (requestId === null) return { verdict, requestId, waited: false };
-    const redispatch = () =>
+    if (requestId === null) return { ...unchanged, requestId, waited: false };
+    const redispatch = (successor?: {
+      nonce: string | number;
+      params: Record<string, unknown>;
+      params_json?: string;
+    }) =>
       gate.evaluate({
         tool_name: call.tool,
-        params: call.args,
-        nonce: call.nonce,
+        params: successor?.params ?? call.args,
+        ...(successor?.params_json === undefined ? {} : { params_json: successor.params_json }),
+        nonce: successor?.nonce ?? call.nonce,
         always_hitl: call.always_hitl,
         ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
       });
-    if (server.getClientCapabilities()?.elicitation) {
+    if (hitl.answer !== undefined && server.getClientCapabilities()?.elicitation) {
       const decision = await askUser(call.tool, call.args, verdict, signal);
-      if (decision === null) return { verdict, requestId, waited: false };
+      if (decision === null) return { ...unchanged, requestId, waited: false };
       const clientName = server.getClientVersion()?.name ?? "unknown";
       try {
         await hitl.answer(verdict.session_id, requestId, decision, `mcp-elicitation:${clientName}`);
@@ -315,19 +339,40 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
         // Another operator answered first, or the request expired: the re-dispatch meets that answer.
         log(`recording the user's ${decision} of request ${requestId}: ${message(error)}`);
       }
-      return { verdict: await redispatch(), requestId, waited: false };
+      return { verdict: await redispatch(), args: call.args, requestId, waited: false };
     }
-    if (hitl.wait === undefined) return { verdict, requestId, waited: false };
-    let outcome: "answered" | "pending";
+    if (hitl.wait === undefined) return { ...unchanged, requestId, waited: false };
+    let outcome: HitlWaitOutcome;
     try {
       outcome = await hitl.wait(requestId, { signal, timeoutMs: hitlTimeoutMs });
     } catch (error) {
       log(`waiting for an operator on request ${requestId}: ${message(error)}`);
-      return { verdict, requestId, waited: true };
+      return { ...unchanged, requestId, waited: true };
     }
-    // Answered or expired: the engine judges the re-dispatch (approve runs it; reject, expiry deny).
-    if (outcome === "pending") return { verdict, requestId, waited: true };
-    return { verdict: await redispatch(), requestId, waited: true };
+    // Cancelled by the agent: nothing is re-dispatched (the same call sent again is, with its nonce).
+    if (signal.aborted) {
+      log(`the agent cancelled the call to "${call.tool}": stopped waiting for request ${requestId}`);
+      return { ...unchanged, requestId, waited: true };
+    }
+    if (outcome.kind === "pending") return { ...unchanged, requestId, waited: true };
+    if (outcome.kind === "failed") {
+      // The answer could not be learned (daemon mode): fail closed, nothing runs.
+      const denied: GateVerdict = {
+        ...verdict,
+        verdict: "DENY",
+        reason: outcome.reason,
+        receipt: null,
+        ...(outcome.detail === undefined ? {} : { detail: outcome.detail }),
+      };
+      return { verdict: denied, args: call.args, requestId, waited: true };
+    }
+    const successor = outcome.successor;
+    return {
+      verdict: await redispatch(successor),
+      args: successor?.params ?? call.args,
+      requestId,
+      waited: true,
+    };
   }
 
   async function callTool(
@@ -340,10 +385,6 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     // The engine's spans for this call are children of the agent's trace, when it sent one.
     const traceparent = (request.params._meta as { traceparent?: unknown } | undefined)?.traceparent;
     const traced = typeof traceparent === "string" ? { traceparent } : {};
-    if (settings.policy === "deny") {
-      const decision = { verdict: "DENY", reason: "mcp_policy:tool_denied", receipt: null };
-      return leashResult(tool, denialText(tool, "mcp_policy:tool_denied"), decision);
-    }
     if (upstreamGone !== null) throw gone();
     const always_hitl = settings.policy === "hitl";
     const key = `${always_hitl ? "h" : "g"}\u0000${tool}\u0000${canonicalizationError(args) === null ? canonicalHash(args) : ""}`;
@@ -358,6 +399,8 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
       ...(lastError.has(tool) ? { previous_error: lastError.get(tool) as string } : {}),
     });
     let pending: { requestId: string | null; waited: boolean } = { requestId: null, waited: false };
+    /** The params of the call that runs: the agent's, or those an operator's modify allowed instead. */
+    let runArgs = args;
     if (verdict.verdict === "HITL") {
       const answered = await throughHuman(
         { tool, args, nonce, always_hitl, ...traced },
@@ -365,11 +408,16 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
         extra.signal,
       );
       verdict = answered.verdict;
+      runArgs = answered.args;
       pending = answered;
     }
     if (verdict.verdict === "HITL") {
       paused.set(key, nonce); // the same call sent again re-dispatches this one (same nonce)
-      const text = pendingText(tool, verdict.reason, { sessionId: verdict.session_id, ...pending });
+      const text = pendingText(tool, verdict.reason, {
+        sessionId: verdict.session_id,
+        mode: gate.mode,
+        ...pending,
+      });
       return leashResult(tool, text, decisionData(verdict, { hitl_request_id: pending.requestId }));
     }
     paused.delete(key);
@@ -380,8 +428,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
     const estimate = verdict.estimate_usd ?? settings.estimate_usd ?? 0;
     let result: CallToolResult;
     try {
+      const params = runArgs === args ? request.params : { ...request.params, arguments: runArgs };
       result = (await client.request(
-        { method: request.method, params: request.params },
+        { method: request.method, params },
         ResultSchema,
         forwardOptions(extra, request),
       )) as CallToolResult;

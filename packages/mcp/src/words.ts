@@ -48,9 +48,9 @@ const EXPLANATIONS: Record<string, Explanation> = {
     why: "the call has no cost estimate, and the session has a budget",
     next: "This is a configuration problem of the proxy (tools.<name>.estimate_usd); tell the user.",
   },
-  "mcp_policy:tool_denied": {
-    why: "the proxy's policy does not allow this tool",
-    next: "Do not call this tool; use another one or ask the user.",
+  "policy_violation:tool_denied": {
+    why: "this tool is not allowed in this session (the guard's denied_tools)",
+    next: "Do not call this tool again; use another one or ask the user. Other tools still work.",
   },
 };
 
@@ -80,13 +80,21 @@ export function denialText(tool: string, reason: string, detail?: string): strin
 export function pendingText(
   tool: string,
   reason: string,
-  pending: { sessionId: string; requestId: string | null; waited: boolean },
+  pending: {
+    sessionId: string;
+    requestId: string | null;
+    waited: boolean;
+    /** Where the operator answers: the engine's store (library) or the daemon (its console). */
+    mode?: "library" | "daemon";
+  },
 ): string {
   const id = pending.requestId === null ? "" : ` Request ${pending.requestId} is pending.`;
   const waited = pending.waited ? " Nobody answered it in time." : "";
   const how =
     pending.requestId === null
       ? `An operator answers it on the Leash daemon (session ${pending.sessionId}).`
-      : `An operator answers it with: leash session resume ${pending.sessionId} --decision approve --operator NAME.`;
+      : pending.mode === "daemon"
+        ? `An operator answers it on the Leash daemon: in its web console, or with leash hitl approve ${pending.requestId} --console URL.`
+        : `An operator answers it with: leash hitl approve ${pending.requestId} --operator NAME.`;
   return `Leash paused the call to "${tool}": a human must approve it first [reason: ${reason}].${id}${waited} The tool did not run. ${how} Tell the user; once it is approved, make exactly the same call again.`;
 }

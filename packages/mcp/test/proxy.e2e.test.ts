@@ -163,15 +163,33 @@ describe("leash mcp (through the built CLI)", () => {
   );
 
   it(
-    "refuses a tool whose policy is deny without the server ever seeing it",
+    "refuses a tool whose policy is deny with a recorded decision and a receipt, the server never seeing it",
     async () => {
-      const { ws, client } = await setup("tools:\n  delete_all: { policy: deny }\n");
-      const result = await client.callTool({ name: "delete_all", arguments: {} });
+      const { ws, store, client } = await setup(
+        "guard: { max_repeat_calls: 3 }\ntools:\n  delete_all: { policy: deny }\n",
+      );
+      const result = await client.callTool({ name: "delete_all", arguments: { path: "/" } });
       expect(result.isError).toBe(true);
-      expect(result.structuredContent).toMatchObject({ verdict: "DENY", reason: "mcp_policy:tool_denied" });
-      expect(firstText(result)).toContain("the proxy's policy does not allow this tool");
+      const denied = result.structuredContent as unknown as Decision;
+      expect(denied).toMatchObject({
+        verdict: "DENY",
+        reason: "policy_violation:tool_denied",
+        call_number: 1,
+      });
+      expect(firstText(result)).toContain("this tool is not allowed in this session");
+      const checked = await verifyReceipt(denied.receipt as string, ws.publicKeyHex);
+      expect(checked.ok && [checked.payload.data.tool_name, checked.payload.data.reason]).toEqual([
+        "delete_all",
+        "policy_violation:tool_denied",
+      ]);
+      // No circuit trip: the model goes on with the allowed tools.
       expect(firstText(await client.callTool({ name: "echo", arguments: { text: "ok" } }))).toBe("echo: ok");
       expect(ws.calls().map((c) => c.tool)).toEqual(["echo"]);
+      const decisions = (await entries(store)).filter((e) => e.kind === "decision");
+      expect(decisions.map((d) => [d.data.tool_name, d.data.verdict, d.data.reason])).toEqual([
+        ["delete_all", "DENY", "policy_violation:tool_denied"],
+        ["echo", "ALLOW", "within_thresholds"],
+      ]);
     },
     TIMEOUT,
   );
@@ -261,6 +279,39 @@ describe("leash mcp (through the built CLI)", () => {
       expect(ws.calls().map((c) => c.args)).toEqual([{ text: "needs a human" }]);
       const decisions = (await entries(store)).filter((e) => e.kind === "decision");
       expect(decisions.map((e) => e.data.reason)).toEqual(["hitl_all_calls", "hitl_transition:approve"]);
+    },
+    TIMEOUT,
+  );
+
+  it(
+    "without elicitation, an operator's modify runs the operator's params under the successor nonce",
+    async () => {
+      const { ws, store, client } = await setup("guard: { hitl_mode: always }\n", {
+        upstream: ["--hitl-timeout", "60", "--", process.execPath, TEST_SERVER],
+      });
+      const operator = createEngine({ substrate: await store.another(), signer: ws.signer });
+      const answered = (async () => {
+        for (;;) {
+          const [pending] = await operator.listHitl({ status: "pending" });
+          if (pending !== undefined)
+            return operator.answerHitl(pending.request_id, {
+              decision: "modify",
+              operatorId: "ops:alice",
+              params: { text: "edited" },
+            });
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+      })();
+      const result = await client.callTool({ name: "echo", arguments: { text: "draft" } });
+      const modified = await answered;
+      expect(firstText(result)).toBe("echo: edited");
+      expect(ws.calls().map((c) => c.args)).toEqual([{ text: "edited" }]);
+      const decisions = (await entries(store)).filter((e) => e.kind === "decision");
+      expect(decisions.map((e) => e.data.reason)).toEqual([
+        "hitl_all_calls",
+        "hitl_transition:modify_successor",
+      ]);
+      expect(decisions[1]?.data.nonce).toEqual(modified.successor?.nonce);
     },
     TIMEOUT,
   );

@@ -14,7 +14,13 @@ import {
   SimpleSpanProcessor,
 } from "@opentelemetry/sdk-trace-base";
 import { afterEach, expect, it } from "vitest";
-import { createLeashProxy, engineGate, type LeashProxy, upstreamTransport } from "../src/index.js";
+import {
+  createLeashProxy,
+  engineGate,
+  type LeashProxy,
+  McpProxyError,
+  upstreamTransport,
+} from "../src/index.js";
 import { firstText, TEST_SERVER, workspace } from "./harness.js";
 
 let proxy: LeashProxy | undefined;
@@ -128,3 +134,32 @@ it("puts a DENY's decision in _meta only for a tool with an outputSchema (its cl
   const other = await client.callTool({ name: "echo", arguments: { text: "x" } });
   expect(other.structuredContent).toMatchObject({ verdict: "DENY", reason: "circuit_open" });
 }, 30_000);
+
+it("refuses a tool's deny policy that the gate's guard does not list in denied_tools, before the server starts", async () => {
+  const ws = workspace();
+  const substrate = createMemorySubstrate();
+  await substrate.migrate();
+  const engine = createEngine({ substrate, signer: generateKeyPair().signer });
+  const unlisted = await engineGate({ engine, agent_id: "lib-test", config: {} });
+  const upstream = () =>
+    upstreamTransport({ command: process.execPath, args: [TEST_SERVER], env: { CALL_LOG: ws.callLog } });
+  await expect(
+    createLeashProxy({ upstream: upstream(), gate: unlisted, tools: { delete_all: { policy: "deny" } } }),
+  ).rejects.toSatisfy(
+    (error) => McpProxyError.isInstance(error) && /denied_tools/.test((error as Error).message),
+  );
+  // Listed: the engine refuses the call with a recorded decision.
+  const listed = await engineGate({ engine, agent_id: "lib-test", config: { denied_tools: ["delete_all"] } });
+  proxy = await createLeashProxy({
+    upstream: upstream(),
+    gate: listed,
+    tools: { delete_all: { policy: "deny" } },
+  });
+  const [agentSide, proxySide] = InMemoryTransport.createLinkedPair();
+  await proxy.connect(proxySide);
+  const client = new Client({ name: "lib-agent", version: "1.0.0" });
+  await client.connect(agentSide);
+  const result = await client.callTool({ name: "delete_all", arguments: {} });
+  expect(result.structuredContent).toMatchObject({ verdict: "DENY", reason: "policy_violation:tool_denied" });
+  expect(ws.calls()).toEqual([]);
+});

@@ -149,6 +149,18 @@ describe("replayChain finds the entry that does not follow", () => {
     });
     const result = await replayChain(entries);
     expect(result.ok).toBe(false);
+    // The entry carries no copy of the state (replay inputs 2): what fails is the outcome it claims
+    // (here the ALLOW's hold, which the fold places under this call's own number).
+    expect(result.mismatch).toMatchObject({ index, session_id: session, field: "reservation_id" });
+  });
+
+  it("a state copy (replay inputs 1) that is not the folded state", async () => {
+    const { entries, index, session } = await chainWithLie((d) => {
+      d.replay_inputs = 1;
+      d.state = { circuit_tripped: false, total_calls: 0 };
+    });
+    const result = await replayChain(entries);
+    expect(result.ok).toBe(false);
     expect(result.mismatch).toMatchObject({ index, session_id: session, field: "state" });
   });
 
@@ -174,15 +186,6 @@ describe("replayChain finds the entry that does not follow", () => {
       budget_after_usd: "0.95",
       reservation_id: `${s.session_id}#2`,
     };
-    data.state = {
-      ...(data.state as object),
-      budget_remaining_usd: 0.9,
-      last_tool_name: "t",
-      last_tool_params_hash: data.params_hash,
-      repeat_counts: { t: 1 },
-      total_calls: 1,
-      last_activity_ns: (data.state as { last_activity_ns?: unknown }).last_activity_ns ?? null,
-    };
     await store.substrate.transaction((tx) =>
       appendEntry(tx, {
         kind: "decision",
@@ -195,6 +198,7 @@ describe("replayChain finds the entry that does not follow", () => {
     expect(result.ok).toBe(false);
     expect(result.mismatch?.index).toBe(2);
     expect(result.mismatch?.session_id).toBe(s.session_id);
+    expect(["budget_before_usd", "budget_after_usd"]).toContain(result.mismatch?.field);
     expect(result.mismatch?.expected).not.toEqual(result.mismatch?.recorded);
   });
 
@@ -233,4 +237,63 @@ describe("replayChain finds the entry that does not follow", () => {
       recorded: "DENY",
     });
   });
+});
+
+describe.each(KINDS)("replayChain over denied_tools on %s", (kind: Kind) => {
+  it("re-derives a denied tool's DENY (no circuit trip) and finds an ALLOW of a denied tool", async () => {
+    store = await openStore(kind);
+    const clock = manualClock();
+    const key = generateKeyPair();
+    const engine = workloadEngine(store.substrate, clock, key.signer);
+    const { session_id } = await engine.register({
+      agent_id: "a",
+      config: { max_repeat_calls: 3, denied_tools: ["rm"] },
+    });
+    const reasons: string[] = [];
+    for (const [tool, nonce] of [
+      ["rm", "1"],
+      ["ls", "2"],
+      ["rm", "3"],
+      ["ls", "4"],
+    ] as const) {
+      reasons.push((await engine.evaluate({ session_id, tool_name: tool, params: { p: 1 }, nonce })).reason);
+    }
+    expect(reasons).toEqual([
+      "policy_violation:tool_denied",
+      "within_thresholds",
+      "policy_violation:tool_denied",
+      "within_thresholds",
+    ]);
+    const honest = await readChain(store.substrate);
+    const result = await replayChain(honest);
+    expect(result.mismatch).toBeNull();
+    expect(result.verdicts_checked).toBe(4);
+    expect(await compareSnapshots(store.substrate, result.projection)).toEqual([]);
+
+    // Entry 1 (the first rm) re-signed as an ALLOW: replay derives the denial and names the entry.
+    const body = parseEntryBody(honest[1]!.body) as { data: Record<string, unknown> };
+    const mem = await openStore("memory");
+    const tampered = honest.slice(0, 1);
+    try {
+      await mem.substrate.transaction((tx) => tx.chain.append(honest[0]!));
+      await mem.substrate.transaction((tx) =>
+        appendEntry(tx, {
+          kind: "decision",
+          data: { ...body.data, verdict: "ALLOW", reason: "within_thresholds" } as never,
+          signer: key.signer,
+          nowNs: clock.nowNs(),
+          chainId: (parseEntryBody(honest[0]!.body) as { chain_id: string }).chain_id,
+        }),
+      );
+      tampered.push(...(await readChain(mem.substrate)).slice(1));
+    } finally {
+      await mem.close();
+    }
+    expect((await replayChain(tampered)).mismatch).toMatchObject({
+      index: 1,
+      field: "verdict",
+      expected: "DENY",
+      recorded: "ALLOW",
+    });
+  }, 30_000);
 });

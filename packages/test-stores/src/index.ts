@@ -1,8 +1,20 @@
-// Public surface of @leash/test-stores: fresh real stores, plausible chain entries and a hand-moved clock.
+// Public surface of @leash/test-stores: fresh real stores, plausible chain entries, a hand-moved clock,
+// `leash serve` child processes and an openssl-made PKI.
 // Private test infrastructure (never published); no runtime package may depend on it.
 
 export { manualClock } from "./clock.js";
 export { type AppendEntries, type Enqueue, entryAppender, makeEntry } from "./entries.js";
+export { makeTestPki, type TestLeaf } from "./pki.js";
+export {
+  type CliRun,
+  ensureBuilt,
+  type Listening,
+  leashCli,
+  type ServeProcess,
+  serve,
+  writeConfig,
+} from "./serve.js";
+export { type ServeFixture, type ServeFixtureOptions, startServeFixture } from "./serve-fixture.js";
 export {
   freshLocation,
   openStore,

@@ -17,6 +17,7 @@ describe("reasons and verdicts on the wire", () => {
     }
     expect(denyReasonFor("hitl_on_deny:window_exceeded")).toBe(DenyReason.WINDOW_EXCEEDED);
     expect(denyReasonFor("probabilistic_deny")).toBe(DenyReason.BUDGET_EXHAUSTED);
+    expect(denyReasonFor("policy_violation:tool_denied")).toBe(DenyReason.TOOL_DENIED);
     expect(denyReasonFor("something_new")).toBe(DenyReason.OTHER);
     expect(denyReasonFor("__proto__")).toBe(DenyReason.OTHER);
   });

@@ -34,6 +34,7 @@ const DENY_REASONS: Readonly<Record<string, DenyReason>> = {
   probabilistic_deny: DenyReason.BUDGET_EXHAUSTED,
   "hitl_transition:tool_mismatch": DenyReason.HITL_TOOL_MISMATCH,
   "policy_violation:params_hash_mismatch": DenyReason.PARAMS_HASH_MISMATCH,
+  "policy_violation:tool_denied": DenyReason.TOOL_DENIED,
 };
 
 /**

@@ -208,6 +208,7 @@ describe("numbering", () => {
       ["Heartbeat", "Heartbeat", "shackle.sp1.HeartbeatAck"],
       ["GetSessionState", "GetSessionStateRequest", "shackle.sp1.SessionState"],
       ["WaitHitl", "WaitHitlRequest", "shackle.sp1.HitlUpdate"],
+      ["TailEntries", "TailRequest", "shackle.sp1.TailEvent"],
     ]);
   });
 });

@@ -5,11 +5,12 @@ import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DecideInputs, decide } from "@leash/core";
-import { nodeSha256Hex } from "@leash/engine";
+import { nodeSha256Hex, nodeSha256HexOfBytes } from "@leash/engine";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { loadFixtureFile, type Vector } from "../fixtures.js";
 import { CliError, EXIT_BAD_INPUT, type Io } from "../io.js";
 import { mixedCorpus, reasonCounts } from "../mixed-corpus.js";
+import { type ReferenceCase, type ReferenceResult, runReference } from "../reference-decide.js";
 
 export interface BenchOptions {
   readonly vectors?: readonly string[];
@@ -19,6 +20,10 @@ export interface BenchOptions {
   readonly hash?: "node" | "pure";
   readonly seconds: number;
   readonly warmup: number;
+  /** A checkout of the reference (SHACKLE's shackle/conformance.py): time it over the same vectors. */
+  readonly reference?: string;
+  /** The interpreter that runs the reference. */
+  readonly python?: string;
 }
 
 interface Case {
@@ -28,9 +33,8 @@ interface Case {
 }
 
 /**
- * The reference Python decide over the 29 published vectors, as docs/performance.md records it. It is
- * not measured here (no Python reference on these machines), and there is no figure for it on the
- * mixed corpus: ratios against it are indicative only.
+ * The reference Python decide over the 29 published vectors, as docs/performance.md records it, for
+ * runs without --reference: ratios against it are indicative only (another machine, another hour).
  */
 const REFERENCE_PUBLISHED_PER_S = 140_000;
 
@@ -110,6 +114,7 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
   }
   const cases: Case[] = [];
   const vectors: Vector[] = [];
+  const referenceCases: ReferenceCase[] = [];
   for (const path of paths) {
     const file = await loadFixtureFile(path, io);
     for (const v of file.vectors) {
@@ -123,6 +128,14 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
       }
       cases.push({ config: v.config, state: v.state, call: v.call });
       vectors.push(v);
+      referenceCases.push({
+        config: v.config,
+        state: v.state,
+        call: v.call,
+        verdict,
+        reason,
+        label: `${file.label}:${v.name}`,
+      });
     }
   }
 
@@ -136,7 +149,8 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
         }
       : undefined;
 
-  const inputs: DecideInputs = options.hash === "pure" ? {} : { sha256Hex: nodeSha256Hex };
+  const inputs: DecideInputs =
+    options.hash === "pure" ? {} : { sha256Hex: nodeSha256Hex, sha256HexOfBytes: nodeSha256HexOfBytes };
   const measure = (over: readonly Case[], label: string) => {
     lastShown = 0;
     const start: Spin = { decisions: 0, elapsedNs: 0, checksum: 0, batch: over.length };
@@ -173,10 +187,27 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
     };
   };
 
+  const compare = async (corpora: Record<string, readonly ReferenceCase[]>) => {
+    if (options.reference === undefined) return undefined;
+    if (io.stderrIsTTY) io.stderr("\r\x1b[Kleash bench decide: the reference (Python) …");
+    const result = await runReference(options.reference, options.python ?? DEFAULT_PYTHON, corpora, {
+      warmup: options.warmup,
+      seconds: options.seconds,
+    });
+    if (io.stderrIsTTY) io.stderr("\r\x1b[K");
+    warnOfMismatches(result, io);
+    return result;
+  };
+
   const published = measure(cases, "published");
   if (options.corpus !== "mixed") {
+    const reference = await compare({ published: referenceCases });
+    const versus = reference && {
+      reference,
+      cpu_vs_reference: ratio(published.decisions_per_cpu_sec, reference.published),
+    };
     io.stdout(
-      `${JSON.stringify({ bench: "decide", ...published, hash: options.hash ?? "node", node: process.version })}\n`,
+      `${JSON.stringify({ bench: "decide", ...published, hash: options.hash ?? "node", ...versus, node: process.version })}\n`,
     );
     return 0;
   }
@@ -188,6 +219,32 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
   }
   const mixed = measure(corpus, "mixed");
   const reasons = reasonCounts(corpus);
+  const reference = await compare({
+    published: referenceCases,
+    mixed: corpus.map((c) => ({
+      config: c.config,
+      state: c.state,
+      call: c.call,
+      verdict: c.expectedVerdict,
+      reason: c.expectedReason,
+      label: c.label,
+    })),
+  });
+  const versus = reference
+    ? {
+        reference,
+        published_cpu_vs_reference: ratio(published.decisions_per_cpu_sec, reference.published),
+        mixed_cpu_vs_reference: ratio(mixed.decisions_per_cpu_sec, reference.mixed),
+      }
+    : {
+        reference_published_per_sec: REFERENCE_PUBLISHED_PER_S,
+        mixed_vs_reference_published: Number(
+          (mixed.decisions_per_sec / REFERENCE_PUBLISHED_PER_S).toFixed(2),
+        ),
+        mixed_cpu_vs_reference_published: Number(
+          (mixed.decisions_per_cpu_sec / REFERENCE_PUBLISHED_PER_S).toFixed(2),
+        ),
+      };
   const report = {
     bench: "decide",
     corpus: "mixed",
@@ -200,15 +257,30 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
       reasons: Object.keys(reasons).length,
     },
     mixed_vs_published: Number((mixed.decisions_per_sec / published.decisions_per_sec).toFixed(3)),
-    reference_published_per_sec: REFERENCE_PUBLISHED_PER_S,
-    mixed_vs_reference_published: Number((mixed.decisions_per_sec / REFERENCE_PUBLISHED_PER_S).toFixed(2)),
-    mixed_cpu_vs_reference_published: Number(
-      (mixed.decisions_per_cpu_sec / REFERENCE_PUBLISHED_PER_S).toFixed(2),
-    ),
+    ...versus,
     node: process.version,
   };
   io.stdout(`${JSON.stringify(report)}\n`);
   return 0;
+}
+
+const DEFAULT_PYTHON = "/usr/bin/python3";
+
+/** Ours per CPU second over the reference's, both over the same vectors in this run. */
+function ratio(oursPerCpuS: number, reference: ReferenceResult[string] | undefined): number | null {
+  if (typeof reference !== "object" || reference.decisions_per_cpu_sec <= 0) return null;
+  return Number((oursPerCpuS / reference.decisions_per_cpu_sec).toFixed(2));
+}
+
+/** A disagreement is news about one side or the other: said on stderr as well as in the JSON. */
+function warnOfMismatches(result: ReferenceResult, io: Io): void {
+  for (const [name, corpus] of Object.entries(result)) {
+    if (typeof corpus !== "object" || corpus.mismatches === 0) continue;
+    const first = corpus.first_mismatches[0]!;
+    io.stderr(
+      `bench decide: the reference disagrees with ours on ${corpus.mismatches} of ${corpus.vectors} ${name} vectors (first: ${first.label}: ours ${first.ours}, reference ${first.reference})\n`,
+    );
+  }
 }
 
 function secondsArg(min: "positive" | "non-negative") {
@@ -253,9 +325,14 @@ export function registerBench(program: Command, io: Io, setExit: (code: number) 
     )
     .option("--seconds <n>", "how long to measure (each corpus)", secondsArg("positive"), 5)
     .option("--warmup <n>", "how long to warm the JIT up first", secondsArg("non-negative"), 1)
+    .option(
+      "--reference <path>",
+      "also time the reference Python decide over the same vectors, in this run: a checkout of github.com/Fame510/SHACKLE (or its shackle/conformance.py); its answers are checked against ours",
+    )
+    .option("--python <exe>", "the interpreter for --reference", DEFAULT_PYTHON)
     .addHelpText(
       "after",
-      "\nEvery vector's result is checked once first; a wrong result exits 1 without measuring.\nExit status: 0 measured, 1 decide disagrees with a vector, 2 unreadable input.",
+      "\nEvery vector's result is checked once first; a wrong result exits 1 without measuring.\nWith --reference, the report adds the reference's decisions per CPU second and ours over it; a vector\nwhere the reference answers otherwise is named on stderr (the run still exits 0).\nExit status: 0 measured, 1 decide disagrees with a vector, 2 unreadable input or no usable reference.",
     )
     .action(async (options: BenchOptions) => {
       setExit(await runBench(options, io));

@@ -116,6 +116,11 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
       "tools.<name>.policy hitl needs library mode: with --daemon the daemon's policy decides (hitl_mode there)",
       EXIT_BAD_INPUT,
     );
+  if (Object.values(config.tools).some((tool) => tool.policy === "deny"))
+    throw new CliError(
+      "tools.<name>.policy deny needs library mode: with --daemon the daemon's policy decides (denied_tools in the agent's guard there)",
+      EXIT_BAD_INPUT,
+    );
   let daemonPublicKey: string | undefined;
   if (options.daemonPubkey !== undefined) {
     try {
@@ -288,7 +293,7 @@ export function registerMcp(program: Command, io: Io, setExit: (code: number) =>
       )
       .option(
         "--hitl-timeout <seconds>",
-        "how long a HITL call waits for a human (elicitation, or an operator in library mode) (default: 900)",
+        "how long a HITL call waits for a human (elicitation, or an operator on the store or the daemon) (default: 900)",
         positiveNumber,
       ),
   )
@@ -306,14 +311,20 @@ mcp.yaml:
   tools:
     search: { estimate_usd: "0.01" }
     write_file: { policy: hitl }     # a human approves every call
-    delete_file: { policy: deny }    # never forwarded
+    delete_file: { policy: deny }    # never forwarded: a recorded DENY policy_violation:tool_denied
 
 Everything but tools/call passes through unchanged. ALLOW forwards the call and settles its cost (the
 result's _meta["leash/cost_usd"], else the estimate); DENY and HITL answer with an isError result whose
 text tells the model what happened and what to do, with {verdict, reason, receipt} in structuredContent.
-HITL asks the agent's user through MCP elicitation when the client supports it (recorded as operator
-mcp-elicitation:<client>); otherwise the result names the pending request, which an operator answers
-with \`leash session resume\`, and the same call sent again runs once approved.
+HITL, library mode: asks the agent's user through MCP elicitation when the client supports it
+(recorded as operator mcp-elicitation:<client>); otherwise waits for an operator (\`leash hitl approve\`)
+up to --hitl-timeout. HITL, daemon mode: waits for an operator on the daemon (its web console, or
+\`leash hitl approve ID --console URL\`) up to the request's expiry or --hitl-timeout; approve runs the call
+once, modify runs the operator's params, reject and expiry are recorded DENYs. Elicitation is not used
+there: the proxy holds no credential the daemon trusts, so an answer given to the agent's client would
+not be an approver's. If nobody answered in time the result names the pending request; the same call
+sent again runs once approved. With --daemon, tools' hitl and deny policies are the daemon's
+(hitl_mode, denied_tools in the agent's guard).
 stdout carries MCP only; notes go to stderr. The server gets this environment minus LEASH_* variables.
 Exit status: 0 when the agent disconnects, 1 when the MCP server exits or Leash refuses to start, 2 bad flags or config.`,
     )

@@ -12,7 +12,7 @@ from .errors import LeashDenied, LeashError, LeashHitl
 from .guard import guard
 from .params import canonical_hash
 from .receipts import ReceiptRefused, verify_receipt
-from .types import FAIL_CLOSED_REASONS, HeartbeatResult, PostExecResult, PreExecResult, RegisterResult
+from .types import FAIL_CLOSED_REASONS, HeartbeatResult, PostExecResult, PreExecResult, RegisterResult, TailEntry
 
 __version__ = "0.1.0"
 
@@ -31,6 +31,7 @@ __all__ = [
     "PreExecResult",
     "ReceiptRefused",
     "RegisterResult",
+    "TailEntry",
     "canonical_hash",
     "guard",
     "pb",

@@ -7,7 +7,7 @@ import platform
 import re
 import secrets
 import threading
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from ._proto import shackle_pb2 as pb
 from .envelope import MIN_KEY_BYTES, error_code_name
@@ -15,8 +15,9 @@ from .errors import LeashError, WireError
 from .money import Money, money_from_wire, money_to_wire
 from .params import params_on_wire
 from .receipts import ed25519_available, receipt_problem
+from .tail import grpc_tail, socket_tail, tail_request_of
 from .transport import Outcome, Transport
-from .types import HeartbeatResult, PostExecResult, PreExecResult, RegisterResult
+from .types import HeartbeatResult, PostExecResult, PreExecResult, RegisterResult, TailEntry
 
 #: The spec's pre_exec SLA is 5 ms (§8); 50 ms leaves room for a loaded host before failing closed.
 DEFAULT_TIMEOUT_MS = 50
@@ -357,6 +358,31 @@ class LeashClient:
             "get_session_state", pb.GetSessionStateRequest(session_id=self._session_of(session_id)), "session_state"
         )
         return state
+
+    def tail(
+        self,
+        *,
+        after_seq: Optional[int] = None,
+        last: Optional[int] = None,
+        session_id: Optional[str] = None,
+        kinds: Optional[Sequence[str]] = None,
+        follow: bool = False,
+        limit: Optional[int] = None,
+        stop: Optional[threading.Event] = None,
+    ) -> Iterator[TailEntry]:
+        """Your organization's audit chain entries, oldest first (`leash tail --daemon`): the whole chain
+        by default, after `after_seq`, or the latest `last`; with `follow`, then each new one until `stop`
+        is set. A dead daemon, a refusal or an answer that does not fit raises LeashError (fail closed)."""
+        request = tail_request_of(
+            after_seq=after_seq, last=last, session_id=session_id, kinds=kinds, follow=follow, limit=limit
+        )
+        from .grpc_transport import GrpcTransport
+
+        if isinstance(self._transport, GrpcTransport):
+            import grpc
+
+            return grpc_tail(self._transport.tail_stream(request), grpc, request, stop)
+        return socket_tail(self._transport, request, stop)
 
     # -- internals --------------------------------------------------------------------------------
 

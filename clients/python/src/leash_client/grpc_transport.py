@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from ._proto import shackle_pb2 as pb
 from .envelope import PROTOCOL_VERSION
+from .errors import LeashError
 from .transport import Outcome, failed
 
 SERVICE = "/shackle.sp1.ShackleDaemon/"
@@ -44,6 +45,11 @@ class GrpcTransport:
             )
             for payload, (method, request, response, _) in _METHODS.items()
         }
+        self._tail = self._channel.unary_stream(
+            SERVICE + "TailEntries",
+            request_serializer=pb.TailRequest.SerializeToString,
+            response_deserializer=pb.TailEvent.FromString,
+        )
         self._closed = False
         self.protocol_version = PROTOCOL_VERSION
 
@@ -62,6 +68,16 @@ class GrpcTransport:
         except Exception as error:  # a serializer or channel problem: no answer to trust
             return failed("bad_response", f"gRPC call failed: {error}")
         return Outcome(ok=True, kind=_METHODS[payload][3], answer=answer)
+
+    def tail_stream(self, request: Any) -> Any:
+        """The TailEntries call: iterate it for TailEvents; cancel() ends it. Bounded unless following."""
+        if self._closed:
+            raise LeashError("daemon_unavailable", "the client is closed")
+        metadata = (
+            (ORGANIZATION_METADATA, self._organization_id),
+            (PROTOCOL_VERSION_METADATA, self.protocol_version),
+        )
+        return self._tail(request, metadata=metadata, timeout=None if request.follow else 60.0)
 
     def notify(self, payload: str, message: Any, timeout_s: float) -> Outcome:
         # PostExec answers Empty on gRPC, so a refusal arrives now, not later as on the socket.

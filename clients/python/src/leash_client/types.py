@@ -64,3 +64,24 @@ class HeartbeatResult:
 class PostExecResult:
     session_id: str
     call_number: int
+
+
+@dataclass(frozen=True)
+class TailEntry:
+    """One audit chain entry of your organization as the daemon summarizes it (not a signed record)."""
+
+    seq: int
+    entry_hash: str
+    entry_id: str
+    #: The daemon's clock when it wrote the entry, ns since the Unix epoch.
+    time_ns: int
+    kind: str
+    session_id: str
+    agent_id: Optional[str]
+    call_number: Optional[int]
+    #: None on a decision about a malformed call (and on kinds that name no tool).
+    tool_name: Optional[str]
+    #: Decisions only.
+    verdict: Optional[Verdict]
+    reason: Optional[str]
+    budget_after_usd: Optional[str]

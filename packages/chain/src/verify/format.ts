@@ -53,10 +53,9 @@ export interface DecisionData {
   reason: string;
   budget_before_usd: string | null;
   budget_after_usd: string | null;
-  /** The random number probabilistic denial consumed, if it ran. */
-  rng: number | null;
-  /** The human who decided a HITL request, when one did. */
-  operator_id: string | null;
+  // Also, when they apply: `rng` (the random number probabilistic denial consumed; absent, or null in
+  // older entries, when it did not run) and `operator_id` (null in older entries; a human's answer has
+  // its own hitl_decision entry).
   [field: string]: Json;
 }
 

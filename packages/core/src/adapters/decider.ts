@@ -27,6 +27,8 @@ export interface DeciderVerdict {
   receipt: string | null;
   /** The estimate judged against the budget (the engine says; the daemon client does not). */
   estimate_usd?: string | null;
+  /** With HITL: the request a human answers (both the engine and the daemon client name it). */
+  hitl_request_id?: string | null;
 }
 
 export interface DeciderSettlement {
@@ -49,7 +51,10 @@ export interface Decider {
   readonly mode: "engine" | "daemon";
   evaluate(call: DeciderCall): Promise<DeciderVerdict>;
   settle(settlement: DeciderSettlement): Promise<void>;
-  /** The id of the session's open HITL request, or null (always null over the daemon: it does not say). */
+  /**
+   * The id of the session's open HITL request, or null. Asked only when a HITL verdict does not name its
+   * request itself (`hitl_request_id`); over the daemon it cannot say (null).
+   */
   pendingRequestId(sessionId: string): Promise<string | null>;
   /** Records a human's approval. Only in library mode: over the daemon, operators answer at the daemon. */
   approve?(approval: DeciderApproval): Promise<void>;

@@ -125,7 +125,13 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
         if (paused.size > MAX_PENDING) paused.delete(paused.keys().next().value as string);
       }
     }
-    const requestId = verdict.verdict === "HITL" ? await decider.pendingRequestId(options.session_id) : null;
+    // The verdict names its request (engine and daemon client alike); the session's open one otherwise.
+    const requestId =
+      verdict.verdict !== "HITL"
+        ? null
+        : typeof verdict.hitl_request_id === "string" && verdict.hitl_request_id !== ""
+          ? verdict.hitl_request_id
+          : await decider.pendingRequestId(options.session_id);
     return { ...entry, verdict, requestId };
   };
 

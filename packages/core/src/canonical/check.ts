@@ -32,6 +32,7 @@ export function canonicalizationError(
       return value instanceof Map ? "non_string_key" : "not_an_object";
     }
     if (!(maxDepth >= 0)) return "too_deep";
+    forIn = objectPrototypeIsClean();
     const error = checkObject(value as Record<string, unknown>, 0, maxDepth, []);
     if (error !== null) return error;
     const record = value as Record<string, unknown>;
@@ -44,6 +45,19 @@ export function canonicalizationError(
   }
 }
 
+/** False when Object.prototype has an enumerable property (for…in would list it): then Object.keys. */
+let forIn = true;
+
+function objectPrototypeIsClean(): boolean {
+  for (const _ in Object.prototype) return false;
+  return true;
+}
+
+/** A lone surrogate? Short strings are scanned directly; long ones get the native pre-scan first. */
+function loneSurrogateIn(s: string): boolean {
+  return s.length <= 32 ? hasLoneSurrogate(s) : SURROGATE.test(s) && hasLoneSurrogate(s);
+}
+
 function checkValue(
   v: unknown,
   depth: number,
@@ -53,7 +67,7 @@ function checkValue(
   if (depth > maxDepth) return overflow(v, depth, path);
   switch (typeof v) {
     case "string":
-      return SURROGATE.test(v) && hasLoneSurrogate(v) ? "lone_surrogate" : null;
+      return loneSurrogateIn(v) ? "lone_surrogate" : null;
     case "number":
       if (Number.isInteger(v)) return v > MAX_SAFE || v < -MAX_SAFE ? "unsafe_integer" : null;
       return Number.isFinite(v) ? null : "non_finite_number";
@@ -83,14 +97,31 @@ function checkObject(
 ): CanonicalizationErrorCode | null {
   if (Object.getOwnPropertySymbols(o).length !== 0) return "non_string_key";
   path[depth] = o;
-  const keys = Object.keys(o);
-  for (let i = 0; i < keys.length; i++) {
-    const k = keys[i]!;
-    if (SURROGATE.test(k) && hasLoneSurrogate(k)) return "lone_surrogate";
-    const error = checkValue(o[k], depth + 1, maxDepth, path);
+  if (!forIn) {
+    const keys = Object.keys(o);
+    for (let i = 0; i < keys.length; i++) {
+      const error = checkEntry(o, keys[i]!, depth, maxDepth, path);
+      if (error !== null) return error;
+    }
+    return null;
+  }
+  // for…in lists the same own enumerable string keys without building an array.
+  for (const k in o) {
+    const error = checkEntry(o, k, depth, maxDepth, path);
     if (error !== null) return error;
   }
   return null;
+}
+
+function checkEntry(
+  o: Record<string, unknown>,
+  k: string,
+  depth: number,
+  maxDepth: number,
+  path: unknown[],
+): CanonicalizationErrorCode | null {
+  if (loneSurrogateIn(k)) return "lone_surrogate";
+  return checkValue(o[k], depth + 1, maxDepth, path);
 }
 
 function checkArray(

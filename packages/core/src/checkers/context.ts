@@ -1,5 +1,5 @@
 // The read-only view of one decide() call that every checker receives.
-// It holds the inputs as handed in; checkers must never mutate them (rule 1 memoizes paramsText).
+// It holds the inputs as handed in; checkers must never mutate them (rule 1 memoizes paramsDigest).
 import type { DecideInputs, Decision } from "../types.js";
 import type { Rec } from "../util/values.js";
 
@@ -11,10 +11,10 @@ export interface DecideContext {
   readonly params: unknown;
   readonly inputs: DecideInputs;
   /**
-   * The params' canonical text, when rule 1 already built it because rule 4 will digest them (one
+   * The params' argument digest, when rule 1 already computed it because rule 4 will compare it (one
    * walk instead of two); null otherwise. The only field a checker writes, and only rule 1.
    */
-  paramsText: string | null;
+  paramsDigest: string | null;
 }
 
 /** A rule: a Decision when it matches, null to fall through to the next rule. */

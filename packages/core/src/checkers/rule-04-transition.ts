@@ -1,12 +1,13 @@
 // Rule 4 (spec §3.6): a human decision releases exactly one (nonce, args digest) pair, once.
 // It returns unconditionally when a transition is pending; it never records consumption (feedback does).
-import { canonicalHash } from "../canonical/index.js";
-import { sha256Hex } from "../crypto/sha256.js";
+import { CANONICAL_MAX_DEPTH } from "../canonical/check.js";
+import { withCanonicalBytes } from "../canonical/writer.js";
 import { allow, deny, hitl } from "../decision.js";
 import { TERMINAL_STATUSES } from "../reasons.js";
 import type { Decision } from "../types.js";
 import { nonEmpty, norm, present, sameNonce } from "../util/values.js";
 import type { DecideContext } from "./context.js";
+import { bytesHasher } from "./params-digest.js";
 
 const UNKNOWN = deny("hitl_transition:unknown_decision");
 const RESUME = deny("policy_violation:duplicate_resume_no_effect");
@@ -20,10 +21,11 @@ const DIGEST_MISMATCH = deny("hitl_transition:digest_mismatch");
 const APPROVE = allow("hitl_transition:approve");
 const MODIFY = allow("hitl_transition:modify_successor");
 
+const NUMBER_TEXT = { maxDepth: CANONICAL_MAX_DEPTH, numberText: true } as const;
+
+/** Rule 1 has computed it whenever an approval or a modification is pending; this is the fallback. */
 function digestOf(ctx: DecideContext): string {
-  const hash = ctx.inputs.sha256Hex;
-  if (ctx.paramsText !== null) return (hash ?? sha256Hex)(ctx.paramsText);
-  return canonicalHash(ctx.params, hash);
+  return ctx.paramsDigest ?? withCanonicalBytes(ctx.params, NUMBER_TEXT, bytesHasher(ctx.inputs));
 }
 
 /** An empty string binds nothing, like an absent field. */

@@ -102,7 +102,19 @@ function compress(b: Uint8Array, offset: number): void {
 
 /** Lowercase hex SHA-256 of the UTF-8 encoding of `text` (well-formed UTF-16 expected). */
 export function sha256Hex(text: string): string {
-  const length = encode(text);
+  return digestBuffer(encode(text));
+}
+
+/** Lowercase hex SHA-256 of `bytes` (canonical JSON already written as UTF-8). */
+export function sha256HexOfBytes(bytes: Uint8Array): string {
+  const n = bytes.length;
+  if (buffer.length < n + 72) buffer = new Uint8Array(n + 72);
+  buffer.set(bytes);
+  return digestBuffer(n);
+}
+
+/** Pads and hashes the first `length` bytes of the shared buffer. */
+function digestBuffer(length: number): string {
   const b = buffer;
   // Padding: 0x80, zeros, then the bit length as a 64-bit big-endian integer.
   const total = (((length + 8) >> 6) + 1) << 6;

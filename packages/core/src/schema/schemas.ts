@@ -39,6 +39,12 @@ export const configSchema = {
     parent_guard_id: { type: "string", minLength: 1 },
     default_estimate_usd: estimate,
     tool_estimates_usd: { type: "object", additionalProperties: estimate },
+    denied_tools: {
+      type: "array",
+      items: { type: "string", minLength: 1 },
+      uniqueItems: true,
+      maxItems: 10_000,
+    },
   },
 } as const;
 

@@ -40,9 +40,41 @@ export function truthy(value: unknown): boolean {
   return true;
 }
 
-/** Trimmed, lowercased string; a non-string reads as "" (docs/architecture.md §4: so it can never match a keyword). */
+/**
+ * Whitespace as Python's str.isspace() sees it, which is what the reference's .strip() removes. It is
+ * not JavaScript's trim(): U+001C–U+001F and U+0085 are whitespace here, U+FEFF is not.
+ */
+export function isPythonSpace(c: number): boolean {
+  if (c <= 0x20) return c === 0x20 || (c >= 0x09 && c <= 0x0d) || c >= 0x1c;
+  if (c < 0x85) return false;
+  return (
+    c === 0x85 ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000
+  );
+}
+
+/** Python's `s.strip()`: the reference normalizes keywords with it, so a keyword matches the same strings. */
+export function pythonStrip(s: string): string {
+  let start = 0;
+  let end = s.length;
+  while (start < end && isPythonSpace(s.charCodeAt(start))) start++;
+  while (end > start && isPythonSpace(s.charCodeAt(end - 1))) end--;
+  return start === 0 && end === s.length ? s : s.slice(start, end);
+}
+
+/**
+ * Stripped (as Python strips) and lowercased; a non-string reads as "" (docs/architecture.md §4: so it
+ * can never match a keyword).
+ */
 export function norm(value: unknown): string {
-  return typeof value === "string" ? value.trim().toLowerCase() : "";
+  return typeof value === "string" ? pythonStrip(value).toLowerCase() : "";
 }
 
 /** Nonce equality as Python's `==` on JSON values: 7 == 7.0, but 7 != "7". */

@@ -36,18 +36,21 @@ import {
   boundRequestId,
   budgetEnabled,
   consumedTransitionOf,
+  denyListed,
   type EngineDecision,
   guardAccountId,
   HITL_TIMEOUT,
   hasTransition,
   hitlExpiresNs,
   nodeSha256Hex,
+  nodeSha256HexOfBytes,
   outranksEstimate,
   PARAMS_HASH_MISMATCH,
   pausedOf,
   releasesApproval,
   resolveEstimate,
   sessionAccountId,
+  TOOL_DENIED,
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
@@ -416,12 +419,15 @@ export class ChainReplayer {
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
     }
-    this.#expectState(state, data.state);
+    // Entries of replay inputs 1 also carry the state decide() saw: it must be the folded one. Later
+    // entries carry none; the verdict and budget figures below are then checked against the fold alone.
+    if (data.state !== undefined) this.#expectState(state, data.state);
+    const recordedRng = (data.rng ?? null) as number | null;
     const rngValue =
       denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0
-        ? (data.rng as number | null)
+        ? recordedRng
         : null;
-    expectEqual("rng", rngValue, data.rng);
+    expectEqual("rng", rngValue, recordedRng);
 
     let decision: EngineDecision;
     if (!provable) {
@@ -433,7 +439,9 @@ export class ChainReplayer {
             ? PARAMS_HASH_MISMATCH
             : data.reason === HITL_TIMEOUT.reason
               ? HITL_TIMEOUT
-              : { verdict: data.verdict, reason: data.reason }
+              : data.reason === TOOL_DENIED.reason
+                ? TOOL_DENIED
+                : { verdict: data.verdict, reason: data.reason }
       ) as EngineDecision;
       this.provedFrom = index + 1;
     } else {
@@ -446,10 +454,12 @@ export class ChainReplayer {
               rng: rngValue ?? undefined,
               ...(typeof data.previous_error === "string" ? { errorText: data.previous_error } : {}),
               sha256Hex,
+              sha256HexOfBytes: nodeSha256HexOfBytes,
             }),
             state,
             call,
           );
+      if (!malformed) decision = denyListed(decision, config, call);
       if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
         decision = { verdict: "DENY", reason: estimate.reason };
       }
@@ -495,7 +505,7 @@ export class ChainReplayer {
     expectEqual("estimate_usd", estimateUsd, data.estimate_usd);
 
     let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH
+      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
         ? state
         : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
             nowNs,

@@ -67,6 +67,7 @@ SESSION_NOT_FOUND: ErrorCode
 STALE: SessionStatus
 TERMINATED: SessionStatus
 TIMEOUT: DenyReason
+TOOL_DENIED: DenyReason
 VERDICT_UNSPECIFIED: Verdict
 WINDOW_EXCEEDED: DenyReason
 
@@ -165,7 +166,7 @@ class ConsoleRequest(_message.Message):
     def __init__(self, correlation_id: _Optional[str] = ..., list: _Optional[_Union[ListHitlRequest, _Mapping]] = ..., get: _Optional[_Union[GetHitlRequest, _Mapping]] = ..., answer: _Optional[_Union[AnswerHitlRequest, _Mapping]] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hitl_update", "hmac", "key_id", "message_id", "post_exec", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state", "wait_hitl"]
+    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hitl_update", "hmac", "key_id", "message_id", "post_exec", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state", "tail_batch", "tail_entries", "wait_hitl"]
     CLIENT_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +185,8 @@ class Envelope(_message.Message):
     REGISTER_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
+    TAIL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    TAIL_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     WAIT_HITL_FIELD_NUMBER: _ClassVar[int]
     client_timestamp_ns: int
     correlation_id: str
@@ -203,8 +206,10 @@ class Envelope(_message.Message):
     register_response: RegisterResponse
     server_timestamp_ns: int
     session_state: SessionState
+    tail_batch: TailBatch
+    tail_entries: TailRequest
     wait_hitl: WaitHitlRequest
-    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., wait_hitl: _Optional[_Union[WaitHitlRequest, _Mapping]] = ..., hitl_update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., wait_hitl: _Optional[_Union[WaitHitlRequest, _Mapping]] = ..., hitl_update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., tail_entries: _Optional[_Union[TailRequest, _Mapping]] = ..., tail_batch: _Optional[_Union[TailBatch, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ["code", "detail", "message", "retry_after_ms", "supported_versions"]
@@ -600,6 +605,62 @@ class SessionState(_message.Message):
     window_max_calls: int
     window_start_ns: int
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., organization_id: _Optional[str] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., budget_initial_usd: _Optional[float] = ..., budget_remaining_usd: _Optional[float] = ..., budget_spent_usd: _Optional[float] = ..., total_calls: _Optional[int] = ..., repeat_counts: _Optional[_Mapping[str, int]] = ..., window_counts: _Optional[_Mapping[str, int]] = ..., circuit_tripped: bool = ..., circuit_trip_reason: _Optional[str] = ..., circuit_tripped_at_ns: _Optional[int] = ..., window_start_ns: _Optional[int] = ..., window_duration_s: _Optional[int] = ..., window_max_calls: _Optional[int] = ..., last_tool_name: _Optional[str] = ..., last_tool_params_hash: _Optional[bytes] = ..., last_activity_ns: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., budget_initial_usd_decimal: _Optional[str] = ..., budget_remaining_usd_decimal: _Optional[str] = ..., budget_spent_usd_decimal: _Optional[str] = ...) -> None: ...
+
+class TailBatch(_message.Message):
+    __slots__ = ["after_seq", "events", "more"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    events: _containers.RepeatedCompositeFieldContainer[TailEvent]
+    more: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[TailEvent, _Mapping]]] = ..., after_seq: _Optional[int] = ..., more: bool = ...) -> None: ...
+
+class TailEvent(_message.Message):
+    __slots__ = ["agent_id", "budget_after_usd_decimal", "call_number", "entry_hash", "entry_id", "kind", "reason", "seq", "session_id", "time_ns", "tool_name", "verdict"]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_AFTER_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_HASH_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    budget_after_usd_decimal: str
+    call_number: int
+    entry_hash: str
+    entry_id: str
+    kind: str
+    reason: str
+    seq: int
+    session_id: str
+    time_ns: int
+    tool_name: str
+    verdict: Verdict
+    def __init__(self, seq: _Optional[int] = ..., entry_hash: _Optional[str] = ..., entry_id: _Optional[str] = ..., time_ns: _Optional[int] = ..., kind: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., call_number: _Optional[int] = ..., tool_name: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., reason: _Optional[str] = ..., budget_after_usd_decimal: _Optional[str] = ...) -> None: ...
+
+class TailRequest(_message.Message):
+    __slots__ = ["after_seq", "follow", "kinds", "last", "limit", "session_id", "wait_ms"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    follow: bool
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    last: int
+    limit: int
+    session_id: str
+    wait_ms: int
+    def __init__(self, after_seq: _Optional[int] = ..., last: _Optional[int] = ..., session_id: _Optional[str] = ..., kinds: _Optional[_Iterable[str]] = ..., follow: bool = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class WaitHitlRequest(_message.Message):
     __slots__ = ["request_id", "session_id"]

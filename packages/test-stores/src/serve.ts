@@ -1,6 +1,6 @@
-// Real `leash serve` daemon processes for the client's tests (SIGSTOP, two daemons on one PostgreSQL):
-// the built CLI, a config file with the organization's HMAC key, and the listening line parsed.
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+// Real `leash serve` daemon processes and one-shot `leash` commands for tests: the built CLI as a child
+// process, a config file written for it, the listening line parsed. It starts nothing in this process.
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,16 +9,19 @@ const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const BIN = join(ROOT, "apps/cli/dist/bin.js");
 
 let built = false;
-/** `leash serve` runs from dist: bring it up to date (incremental, about a second when current). */
+/** `leash` runs from dist: bring it up to date (incremental, about a second when current). */
 export function ensureBuilt(): void {
   if (built) return;
   execFileSync(join(ROOT, "node_modules/.bin/tsc"), ["--build"], { cwd: ROOT, stdio: "inherit" });
   built = true;
 }
 
+/** The JSON line `leash serve` prints once it listens. */
 export interface Listening {
   listening: string;
   grpc: string | null;
+  /** The HITL console's URL (with `--console`). */
+  console: string | null;
   public_key: string;
 }
 
@@ -75,5 +78,31 @@ export function serve(args: readonly string[], env: Record<string, string> = {})
       clearTimeout(timer);
       reject(new Error(`serve exited with ${code} before listening:\n${err}`));
     });
+  });
+}
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `leash ARGS` (the built binary) to its end without blocking this process's event loop. The
+ * environment is this process's without LEASH_STORE and LEASH_CONSOLE_TOKEN, plus `env`.
+ */
+export function leashCli(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
+  ensureBuilt();
+  const { LEASH_STORE: _store, LEASH_CONSOLE_TOKEN: _token, ...rest } = process.env;
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { cwd: ROOT, encoding: "utf8", env: { ...rest, ...env }, timeout: 60_000 },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === "number" ? error.code : null;
+        resolve({ code, stdout, stderr });
+      },
+    );
   });
 }
