@@ -1,15 +1,15 @@
 // Reading a call's estimated cost exactly, as the hold it asks for: from a JS number or decimal text.
 // Not which estimate applies to a call (the engine's policy) and not whether it fits (judgeReservation).
-import { Decimal } from "decimal.js";
-import { MONEY_LIMIT, MONEY_SCALE, Money, ZERO } from "./money.js";
+import { Money, parseUnits } from "./fixed-money.js";
+import { MONEY_LIMIT, ZERO } from "./money.js";
 
 /** Longer text is refused before it is parsed: no estimate needs it, and parsing is not free. */
 const ESTIMATE_TEXT_MAX = 100;
 
 /**
- * Plain decimal text, an optional `+`, an exponent of at most four digits (so decimal.js never
- * under- or overflows to 0 or Infinity). Not hexadecimal, "Infinity" or "NaN", which decimal.js
- * would read; a sign other than `+` is the negative check's to refuse, with a clearer message.
+ * Plain decimal text, an optional `+`, an exponent of at most four digits (as when decimal.js read
+ * estimates, where a longer one could under- or overflow to 0 or Infinity). Not hexadecimal,
+ * "Infinity" or "NaN"; a sign other than `+` is the negative check's to refuse, with a clearer message.
  */
 const ESTIMATE_TEXT = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?$/;
 
@@ -44,11 +44,18 @@ export function readEstimate(value: unknown): EstimateReading {
   } else {
     return { ok: false, problem: `must be a number or a decimal string, got ${describeType(value)}` };
   }
-  const exact = new Money(text);
-  if (exact.isZero()) return { ok: true, hold: ZERO };
-  if (exact.isNegative()) return { ok: false, problem: `must not be negative, got ${text}` };
-  const hold = exact.toDecimalPlaces(MONEY_SCALE, Decimal.ROUND_UP);
-  return { ok: true, hold: hold.gte(MONEY_LIMIT) ? null : hold };
+  // Exact to 18 places, the rest rounded up (away from zero); "magnitude": 10^100 or more.
+  const units = parseUnits(text, true);
+  if (units === 0n) return { ok: true, hold: ZERO };
+  if (units === "magnitude") return text.startsWith("-") ? negative(text) : { ok: true, hold: null };
+  if (typeof units !== "bigint")
+    throw new Error(`readEstimate: ${JSON.stringify(text)} passed the grammar check`);
+  if (units < 0n) return negative(text);
+  return { ok: true, hold: units >= MONEY_LIMIT.units ? null : Money.fromUnits(units) };
+}
+
+function negative(text: string): EstimateReading {
+  return { ok: false, problem: `must not be negative, got ${text}` };
 }
 
 function describeType(value: unknown): string {

@@ -1,4 +1,4 @@
-// @leash/budget-guard: exact-decimal budgets with two-phase reservations, scopes and nested guards.
+// @leash/budget-guard: exact budgets (fixed-point money) with two-phase reservations, scopes and nested guards.
 // Storage goes through the engine's SubstrateTx; this package opens no transactions and holds no state.
 
 export { accountChain, available, type EnsureAccountInput, ensureAccount } from "./accounts.js";
@@ -9,11 +9,13 @@ export {
   InvalidAmountError,
 } from "./errors.js";
 export { type EstimateReading, readEstimate } from "./estimate.js";
+export type { MoneyInput, RoundingMode } from "./fixed-money.js";
 export {
   accountAvailable,
   addMoney,
   type BudgetRefusal,
   chainAvailable,
+  chainOverLimit,
   clampAtZero,
   isCanonicalMoney,
   judgeReservation,

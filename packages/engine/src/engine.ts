@@ -6,6 +6,7 @@ import {
   available,
   BudgetGuardError,
   chainAvailable,
+  chainOverLimit,
   ensureAccount,
   expire,
   type Money,
@@ -14,7 +15,6 @@ import {
   type SettleResult,
   settle,
   toMoney,
-  ZERO,
 } from "@leash/budget-guard";
 import { type Checkpoint, compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
@@ -160,16 +160,6 @@ function reservationTtlNs(ms: number | undefined): number {
     );
   }
   return ms * 1e6;
-}
-
-/** The most any account of the chain is past its limit (spent + held − limit), or "0". */
-function overLimit(accounts: readonly BudgetAccount[]): string {
-  let most = ZERO;
-  for (const a of accounts) {
-    const over = toMoney(a.spent_usd).plus(toMoney(a.reserved_usd)).minus(toMoney(a.limit_usd));
-    if (over.gt(most)) most = over;
-  }
-  return most.toFixed();
 }
 
 function neverAllowed(sessionId: string, callNumber: number): LeashError {
@@ -962,7 +952,7 @@ export function createEngine(options: EngineOptions): Engine {
             hold_status: hold.status,
             // How far past its limit this left the budget (0 within it): what an overrun beyond
             // what was left amounts to, while the remaining reads 0.
-            over_limit_usd: overLimit(accounts),
+            over_limit_usd: chainOverLimit(accounts).toFixed(),
             // The key the settlement is stored under, for replay (a retry with it is a no-op).
             idempotency_key: settled.reservation.idempotency_key,
           },

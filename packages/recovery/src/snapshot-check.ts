@@ -42,7 +42,16 @@ function sorted(value: unknown): unknown {
 }
 
 const sameMoney = (a: string | null, b: string | null): boolean =>
-  a === null || b === null ? a === b : new Money(a).eq(new Money(b));
+  a === null || b === null ? a === b : a === b || sameAmount(a, b);
+
+/** Equal as amounts ("1.0" is "1"); text that is no amount (a tampered row) equals nothing. */
+function sameAmount(a: string, b: string): boolean {
+  try {
+    return new Money(a).eq(b);
+  } catch {
+    return false;
+  }
+}
 
 const SESSION_FIELDS = ["agent_id", "organization_id", "status", "call_count", "config", "state"] as const;
 const RESERVATION_FIELDS = [

@@ -4,6 +4,7 @@
 import {
   accountChain,
   chainAvailable,
+  chainOverLimit,
   ensureAccount,
   expire,
   type Money,
@@ -11,7 +12,6 @@ import {
   reserve,
   settle,
   toMoney,
-  ZERO,
 } from "@leash/budget-guard";
 import {
   type BudgetAccount,
@@ -192,15 +192,6 @@ function storable(state: State): State {
 function withoutRemaining(state: State): State {
   const { budget_remaining_usd: _omit, ...rest } = state;
   return rest;
-}
-
-function overLimit(accounts: readonly BudgetAccount[]): string {
-  let most = ZERO;
-  for (const a of accounts) {
-    const over = toMoney(a.spent_usd).plus(toMoney(a.reserved_usd)).minus(toMoney(a.limit_usd));
-    if (over.gt(most)) most = over;
-  }
-  return most.toFixed();
 }
 
 type Data = Record<string, unknown>;
@@ -639,7 +630,7 @@ export class ChainReplayer {
     expectEqual("overrun_usd", settled.overrun_usd.toFixed(), data.overrun_usd);
     expectEqual("budget_after_usd", remaining, data.budget_after_usd);
     expectEqual("late", settled.late, data.late);
-    expectEqual("over_limit_usd", overLimit(accounts), data.over_limit_usd);
+    expectEqual("over_limit_usd", chainOverLimit(accounts).toFixed(), data.over_limit_usd);
     const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(toMoney(data.actual_usd as string));
     this.#put({
       ...session,
