@@ -223,6 +223,7 @@ export function guardConfigToWire(config: Config): GuardConfig {
     hitlMode: HITL_MODES[config.hitl_mode ?? "never"] ?? HitlMode.HITL_NEVER,
     hitlBudgetThreshold: config.hitl_budget_threshold ?? 0,
     parentGuardId: config.parent_guard_id ?? "",
+    deniedTools: [...(config.denied_tools ?? [])],
   });
 }
 
