@@ -218,11 +218,15 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
       call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
       return;
     }
+    // A cancelled stream stops the wait (it would otherwise last until the answer or the expiry).
+    const gone = new AbortController();
+    call.on("cancelled", () => gone.abort());
+    call.on("close", () => gone.abort());
     const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
     handler
       .streamHitl(
         call.request as Parameters<RequestHandler["streamHitl"]>[0],
-        { auth: { organizationId, keyId: "" }, protocolVersion },
+        { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal },
         (update: HitlUpdate) => {
           if (!call.cancelled) call.write(update);
         },

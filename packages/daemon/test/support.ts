@@ -63,6 +63,7 @@ export async function runDaemon(
     grpc?: GrpcOptions;
     extra?: Record<string, unknown>;
     maxInFlight?: number;
+    maxLongPolls?: number;
     console?: ConsoleOptions;
   } = {},
 ): Promise<Running> {
@@ -80,6 +81,7 @@ export async function runDaemon(
     ...(options.http === undefined ? {} : { http: options.http }),
     ...(options.grpc === undefined ? {} : { grpc: options.grpc }),
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
     ...(options.console === undefined ? {} : { console: options.console }),
   });
   return {

@@ -223,6 +223,9 @@ export type Envelope = Message<"shackle.sp1.Envelope"> & {
      * Leash addition: the caller's organization's audit chain entries, read in batches (the socket's
      * TailEntries). Answered with one tail_batch; with follow, a long poll: the answer waits (up to
      * TailRequest.wait_ms) until there is at least one new entry to send.
+     * Long polls (wait_hitl, tail_entries) do not count toward a connection's requests in flight; a
+     * connection holding too many (Leash: 32) has its oldest answered at once with Error RATE_LIMITED
+     * "long_poll_superseded" (the wire has no cancel: a client that gave up on a poll leaves it open).
      *
      * @generated from field: shackle.sp1.TailRequest tail_entries = 105;
      */
