@@ -39,6 +39,10 @@ const RPC_OF: Record<string, { method: string; answer: Payload["case"] | null }>
   waitHitl: { method: "WaitHitl", answer: "hitlUpdate" },
 };
 
+/** Keepalive defaults: a hung daemon host ends a stream in about 30 s, within what servers allow (10 s). */
+export const DEFAULT_KEEPALIVE_TIME_MS = 20_000;
+export const DEFAULT_KEEPALIVE_TIMEOUT_MS = 10_000;
+
 export interface GrpcConnectionOptions {
   readonly target: GrpcTarget;
   readonly organizationId: string;
@@ -90,20 +94,55 @@ export function grpcCredentials(target: GrpcTarget): ChannelCredentials {
   return credentials.createSsl(pem("ca", tls.ca), key, cert);
 }
 
+/** The target's keepalive as grpc-js channel options; a bad value is a one-line invalid_argument. */
+export function keepaliveOptions(target: GrpcTarget): ChannelOptions {
+  const keepalive = target.keepalive;
+  if (keepalive === false) return {};
+  if (keepalive !== undefined && (typeof keepalive !== "object" || keepalive === null)) {
+    throw new LeashError(
+      "invalid_argument",
+      "createClient: grpc.keepalive wants { timeMs?, timeoutMs? } or false",
+    );
+  }
+  const ms = (name: "timeMs" | "timeoutMs", fallback: number): number => {
+    const value = keepalive?.[name] ?? fallback;
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw new LeashError(
+        "invalid_argument",
+        `createClient: grpc.keepalive.${name} must be a positive integer (ms), not ${JSON.stringify(value)}`,
+      );
+    }
+    return value;
+  };
+  return {
+    "grpc.keepalive_time_ms": ms("timeMs", DEFAULT_KEEPALIVE_TIME_MS),
+    "grpc.keepalive_timeout_ms": ms("timeoutMs", DEFAULT_KEEPALIVE_TIMEOUT_MS),
+    // Pings only while a call is open: an idle channel has nothing to lose, and servers that police
+    // pings (C-core, Go) count pings on an idle connection against the client.
+    "grpc.keepalive_permit_without_calls": 0,
+  };
+}
+
 export class GrpcConnection implements Transport {
   readonly #options: GrpcConnectionOptions;
   readonly #client: GrpcClient;
   readonly #methods = shackleGrpcService();
+  /** The keepalive ack timeout, when keepalive is on (it names the likely cause of a dropped connection). */
+  readonly #keepaliveTimeoutMs: number | undefined;
   #closed = false;
   protocolVersion: string | undefined;
 
   constructor(options: GrpcConnectionOptions) {
     this.#options = options;
+    const keepalive = keepaliveOptions(options.target);
+    this.#keepaliveTimeoutMs = keepalive["grpc.keepalive_timeout_ms"] as number | undefined;
     const channelOptions: ChannelOptions = {
       "grpc.initial_reconnect_backoff_ms": Math.round(options.initialDelayMs),
       "grpc.max_reconnect_backoff_ms": Math.round(options.maxDelayMs),
       // §7.5's 1 MiB holds for answers too: a larger one is RESOURCE_EXHAUSTED, i.e. bad_response.
       "grpc.max_receive_message_length": MAX_FRAME_BYTES,
+      // A daemon host that hangs without closing the connection is noticed (WaitHitl, TailEntries).
+      ...keepalive,
       ...(options.target.serverName === undefined
         ? {}
         : {
@@ -278,6 +317,14 @@ export class GrpcConnection implements Transport {
         return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms` };
       case Status.UNAVAILABLE:
       case Status.CANCELLED:
+        // grpc-js's words for a connection lost under an open call: a closed socket or unanswered pings.
+        if (error.details === "Connection dropped" && this.#keepaliveTimeoutMs !== undefined) {
+          return {
+            ok: false,
+            failure: "daemon_unavailable",
+            message: `lost the daemon at ${this.#options.target.address}: the connection closed, or the daemon did not answer a keepalive ping within ${this.#keepaliveTimeoutMs} ms (hung?)`,
+          };
+        }
         return {
           ok: false,
           failure: "daemon_unavailable",

@@ -17,6 +17,13 @@ export interface GrpcTarget {
   tls?: GrpcTlsOptions | false;
   /** The name the server's certificate must carry, when it is not the address's host. */
   serverName?: string;
+  /**
+   * HTTP/2 keepalive while a call is open: a ping after `timeMs` without traffic, and the connection
+   * (with its calls: a following tail, a WaitHitl) fails as daemon_unavailable when no ack comes within
+   * `timeoutMs`. Default 20 000 / 10 000 ms; `false` turns it off (a hung daemon host then holds a
+   * stream until its deadline, or forever for a following tail).
+   */
+  keepalive?: { timeMs?: number; timeoutMs?: number } | false;
 }
 
 /**

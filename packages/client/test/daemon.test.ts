@@ -36,7 +36,9 @@ async function setUp(kind: StoreKind = "sqlite"): Promise<Daemon> {
       acme: {
         hmac_keys: { k1: { file: join(store.dir, "acme-k1.hmac") } },
         default_guard: { budget_usd: 1 },
-        agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+        agents: {
+          "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3, denied_tools: ["delete_file"] } },
+        },
       },
     },
   });
@@ -98,6 +100,7 @@ describe.each(TRANSPORTS)("against the real daemon over %s", (transport) => {
       // The policy is the daemon's for acme/research-bot; the agent sent none.
       expect(active_config?.budgetUsdDecimal).toBe("0.5");
       expect(active_config?.maxRepeatCalls).toBe(3);
+      expect(active_config?.deniedTools).toEqual(["delete_file"]);
 
       const runs: unknown[] = [];
       const decisions: PreExecResult[] = [];

@@ -41,6 +41,8 @@ export interface DaemonOptions {
   readonly handleSignals?: boolean;
   /** Requests one connection may have in flight (default 256). */
   readonly maxInFlight?: number;
+  /** Long polls (wait_hitl, tail_entries) one socket connection may hold open, apart (default 32). */
+  readonly maxLongPolls?: number;
   /** Serve the HITL web console (operators with console tokens). */
   readonly console?: ConsoleOptions;
   /** Seconds a HITL request waits for a human when the policy sets no `hitl_timeout_s` (default 900). */
@@ -200,6 +202,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       logger,
       metrics,
       ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+      ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
     });
     if (options.grpc !== undefined) {
       grpc = await listenGrpc({ ...options.grpc, handler, config, logger });

@@ -49,6 +49,19 @@ export interface GrpcOptions {
   readonly tls?: GrpcTls;
 }
 
+/**
+ * Keepalive. The daemon pings each connection after a minute without traffic and drops it when the ack
+ * takes over 20 s, so a vanished client frees its streams (a tail holds one of MAX_TAILS). Clients may
+ * ping often: @leash/client pings every 20 s while a call is open. grpc-js (1.14) polices no client
+ * pings; the last two options say what this server accepts, in the names C-core servers read.
+ */
+const SERVER_KEEPALIVE = {
+  "grpc.keepalive_time_ms": 60_000,
+  "grpc.keepalive_timeout_ms": 20_000,
+  "grpc.keepalive_permit_without_calls": 1,
+  "grpc.http2.min_ping_interval_without_data_ms": 5_000,
+} as const;
+
 export interface GrpcTransportOptions extends GrpcOptions {
   readonly handler: RequestHandler;
   readonly config: DaemonConfig;
@@ -205,11 +218,15 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
       call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
       return;
     }
+    // A cancelled stream stops the wait (it would otherwise last until the answer or the expiry).
+    const gone = new AbortController();
+    call.on("cancelled", () => gone.abort());
+    call.on("close", () => gone.abort());
     const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
     handler
       .streamHitl(
         call.request as Parameters<RequestHandler["streamHitl"]>[0],
-        { auth: { organizationId, keyId: "" }, protocolVersion },
+        { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal },
         (update: HitlUpdate) => {
           if (!call.cancelled) call.write(update);
         },
@@ -309,6 +326,7 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
   const server = new Server({
     // §7.5's 1 MiB frame limit holds on gRPC too (grpc-js answers RESOURCE_EXHAUSTED past it).
     "grpc.max_receive_message_length": MAX_FRAME_BYTES,
+    ...SERVER_KEEPALIVE,
   });
   server.addService(shackleServiceDefinition(), implementation);
   const credentials: ServerCredentials =

@@ -151,6 +151,7 @@ const HITL_ERROR_CODES: Record<HitlErrorCode, ErrorCode> = {
   hitl_invalid_params: ErrorCode.INVALID_MESSAGE,
   hitl_read_only: ErrorCode.AUTHENTICATION_FAILED,
   hitl_closing: ErrorCode.DAEMON_UNAVAILABLE,
+  hitl_cancelled: ErrorCode.DAEMON_UNAVAILABLE,
 };
 
 /** A HITL desk refusal as an SP/1.0 Error (the console's WebSocket sends the same). */
@@ -223,6 +224,7 @@ export function guardConfigToWire(config: Config): GuardConfig {
     hitlMode: HITL_MODES[config.hitl_mode ?? "never"] ?? HitlMode.HITL_NEVER,
     hitlBudgetThreshold: config.hitl_budget_threshold ?? 0,
     parentGuardId: config.parent_guard_id ?? "",
+    deniedTools: [...(config.denied_tools ?? [])],
   });
 }
 
@@ -467,7 +469,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     if (options.hitl === undefined) {
       throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "hitl_unavailable", "this daemon has no HITL desk");
     }
-    const view = await options.hitl.wait(request.requestId, request.sessionId);
+    const view = await options.hitl.wait(request.requestId, request.sessionId, context.signal);
     return { case: "hitlUpdate", value: create(HitlUpdateSchema, { request: view, final: true }) };
   }
 
@@ -657,7 +659,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         const first = now.status !== HitlStatus.HITL_PENDING;
         send(create(HitlUpdateSchema, { request: now, final: first }));
         if (first) return null;
-        const view = await hitl.wait(request.requestId, request.sessionId);
+        const view = await hitl.wait(request.requestId, request.sessionId, context.signal);
         send(create(HitlUpdateSchema, { request: view, final: true }));
         return null;
       } catch (error) {

@@ -55,4 +55,10 @@ export { createMetrics, type DaemonMetrics } from "./metrics.js";
 export { defaultSocketPath } from "./socket-path.js";
 export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";
 export { type TailFilter, type TailPage, TailReader, tailEventOf } from "./tail/reader.js";
-export { DEFAULT_MAX_IN_FLIGHT, listenUnix, SocketInUseError, type UnixTransport } from "./unix-socket.js";
+export {
+  DEFAULT_MAX_IN_FLIGHT,
+  DEFAULT_MAX_LONG_POLLS,
+  listenUnix,
+  SocketInUseError,
+  type UnixTransport,
+} from "./unix-socket.js";

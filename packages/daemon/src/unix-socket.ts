@@ -27,6 +27,25 @@ import type { DaemonMetrics } from "./metrics.js";
 
 /** Requests one connection may have in flight; beyond it each is answered RATE_LIMITED. */
 export const DEFAULT_MAX_IN_FLIGHT = 256;
+/**
+ * Long polls (wait_hitl, tail_entries) one connection may hold open, apart from the in-flight limit: a
+ * poll its client gave up on (the wire has no cancel) waits on until its answer, so a newer poll past
+ * this many supersedes the connection's oldest, which is answered RATE_LIMITED "long_poll_superseded".
+ */
+export const DEFAULT_MAX_LONG_POLLS = 32;
+
+/** Requests that may wait for minutes: they never take an in-flight slot, ordinary calls stay answerable. */
+const LONG_POLLS = new Set<Payload["case"]>(["waitHitl", "tailEntries"]);
+
+/** One open long poll of a connection. */
+interface LongPoll {
+  readonly correlationId: string;
+  readonly key: Uint8Array;
+  readonly keyId: string;
+  readonly abort: AbortController;
+  /** Answered by the transport (superseded): the handler's answer, when it comes, is dropped. */
+  superseded: boolean;
+}
 
 /** How long a closing daemon waits, quiet, for frames still on their way before it closes connections. */
 const DRAIN_GRACE_MS = 25;
@@ -40,6 +59,7 @@ export interface UnixTransportOptions {
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
   readonly maxInFlight?: number;
+  readonly maxLongPolls?: number;
 }
 
 export interface UnixTransport {
@@ -110,6 +130,9 @@ const AUTH_FAILURES = new Set(["bad_hmac", "unknown_key", "replayed_message", "t
 export async function listenUnix(options: UnixTransportOptions): Promise<UnixTransport> {
   const { path, handler, config, replay, clock, logger, metrics } = options;
   const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
+  const maxLongPolls = options.maxLongPolls ?? DEFAULT_MAX_LONG_POLLS;
+  if (!Number.isSafeInteger(maxLongPolls) || maxLongPolls < 1)
+    throw new RangeError(`maxLongPolls must be a positive integer, not ${String(maxLongPolls)}`);
   await claimPath(path);
   const sockets = new Set<Socket>();
   const inFlight = new Set<Promise<void>>();
@@ -129,11 +152,13 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     metrics.connections.inc();
     const decoder = new FrameDecoder();
     let pending = 0;
+    /** This connection's open long polls, oldest first. */
+    const polls = new Set<LongPoll>();
     /** Requests of this connection still being answered. */
     const mine = new Set<Promise<void>>();
     /** No further frame is read: the connection failed or closed. */
     let dead = false;
-    /** Aborted when the connection closes: a long poll (wait_hitl aside) stops waiting for nobody. */
+    /** Aborted when the connection closes: a long poll stops waiting for nobody. */
     const gone = new AbortController();
 
     const send = (payload: Payload, key: Uint8Array, keyId: string, correlationId: string) => {
@@ -180,6 +205,23 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       });
     };
 
+    /** Ends the long poll now: its answer says why (its client most likely gave up on it long ago). */
+    const supersede = (poll: LongPoll) => {
+      polls.delete(poll);
+      poll.superseded = true;
+      metrics.rateLimited.inc();
+      const refusal: Payload = {
+        case: "error",
+        value: create(ErrorSchema, {
+          code: ErrorCode.RATE_LIMITED,
+          detail: "long_poll_superseded",
+          message: `more than ${maxLongPolls} long polls on this connection: a newer one replaced this one`,
+        }),
+      };
+      send(refusal, poll.key, poll.keyId, poll.correlationId);
+      poll.abort.abort();
+    };
+
     const frame = (body: Uint8Array) => {
       const found: { resolved?: ReturnType<typeof keyOf> } = {};
       let envelope: Envelope;
@@ -224,7 +266,8 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         send(refusal, key, auth.keyId, correlationId);
         return;
       }
-      if (pending >= maxInFlight) {
+      const longPoll = LONG_POLLS.has(envelope.payload.case);
+      if (!longPoll && pending >= maxInFlight) {
         metrics.rateLimited.inc();
         const refusal: Payload = {
           case: "error",
@@ -238,15 +281,24 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         send(refusal, key, auth.keyId, correlationId);
         return;
       }
-      pending++;
+      let poll: LongPoll | undefined;
+      if (longPoll) {
+        if (polls.size >= maxLongPolls) supersede(polls.values().next().value as LongPoll);
+        poll = { correlationId, key, keyId: auth.keyId, abort: new AbortController(), superseded: false };
+        polls.add(poll);
+      } else {
+        pending++;
+      }
+      const signal = poll === undefined ? gone.signal : AbortSignal.any([gone.signal, poll.abort.signal]);
       const work = handler
-        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion, signal: gone.signal })
+        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion, signal })
         .then((answer) => {
-          if (answer !== null) send(answer, key, auth.keyId, correlationId);
+          if (answer !== null && poll?.superseded !== true) send(answer, key, auth.keyId, correlationId);
         })
         .catch((error: unknown) => logger.error({ err: error }, "answering a request failed"))
         .finally(() => {
-          pending--;
+          if (poll === undefined) pending--;
+          else polls.delete(poll);
           inFlight.delete(work);
           mine.delete(work);
         });

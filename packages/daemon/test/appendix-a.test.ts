@@ -47,6 +47,7 @@ describe.each(["sqlite", "postgres"] as const)("Appendix A over the socket on %s
     // The policy is the daemon's for acme/research-bot, never the agent's.
     expect(reg.activeConfig?.budgetUsdDecimal).toBe("0.5");
     expect(reg.activeConfig?.maxRepeatCalls).toBe(3);
+    expect(reg.activeConfig?.deniedTools).toEqual(["delete_file"]);
     const sessionId = reg.sessionId;
 
     const preExec = async (callNumber: number): Promise<PreExecResponse> => {

@@ -18,7 +18,11 @@ describe("daemon config", () => {
     const acme = config.organizations.get("acme")!;
     expect(Buffer.from(acme.hmacKeys.get(ACME.keyId)!).equals(Buffer.from(ACME.key))).toBe(true);
     expect(acme.currentKeyId).toBe(ACME.keyId);
-    expect(policyFor(acme, "research-bot")).toEqual({ budget_usd: 0.5, max_repeat_calls: 3 });
+    expect(policyFor(acme, "research-bot")).toEqual({
+      budget_usd: 0.5,
+      max_repeat_calls: 3,
+      denied_tools: ["delete_file"],
+    });
     expect(policyFor(acme, "someone-else")).toEqual({ budget_usd: 1 });
     expect(config.keyOwners.get("globex-k1")).toBe("globex");
     const yaml = join(dir, "d.yaml");

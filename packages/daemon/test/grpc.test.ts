@@ -86,6 +86,7 @@ describe("gRPC transport", () => {
       expect(reg.negotiatedProtocol).toBe("1.0.0");
       expect(reg.activeConfig?.budgetUsdDecimal).toBe("0.5");
       expect(reg.activeConfig?.maxRepeatCalls).toBe(3);
+      expect(reg.activeConfig?.deniedTools).toEqual(["delete_file"]);
       const sessionId = reg.sessionId;
 
       const preExec = (n: number) =>

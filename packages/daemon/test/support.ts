@@ -21,7 +21,7 @@ import type { ClientKey } from "./raw-client.js";
 export const ACME: ClientKey = { key: randomBytes(32), keyId: "acme-k1" };
 export const GLOBEX: ClientKey = { key: randomBytes(32), keyId: "globex-k1" };
 
-/** The daemon config of the tests: research-bot gets Appendix A's policy (budget 0.50, max_repeat 3). */
+/** The daemon config of the tests: research-bot gets Appendix A's policy (budget 0.50, max_repeat 3), and may never run delete_file. */
 export function configObject(dir: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   const keyFile = join(dir, "acme-k1.hmac");
   writeFileSync(keyFile, Buffer.from(ACME.key).toString("hex"), { mode: 0o600 });
@@ -30,7 +30,9 @@ export function configObject(dir: string, extra: Record<string, unknown> = {}): 
       acme: {
         hmac_keys: { [ACME.keyId]: { file: keyFile } },
         default_guard: { budget_usd: 1 },
-        agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
+        agents: {
+          "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3, denied_tools: ["delete_file"] } },
+        },
       },
       globex: { hmac_keys: { [GLOBEX.keyId]: { hex: Buffer.from(GLOBEX.key).toString("hex") } } },
     },
@@ -61,6 +63,7 @@ export async function runDaemon(
     grpc?: GrpcOptions;
     extra?: Record<string, unknown>;
     maxInFlight?: number;
+    maxLongPolls?: number;
     console?: ConsoleOptions;
   } = {},
 ): Promise<Running> {
@@ -78,6 +81,7 @@ export async function runDaemon(
     ...(options.http === undefined ? {} : { http: options.http }),
     ...(options.grpc === undefined ? {} : { grpc: options.grpc }),
     ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
     ...(options.console === undefined ? {} : { console: options.console }),
   });
   return {

@@ -254,7 +254,8 @@ export async function clientGate(
         const expires = expiries.get(requestId) ?? null;
         const bound = Math.min(timeoutMs, waitBudgetMs(expires));
         // The wire has no cancel for a wait: an abort stops this side waiting (the daemon's long
-        // poll ends at the answer or the expiry, and its late answer is dropped).
+        // poll, which holds no in-flight slot, ends at the answer, the expiry or when newer polls
+        // supersede it; its late answer is dropped).
         let onAbort: () => void = () => undefined;
         const cancelled = new Promise<"cancelled">((resolve) => {
           onAbort = () => resolve("cancelled");

@@ -9,7 +9,8 @@ export type HitlErrorCode =
   | "hitl_invalid_decision"
   | "hitl_invalid_params"
   | "hitl_read_only"
-  | "hitl_closing";
+  | "hitl_closing"
+  | "hitl_cancelled";
 
 export class HitlError extends LeashBaseError<HitlErrorCode> {
   static override readonly marker = Symbol.for("leash.daemon.HitlError");

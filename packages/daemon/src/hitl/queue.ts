@@ -207,9 +207,10 @@ export class HitlQueue {
 
   /**
    * Resolves with the request's view once it is no longer PENDING (answered here, by another process
-   * sharing the store, or expired). Only the session that owns the request may wait on it.
+   * sharing the store, or expired). Only the session that owns the request may wait on it. When
+   * `signal` aborts (the waiting caller is gone) it stops waiting: hitl_cancelled.
    */
-  async wait(requestId: string, sessionId: string): Promise<HitlRequestView> {
+  async wait(requestId: string, sessionId: string, signal?: AbortSignal): Promise<HitlRequestView> {
     if (this.closed) throw new HitlError("hitl_closing", "the daemon is shutting down");
     const now = await this.get(requestId);
     if (now === null || now.sessionId !== sessionId) {
@@ -220,10 +221,12 @@ export class HitlQueue {
     }
     const abort = new AbortController();
     this.waits.add(abort);
+    const both = signal === undefined ? abort.signal : AbortSignal.any([abort.signal, signal]);
     try {
-      return await this.viewOf(await this.engine.waitForHitl(requestId, { signal: abort.signal }));
+      return await this.viewOf(await this.engine.waitForHitl(requestId, { signal: both }));
     } catch (error) {
       if (abort.signal.aborted) throw new HitlError("hitl_closing", "the daemon is shutting down");
+      if (signal?.aborted) throw new HitlError("hitl_cancelled", "the waiting caller went away");
       throw refusalOf(error);
     } finally {
       this.waits.delete(abort);

@@ -238,10 +238,11 @@ class GetSessionStateRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class GuardConfig(_message.Message):
-    __slots__ = ["budget_scope", "budget_usd", "budget_usd_decimal", "deny_jitter_ratio", "error_amplification", "hitl_budget_threshold", "hitl_mode", "max_repeat_calls", "max_total_calls", "parent_guard_id", "probabilistic_deny", "timeout_seconds", "window_duration_s", "window_max_calls"]
+    __slots__ = ["budget_scope", "budget_usd", "budget_usd_decimal", "denied_tools", "deny_jitter_ratio", "error_amplification", "hitl_budget_threshold", "hitl_mode", "max_repeat_calls", "max_total_calls", "parent_guard_id", "probabilistic_deny", "timeout_seconds", "window_duration_s", "window_max_calls"]
     BUDGET_SCOPE_FIELD_NUMBER: _ClassVar[int]
     BUDGET_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
     BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    DENIED_TOOLS_FIELD_NUMBER: _ClassVar[int]
     DENY_JITTER_RATIO_FIELD_NUMBER: _ClassVar[int]
     ERROR_AMPLIFICATION_FIELD_NUMBER: _ClassVar[int]
     HITL_BUDGET_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +257,7 @@ class GuardConfig(_message.Message):
     budget_scope: BudgetScope
     budget_usd: float
     budget_usd_decimal: str
+    denied_tools: _containers.RepeatedScalarFieldContainer[str]
     deny_jitter_ratio: float
     error_amplification: bool
     hitl_budget_threshold: float
@@ -267,7 +269,7 @@ class GuardConfig(_message.Message):
     timeout_seconds: int
     window_duration_s: int
     window_max_calls: int
-    def __init__(self, budget_usd: _Optional[float] = ..., budget_scope: _Optional[_Union[BudgetScope, str]] = ..., max_repeat_calls: _Optional[int] = ..., error_amplification: bool = ..., timeout_seconds: _Optional[int] = ..., window_duration_s: _Optional[int] = ..., window_max_calls: _Optional[int] = ..., max_total_calls: _Optional[int] = ..., probabilistic_deny: bool = ..., deny_jitter_ratio: _Optional[float] = ..., hitl_mode: _Optional[_Union[HitlMode, str]] = ..., hitl_budget_threshold: _Optional[float] = ..., parent_guard_id: _Optional[str] = ..., budget_usd_decimal: _Optional[str] = ...) -> None: ...
+    def __init__(self, budget_usd: _Optional[float] = ..., budget_scope: _Optional[_Union[BudgetScope, str]] = ..., max_repeat_calls: _Optional[int] = ..., error_amplification: bool = ..., timeout_seconds: _Optional[int] = ..., window_duration_s: _Optional[int] = ..., window_max_calls: _Optional[int] = ..., max_total_calls: _Optional[int] = ..., probabilistic_deny: bool = ..., deny_jitter_ratio: _Optional[float] = ..., hitl_mode: _Optional[_Union[HitlMode, str]] = ..., hitl_budget_threshold: _Optional[float] = ..., parent_guard_id: _Optional[str] = ..., budget_usd_decimal: _Optional[str] = ..., denied_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ["last_call_number", "local_budget_remaining", "local_budget_remaining_decimal", "session_id"]
