@@ -4,13 +4,13 @@
 import type { BudgetAccount, DecimalString } from "@leash/core";
 import { Decimal } from "decimal.js";
 import { BudgetGuardError, InvalidAmountError } from "./errors.js";
-import { Money, parseUnits, unitsText } from "./fixed-money.js";
+import { Money, parseUnits, UNIT_PLACES, unitsText } from "./fixed-money.js";
 
 /**
  * The most decimal places an amount may carry. Eighteen covers any per-token price with room to
  * spare; rejecting more (instead of rounding) keeps every stored amount exactly what was asked for.
  */
-export const MONEY_SCALE = 18;
+export const MONEY_SCALE = UNIT_PLACES;
 
 /**
  * Amounts (inputs and results) stay strictly below 10^21. With at most 18 decimal places a value

@@ -31,7 +31,7 @@ import {
 } from "@leash/wire";
 import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
-import type { RequestHandler } from "./handler.js";
+import type { RequestContext, RequestHandler } from "./handler.js";
 import { parseHostPort } from "./http.js";
 
 /** PEM material for TLS; clientCa makes it mTLS (client certificates required and verified). */
@@ -205,89 +205,76 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
     };
   };
   const refuse = (callback: sendUnaryData<unknown>, error: ErrorMessage) => callback(refusalStatus(error));
+  /**
+   * A server-streaming RPC: authenticate, run `stream` until it answers (null: done, else a refusal),
+   * and stop it when the caller cancels or goes away.
+   */
+  const serveStream = (
+    rpc: string,
+    stream: (
+      call: ServerWritableStream<unknown, unknown>,
+      context: RequestContext,
+      gone: AbortSignal,
+    ) => Promise<ErrorMessage | null>,
+  ) =>
+    ((call: ServerWritableStream<unknown, unknown>) => {
+      let organizationId: string;
+      try {
+        organizationId = organizationOf(call);
+      } catch (error) {
+        if (!(error instanceof Unauthenticated)) throw error;
+        const metadata = new Metadata();
+        metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
+        metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
+        call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
+        return;
+      }
+      // A cancelled stream stops the work (a wait would otherwise last until the answer or the expiry).
+      const gone = new AbortController();
+      call.on("cancelled", () => gone.abort());
+      call.on("close", () => gone.abort());
+      const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
+      stream(call, { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal }, gone.signal)
+        .then((error) => {
+          if (call.cancelled) return;
+          if (error === null) call.end();
+          else call.emit("error", refusalStatus(error));
+        })
+        .catch((error: unknown) => {
+          logger.warn({ err: error, rpc }, "gRPC request failed inside the daemon");
+          call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
+        });
+    }) as handleServerStreamingCall<unknown, unknown>;
   // WaitHitl: a paused agent's stream of its request's outcome (the socket's wait_hitl long poll).
-  implementation.WaitHitl = ((call: ServerWritableStream<unknown, unknown>) => {
-    let organizationId: string;
-    try {
-      organizationId = organizationOf(call);
-    } catch (error) {
-      if (!(error instanceof Unauthenticated)) throw error;
-      const metadata = new Metadata();
-      metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
-      metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
-      call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
-      return;
-    }
-    // A cancelled stream stops the wait (it would otherwise last until the answer or the expiry).
-    const gone = new AbortController();
-    call.on("cancelled", () => gone.abort());
-    call.on("close", () => gone.abort());
-    const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
-    handler
-      .streamHitl(
-        call.request as Parameters<RequestHandler["streamHitl"]>[0],
-        { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal },
-        (update: HitlUpdate) => {
-          if (!call.cancelled) call.write(update);
-        },
-      )
-      .then((error) => {
-        if (call.cancelled) return;
-        if (error === null) call.end();
-        else {
-          call.emit("error", refusalStatus(error));
-        }
-      })
-      .catch((error: unknown) => {
-        logger.warn({ err: error, rpc: "WaitHitl" }, "gRPC request failed inside the daemon");
-        call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
-      });
-  }) as handleServerStreamingCall<unknown, unknown>;
+  implementation.WaitHitl = serveStream("WaitHitl", (call, context) =>
+    handler.streamHitl(
+      call.request as Parameters<RequestHandler["streamHitl"]>[0],
+      context,
+      (update: HitlUpdate) => {
+        if (!call.cancelled) call.write(update);
+      },
+    ),
+  );
   // TailEntries: the caller organization's chain entries, then (follow) each new one, until it cancels.
-  implementation.TailEntries = ((call: ServerWritableStream<unknown, unknown>) => {
-    let organizationId: string;
-    try {
-      organizationId = organizationOf(call);
-    } catch (error) {
-      if (!(error instanceof Unauthenticated)) throw error;
-      const metadata = new Metadata();
-      metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
-      metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
-      call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
-      return;
-    }
-    const gone = new AbortController();
-    call.on("cancelled", () => gone.abort());
-    call.on("close", () => gone.abort());
-    const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
-    handler
-      .streamTail(
-        call.request as Parameters<RequestHandler["streamTail"]>[0],
-        { auth: { organizationId, keyId: "" }, protocolVersion, signal: gone.signal },
-        async (event: TailEvent) => {
-          if (call.cancelled || call.write(event)) return;
-          // A slow reader: wait until grpc-js has sent what is buffered (or the call is gone).
-          await new Promise<void>((resolve) => {
-            const done = () => {
-              call.off("drain", done);
-              gone.signal.removeEventListener("abort", done);
-              resolve();
-            };
-            call.on("drain", done);
-            gone.signal.addEventListener("abort", done, { once: true });
-          });
-        },
-      )
-      .then((error) => {
-        if (call.cancelled) return;
-        if (error === null) call.end();
-        else call.emit("error", refusalStatus(error));
-      })
-      .catch((error: unknown) => {
-        logger.warn({ err: error, rpc: "TailEntries" }, "gRPC request failed inside the daemon");
-        call.emit("error", { code: Status.UNAVAILABLE, details: "internal" });
-      });
-  }) as handleServerStreamingCall<unknown, unknown>;
+  implementation.TailEntries = serveStream("TailEntries", (call, context, gone) =>
+    handler.streamTail(
+      call.request as Parameters<RequestHandler["streamTail"]>[0],
+      context,
+      async (event: TailEvent) => {
+        if (call.cancelled || call.write(event)) return;
+        // A slow reader: wait until grpc-js has sent what is buffered (or the call is gone).
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            call.off("drain", done);
+            gone.removeEventListener("abort", done);
+            resolve();
+          };
+          call.on("drain", done);
+          gone.addEventListener("abort", done, { once: true });
+        });
+      },
+    ),
+  );
   for (const method of ShackleDaemon.methods) {
     if (method.methodKind !== "unary") continue;
     const payloadCase = PAYLOAD_CASE[method.name];

@@ -54,6 +54,7 @@ import {
   resolveEstimate,
 } from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
+import { countsOnly } from "./count-only.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
 import {
   bindToPausedTool,
@@ -66,7 +67,6 @@ import {
   PARAMS_HASH_MISMATCH,
   pausedOf,
   releasesApproval,
-  TOOL_MISMATCH,
   timedOut,
 } from "./hitl-binding.js";
 import { HitlEvents } from "./hitl-events.js";
@@ -74,7 +74,7 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
-import { denyListed, TOOL_DENIED } from "./tool-policy.js";
+import { denyListed } from "./tool-policy.js";
 import {
   callIdOf,
   defined,
@@ -729,15 +729,14 @@ export function createEngine(options: EngineOptions): Engine {
 
     // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
     // for its own float estimate of it (exact decimal work whose result would be overwritten).
-    // A tool mismatch changes nothing but the call count: the circuit stays closed and the approval
-    // unspent, so the paused call itself can still use it. So does a denied tool.
-    let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
-        ? state
-        : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
-            nowNs,
-            paramsHash,
-          });
+    // A tool mismatch, a digest mismatch or a denied tool changes nothing but the call count
+    // (count-only.ts): the circuit stays closed and an approval unspent, for the paused call itself.
+    let next = countsOnly(decision)
+      ? state
+      : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
+          nowNs,
+          paramsHash,
+        });
     // The timeout is told once: the session then no longer waits on that request (the DENY trips
     // the circuit, as a human's reject does).
     if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };

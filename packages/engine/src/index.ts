@@ -11,6 +11,7 @@ export {
   parseConfigObject,
   readConfigDocument,
 } from "./config-file.js";
+export { countsOnly } from "./count-only.js";
 export { createEngine, type Engine, systemClock } from "./engine.js";
 export {
   LeashAlreadyDecided,

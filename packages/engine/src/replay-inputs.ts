@@ -10,16 +10,13 @@ const NUMBER_TEXT = { numberText: true } as const;
  * The one-shot crypto.hash (Node 20.12+) skips the Hash object a createHash call builds, which costs
  * more than hashing a few hundred bytes.
  */
-export const nodeSha256Hex: (text: string) => string =
+export const nodeSha256Hex: (data: string | Uint8Array) => string =
   typeof crypto.hash === "function"
-    ? (text) => crypto.hash("sha256", text, "hex")
-    : (text) => crypto.createHash("sha256").update(text).digest("hex");
+    ? (data) => crypto.hash("sha256", data, "hex")
+    : (data) => crypto.createHash("sha256").update(data).digest("hex");
 
-/** The same over bytes, for decide's argument digest (core writes canonical JSON as UTF-8 bytes). */
-export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string =
-  typeof crypto.hash === "function"
-    ? (bytes) => crypto.hash("sha256", bytes, "hex")
-    : (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
+/** The same, named for decide's argument digest over bytes (core writes canonical JSON as UTF-8 bytes). */
+export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string = nodeSha256Hex;
 
 /**
  * Bumped when a decision entry's replay inputs change; entries without it are not re-derived.

@@ -36,6 +36,7 @@ import {
   boundRequestId,
   budgetEnabled,
   consumedTransitionOf,
+  countsOnly,
   denyListed,
   type EngineDecision,
   guardAccountId,
@@ -50,7 +51,6 @@ import {
   releasesApproval,
   resolveEstimate,
   sessionAccountId,
-  TOOL_DENIED,
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
@@ -439,9 +439,7 @@ export class ChainReplayer {
             ? PARAMS_HASH_MISMATCH
             : data.reason === HITL_TIMEOUT.reason
               ? HITL_TIMEOUT
-              : data.reason === TOOL_DENIED.reason
-                ? TOOL_DENIED
-                : { verdict: data.verdict, reason: data.reason }
+              : { verdict: data.verdict, reason: data.reason }
       ) as EngineDecision;
       this.provedFrom = index + 1;
     } else {
@@ -504,13 +502,12 @@ export class ChainReplayer {
     const estimateUsd = estimate?.ok === true && estimate.hold !== null ? moneyString(estimate.hold) : null;
     expectEqual("estimate_usd", estimateUsd, data.estimate_usd);
 
-    let next =
-      decision === TOOL_MISMATCH || decision === PARAMS_HASH_MISMATCH || decision === TOOL_DENIED
-        ? state
-        : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
-            nowNs,
-            paramsHash,
-          });
+    let next = countsOnly(decision)
+      ? state
+      : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
+          nowNs,
+          paramsHash,
+        });
     // As the engine: the timeout is told once, and a used approval shown to decide() is not kept.
     if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
     if (reused !== null) next = { ...next, pending_transition: session.state.pending_transition ?? null };

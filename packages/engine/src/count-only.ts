@@ -1,0 +1,11 @@
+// The engine's own verdicts that count the call and change nothing else: no feedback, no circuit trip,
+// an approval left unspent. One list, so the engine and the replay (@leash/recovery) apply the same rule.
+import { type EngineDecision, PARAMS_HASH_MISMATCH, TOOL_MISMATCH } from "./hitl-binding.js";
+import { TOOL_DENIED } from "./tool-policy.js";
+
+const COUNT_ONLY: ReadonlySet<EngineDecision> = new Set([TOOL_MISMATCH, PARAMS_HASH_MISMATCH, TOOL_DENIED]);
+
+/** True for a verdict after which the session's state is the one decide() saw, the call count aside. */
+export function countsOnly(decision: EngineDecision): boolean {
+  return COUNT_ONLY.has(decision);
+}
