@@ -1,6 +1,6 @@
 // Two-phase reservations against a real substrate (the in-memory one), never a hand-written fake.
 // The cross-substrate guarantees (SQLite, PostgreSQL, two handles racing) live in @leash/substrate-contract.
-import { type BudgetAccount, type Substrate, SubstrateError, type SubstrateTx } from "@leash/core";
+import type { BudgetAccount, Substrate, SubstrateTx } from "@leash/core";
 import { createMemorySubstrate, deleteSharedMemory } from "@leash/substrate-memory";
 import fc from "fast-check";
 import { beforeEach, describe, expect, it } from "vitest";
@@ -141,19 +141,6 @@ describe("reserve", () => {
       agent: { spent_usd: "0", reserved_usd: "0.5" },
       org: { spent_usd: "0", reserved_usd: "0.5" },
     });
-  });
-
-  it("skips the replay lookup for an id the caller vouches is unused, and still never holds twice", async () => {
-    await single("s", 1);
-    const first = await substrate.transaction((tx) =>
-      reserve(tx, hold("s", "0.25", { reservation_id: "u1" })),
-    );
-    expect(first.ok).toBe(true);
-    const again = await caught(
-      substrate.transaction((tx) => reserve(tx, hold("s", "0.25", { reservation_id: "u1", unusedId: true }))),
-    );
-    expect(SubstrateError.isInstance(again) && again.code).toBe("conflict");
-    expect(await accounts("s")).toEqual({ s: { spent_usd: "0", reserved_usd: "0.25" } });
   });
 
   it("refuses a preloaded chain that starts at another account, and writes nothing", async () => {
@@ -564,7 +551,7 @@ describe("exactness against the store", () => {
               }
             }
             const chain = await accountChain(tx, "sess");
-            const held = await reserve(tx, hold("sess", last, { accounts: chain, unusedId: true }));
+            const held = await reserve(tx, hold("sess", last, { accounts: chain }));
             if (!held.ok) return held.available.eq(await available(tx, "sess"));
             const fresh = await available(tx, "sess");
             return held.availableAfter.eq(fresh) && held.availableBefore.minus(last).eq(fresh);

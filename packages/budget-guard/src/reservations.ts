@@ -42,13 +42,6 @@ export interface ReserveInput {
    * pass a chain read in another transaction: its amounts would be stale.
    */
   accounts?: readonly BudgetAccount[];
-  /**
-   * The caller vouches that `reservation_id` was never used (the engine derives it from a call
-   * number taken under the session's lock), so the replay lookup is skipped. Should the id exist
-   * after all, the insert fails with the store's "conflict" and the transaction with it: never a
-   * second hold.
-   */
-  unusedId?: boolean;
 }
 
 export type ReserveResult =
@@ -82,10 +75,8 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   if (key !== null) requireId(key, "idempotency_key");
   const amount = toMoney(input.amount_usd);
 
-  if (input.unusedId !== true) {
-    const existing = await budgets.getReservation(input.reservation_id);
-    if (existing !== null) return replayReserve(budgets, existing, input, amount);
-  }
+  const existing = await budgets.getReservation(input.reservation_id);
+  if (existing !== null) return replayReserve(budgets, existing, input, amount);
 
   const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
   if (chain[0]?.account_id !== input.account_id) {
@@ -113,7 +104,7 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
     resolved_ns: null,
   };
   // Issued together (one round trip on a pipelining store); the transaction fails if either does.
-  const inserted = budgets.insertReservation(reservation, { unusedId: input.unusedId === true });
+  const inserted = budgets.insertReservation(reservation);
   await Promise.all([charged, inserted]);
   return {
     ok: true,

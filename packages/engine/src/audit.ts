@@ -99,8 +99,7 @@ export class Auditor {
       nowNs,
     });
     // The transactional outbox: queued with the entry or not at all.
-    // newSeq: the append above claims this seq under the head's lock, so no item can hold it.
-    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry, { newSeq: true })]);
+    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#lastAppended = entry.entry_hash;
     const appended = this.#appendedIn.get(tx);
     if (appended === undefined) this.#appendedIn.set(tx, [entry]);

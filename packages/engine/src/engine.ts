@@ -40,7 +40,6 @@ import {
   type Substrate,
   SubstrateError,
   type SubstrateTx,
-  type TransactionHints,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
@@ -126,28 +125,6 @@ function withoutRemaining(state: State): State {
 }
 
 /**
- * The rows evaluate reads (the session, its nonce, the chain head and the budget accounts this
- * session drew on last time), so a substrate may fetch them ahead. The accounts are a guess from
- * `accountsOf`: hints never change what the transaction sees, only how soon.
- */
-function evaluateHints(
-  request: EvaluateRequest,
-  accountsOf: ReadonlyMap<string, readonly string[]>,
-  malformed: boolean,
-): TransactionHints | undefined {
-  const sessionId = request.session_id;
-  if (typeof sessionId !== "string" || sessionId === "") return undefined;
-  const nonce = malformed ? undefined : request.nonce;
-  const accounts = accountsOf.get(sessionId);
-  return {
-    sessions: [sessionId],
-    ...(typeof nonce === "string" || typeof nonce === "number" ? { nonces: [{ sessionId, nonce }] } : {}),
-    ...(accounts === undefined ? {} : { accounts }),
-    chainHead: true,
-  };
-}
-
-/**
  * The hold TTL in nanoseconds, checked here so a bad value is a clear error at creation, not an
  * internal one at the first ALLOW (an expiry past 2^63 ns overflows the stores' integer columns).
  */
@@ -217,9 +194,6 @@ const DEFAULT_HITL_POLL_MS = 500;
 
 /** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
 const NUMBER_TEXT = { numberText: true } as const;
-
-/** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
-const HINTED_SESSIONS_MAX = 10_000;
 
 export interface Engine {
   readonly substrate: Substrate;
@@ -315,26 +289,16 @@ export function createEngine(options: EngineOptions): Engine {
   });
   const auditor = new Auditor(options.signer, trust);
   const tracing = new EngineTracing(options.tracer);
-  /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
-  const accountsOf = new Map<string, readonly string[]>();
-  function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
-    if (accountsOf.size >= HINTED_SESSIONS_MAX && !accountsOf.has(sessionId)) accountsOf.clear();
-    accountsOf.set(
-      sessionId,
-      accounts.map((account) => account.account_id),
-    );
-  }
-
   /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
-  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
+  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
-    if (!trust.trusted) return trust.ready().then(() => transaction(fn, hints));
+    if (!trust.trusted) return trust.ready().then(() => transaction(fn));
     let last: SubstrateTx | undefined;
     return substrate
       .transaction((tx) => {
         last = tx;
         return fn(tx);
-      }, hints)
+      })
       .then((value) => {
         if (last !== undefined) auditor.committed(last);
         return value;
@@ -652,7 +616,6 @@ export function createEngine(options: EngineOptions): Engine {
       head = await tx.chain.head();
     } else {
       [accounts, head] = await Promise.all([accountChain(tx, accountId), tx.chain.head()]);
-      rememberAccounts(session.session_id, accounts);
       remainingBefore = chainAvailable(accounts);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
@@ -699,8 +662,7 @@ export function createEngine(options: EngineOptions): Engine {
     let nonceRecorded: Promise<boolean> | null = null;
     if (decision.verdict === "ALLOW") {
       if (hasNonce) {
-        // unseen: `seen` was read under the session row's lock, which orders this session's calls.
-        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs, { unseen: true });
+        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs);
         nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
       }
       if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
@@ -715,7 +677,6 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
           ttlNs,
           accounts,
-          unusedId: true, // call numbers only grow, under the session row's lock
         });
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {
@@ -1077,10 +1038,7 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      const answer = transaction(
-        (tx) => evaluateIn(tx, request, malformed),
-        evaluateHints(request, accountsOf, malformed !== null),
-      ).then(
+      const answer = transaction((tx) => evaluateIn(tx, request, malformed)).then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);
           return { ...result, receipt: compactJws(entry) };

@@ -11,24 +11,16 @@ export type EnqueueableEntry = Pick<ChainEntryRecord, "seq" | "entry_id" | "sess
  * Queues `entry` for the relays. MUST be called inside the transaction that appends the entry
  * (`tx.chain.append`): the two commit or roll back together, so an entry is never shipped that was
  * not committed, and never committed without being shipped (the transactional outbox).
- * Fails with SubstrateError "conflict" when the seq is queued already. `newSeq`: the caller has
- * just appended this entry in `tx` (see OutboxStore.enqueue); a store may then not wait for the answer.
+ * Fails with SubstrateError "conflict" when the seq is queued already.
  */
-export function enqueueEntry(
-  tx: SubstrateTx,
-  entry: EnqueueableEntry,
-  options?: { newSeq?: boolean },
-): Promise<void> {
+export function enqueueEntry(tx: SubstrateTx, entry: EnqueueableEntry): Promise<void> {
   // Only the four columns: passing the whole record would hand the store fields it must not keep.
-  return tx.outbox.enqueue(
-    {
-      seq: entry.seq,
-      entry_id: entry.entry_id,
-      session_id: entry.session_id,
-      created_ns: entry.created_ns,
-    },
-    options,
-  );
+  return tx.outbox.enqueue({
+    seq: entry.seq,
+    entry_id: entry.entry_id,
+    session_id: entry.session_id,
+    created_ns: entry.created_ns,
+  });
 }
 
 export interface ClaimBatchOptions {

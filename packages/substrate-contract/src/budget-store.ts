@@ -98,31 +98,28 @@ export function budgetStoreContract(opts: SubstrateContractOptions): void {
       expect(got[0]?.resolved_ns).toBeNull();
     });
 
-    it("insertReservation with unusedId stores a fresh id like a plain insert, and an update after it in the transaction sees it", async () => {
+    it("insertReservation of a fresh id, then an update of it in the same transaction: the update is what is stored", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
       const fresh = makeReservation("r-fresh");
       const settled = { ...fresh, status: "SETTLED" as const, actual_usd: "0.1", resolved_ns: T0 + 9 };
       await sub.transaction(async (tx) => {
-        await tx.budgets.insertReservation(fresh, { unusedId: true });
+        await tx.budgets.insertReservation(fresh);
         await tx.budgets.updateReservation(settled);
       });
       expect(await sub.transaction((tx) => tx.budgets.getReservation("r-fresh"))).toEqual(settled);
     });
 
-    it('insertReservation with unusedId of a taken id still fails the transaction with "conflict", storing nothing of it', async () => {
+    it('insertReservation of a taken id fails with "conflict"; the transaction, not caught, stores nothing of it', async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
       const first = makeReservation("r-taken");
       await sub.transaction((tx) => tx.budgets.insertReservation(first));
       const account = (await sub.transaction((tx) => tx.budgets.getAccount(WORLD.agentAccount)))!;
-      // The clash may surface at the call or only when the transaction ends: either way it fails.
       await expectSubstrateError(
         sub.transaction(async (tx) => {
           await tx.budgets.updateAccount({ ...account, reserved_usd: "7", updated_ns: T0 + 50 });
-          await tx.budgets.insertReservation(makeReservation("r-taken", { amount_usd: "9" }), {
-            unusedId: true,
-          });
+          await tx.budgets.insertReservation(makeReservation("r-taken", { amount_usd: "9" }));
         }),
         "conflict",
       );

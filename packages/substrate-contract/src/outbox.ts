@@ -101,33 +101,6 @@ export function outboxStoreContract(opts: SubstrateContractOptions): void {
       expect(await sub.transaction((tx) => tx.outbox.list({}))).toEqual([queued(0), queued(1)]);
     });
 
-    it('enqueue with newSeq stores a fresh seq; a clash still fails the transaction with "conflict", storing nothing of it', async () => {
-      const sub = await (await useHarness(opts)).openMigrated();
-      await sub.transaction((tx) =>
-        tx.outbox.enqueue(
-          { seq: 0, entry_id: queued(0).entry_id, session_id: null, created_ns: T0 },
-          { newSeq: true },
-        ),
-      );
-      // The clash may surface at the call or only when the transaction ends: either way it fails.
-      await expectSubstrateError(
-        sub.transaction(async (tx) => {
-          await tx.outbox.enqueue({
-            seq: 1,
-            entry_id: queued(1).entry_id,
-            session_id: WORLD.session1,
-            created_ns: T0 + 1,
-          });
-          await tx.outbox.enqueue(
-            { seq: 0, entry_id: "other", session_id: null, created_ns: T0 },
-            { newSeq: true },
-          );
-        }),
-        "conflict",
-      );
-      expect(await sub.transaction((tx) => tx.outbox.list({}))).toEqual([queued(0)]);
-    });
-
     it("an empty outbox claims nothing and counts zeros", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       expect(await claim(sub, "relay-a", 10)).toEqual([]);

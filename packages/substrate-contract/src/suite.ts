@@ -7,7 +7,6 @@ import { budgetStoreContract } from "./budget-store.js";
 import { chainStoreContract } from "./chain.js";
 import { concurrencyContract } from "./concurrency.js";
 import { conventionsContract } from "./conventions.js";
-import { hintsContract } from "./hints.js";
 import { hitlStoreContract } from "./hitl.js";
 import { migrationContract } from "./migrations.js";
 import { nonceStoreContract } from "./nonces.js";
@@ -34,7 +33,6 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     outboxStoreContract(opts);
     valuesContract(opts);
     transactionContract(opts);
-    hintsContract(opts);
     concurrencyContract(opts);
     conventionsContract(opts);
     // Budget-guard's section stays last and in its own module: another package owns its contents.

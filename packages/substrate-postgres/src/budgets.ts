@@ -204,9 +204,8 @@ export class PostgresBudgetStore implements BudgetStore {
     if (rowCount === 0) throw missing();
   }
 
-  /** With `unusedId` (the caller vouches the id was never used) the insert does not wait for its answer. */
-  insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void> {
-    return this.reservationRows.insert(reservation, options?.unusedId === true);
+  insertReservation(reservation: Reservation): Promise<void> {
+    return this.reservationRows.insert(reservation);
   }
 
   getReservation(reservationId: string): Promise<Reservation | null> {

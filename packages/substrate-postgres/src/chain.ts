@@ -97,6 +97,11 @@ export class PostgresChainStore implements ChainStore {
   private appends = 0;
   /** The entry at the known head, when known: `range(head.seq, n)` is then answered from it. */
   private headEntry: ChainEntryRecord | null = null;
+  /**
+   * Seqs this transaction appended right after the head it holds locked (sent without waiting): no
+   * outbox item can hold one, since items are queued in the transaction that appends their entry.
+   */
+  readonly appendedSeqs = new Set<number>();
 
   constructor(
     private readonly tx: TxContext,
@@ -142,6 +147,8 @@ export class PostgresChainStore implements ChainStore {
     this.headEntry = null;
     if (certain) {
       const params = toParams(entry);
+      // Before the first await: the outbox's enqueue, issued in the same turn, must see it.
+      this.appendedSeqs.add(entry.seq);
       await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
       // The head row stays locked by this transaction, so the head is now this entry for it.
       this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };

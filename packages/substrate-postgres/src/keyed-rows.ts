@@ -37,17 +37,17 @@ export class KeyedRows<T, Row extends QueryResultRow> {
   ) {}
 
   /**
-   * An id found absent under its key lock, or one the caller vouches was never used, is inserted
-   * without waiting for the answer (see TxContext.defer): a clash then still fails the transaction
-   * before it commits, with "conflict", though not at this call. The insert takes the key lock all
-   * the same, so a concurrent insert of the same id waits for this one's outcome.
+   * An id this transaction found absent under its key lock is inserted without waiting for the
+   * answer (see TxContext.defer): the lock keeps it absent, so the insert cannot clash, and its
+   * answer is still checked before COMMIT. The insert takes the key lock all the same, so a
+   * concurrent insert of the same id waits for this one's outcome.
    */
-  async insert(record: T, vouchedUnused = false): Promise<void> {
+  async insert(record: T): Promise<void> {
     const { spec, tx } = this;
     const id = spec.idOf(record);
     const params = [...spec.params(record), tx.rowKey(spec.table, id)];
     const conflict = () => new SubstrateError("conflict", `${spec.noun} ${id} already exists`);
-    if (this.#absent.delete(id) || vouchedUnused) {
+    if (this.#absent.delete(id)) {
       this.#held.add(id);
       return tx.defer(spec.statements.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
     }

@@ -45,17 +45,17 @@ export class PostgresOutboxStore implements OutboxStore {
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["outbox"],
+    /** Whether this transaction appended chain entry `seq` after the head it holds (PostgresChainStore.appendedSeqs). */
+    private readonly appended: (seq: number) => boolean = () => false,
   ) {}
 
   /**
-   * With `newSeq` (the caller has just appended entry `seq` in this transaction) the insert is sent
-   * without waiting for its answer (see TxContext.defer): a clash still fails the transaction with
-   * "conflict" before it commits, though not at this call.
+   * The item of an entry this transaction appended after the head it holds is inserted without
+   * waiting for the answer (see TxContext.defer): items are queued in the transaction that appends
+   * their entry, so none can hold that seq. Should one hold it after all (an item queued without
+   * its entry), the transaction fails with "conflict" before it commits, though not at this call.
    */
-  async enqueue(
-    item: { seq: number; entry_id: string; session_id: string | null; created_ns: number },
-    options?: { newSeq?: boolean },
-  ) {
+  async enqueue(item: { seq: number; entry_id: string; session_id: string | null; created_ns: number }) {
     const params = [
       encodeInt(item.seq, "seq"),
       encodeText(item.entry_id, "entry_id"),
@@ -63,7 +63,7 @@ export class PostgresOutboxStore implements OutboxStore {
       encodeInt(item.created_ns, "created_ns"),
     ];
     const conflict = () => new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
-    if (options?.newSeq === true) {
+    if (this.appended(item.seq)) {
       return this.tx.defer(this.sql.enqueue, params, (r) => (r.rowCount === 0 ? conflict() : null));
     }
     const { rowCount } = await this.tx.query(this.sql.enqueue, params);

@@ -1,6 +1,6 @@
 // The session store on leash_sessions: config and state as JSONB, counters and times as BIGINT.
 // Seen nonces are not here (nonces.ts); `get` locks the row until the transaction ends, or answers from
-// what its group-commit batch already holds locked (read ahead, or left by the batch's earlier transactions).
+// what its group-commit batch already holds locked (left by the batch's earlier transactions).
 import type { Config, SessionRecord, SessionStatus, SessionStore, State } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
@@ -77,14 +77,6 @@ function recordOf(entry: SessionEntry): SessionRecord {
     config: JSON.parse(entry.config) as Config,
     state: JSON.parse(entry.state) as State,
   };
-}
-
-/** A row of `sessions.prefetch` (config and state selected as text) as a batch entry. */
-export function prefetchedSession(
-  row: Omit<SessionRow, "config" | "state"> & { config: string; state: string },
-) {
-  const record = fromRow({ ...row, config: {} as Config, state: {} as State });
-  return entryOf(record, row.config, row.state);
 }
 
 function toParams(record: SessionRecord): unknown[] {

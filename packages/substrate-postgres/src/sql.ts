@@ -117,14 +117,6 @@ export function buildStatements(t: TableNames) {
         params(10).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
         "$11",
       ),
-      // A batch's read-ahead (TransactionHints): every hinted session at once, locked in id order.
-      // config and state as text, which is what a later transaction of the batch is handed a copy of.
-      prefetch: statement(
-        "sessions.prefetch",
-        `SELECT session_id, agent_id, organization_id, status, config::text AS config, state::text AS state,
-call_count, created_ns, updated_ns, last_heartbeat_ns FROM ${t.sessions} WHERE session_id = ANY($1::text[])
-ORDER BY session_id FOR UPDATE`,
-      ),
       update: statement(
         "sessions.update",
         `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
@@ -149,28 +141,12 @@ call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE
         `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns) VALUES ($1, $2, $3)
 ON CONFLICT DO NOTHING`,
       ),
-      // Which of the hinted (session, nonce) pairs are recorded; read after their sessions' locks.
-      // One primary-key probe per pair, whatever the statistics say: a plain join's generic plan,
-      // made while the table is new and small, hashes the pairs and scans the whole table, and
-      // keeps doing so as it grows (1.5 ms a batch after 10 s of the benchmark) until autovacuum
-      // next analyzes it. OFFSET 0 keeps the planner from flattening the lateral probe into a join.
-      prefetch: statement(
-        "nonces.prefetch",
-        `SELECT n.session_id, n.nonce_json FROM unnest($1::text[], $2::text[]) AS pair(session_id, nonce_json)
-CROSS JOIN LATERAL (SELECT session_id, nonce_json FROM ${t.nonces} AS n
-  WHERE n.session_id = pair.session_id AND n.nonce_json = pair.nonce_json OFFSET 0) AS n`,
-      ),
       count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
     },
     accounts: {
       get: statement(
         "accounts.get",
         `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
-      ),
-      // The hinted accounts of a batch, locked in one statement (in id order, as any two batches do).
-      prefetch: statement(
-        "accounts.prefetch",
-        `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = ANY($1::text[]) ORDER BY account_id FOR UPDATE`,
       ),
       insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(8), "$9"),
       update: statement(
@@ -229,16 +205,6 @@ WHERE request_id = $1`,
       // The head row, locked until the transaction ends: of two transactions that want to append,
       // the second waits here and then reads the head the first one left.
       head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
-      // The head locked as above, with the entry it names (NULL columns when missing): a batch reads
-      // it ahead, and the engine's check of the key in force (which reads that entry whenever another
-      // writer appended last) is answered without a round trip of its own.
-      prefetchHead: statement(
-        "chain.prefetchHead",
-        `SELECT h.seq AS head_seq, h.entry_hash AS head_hash, ${CHAIN_COLUMNS.split(", ")
-          .map((c) => `c.${c}`)
-          .join(", ")}
-FROM ${t.chainHead} AS h LEFT JOIN ${t.chain} AS c ON c.seq = h.seq WHERE h.id = 1 FOR UPDATE OF h`,
-      ),
       // One round trip: lock the head (already held when the caller read head() first), insert only
       // the next seq, and move the head only when the insert happened. An earlier seq, a later one
       // or a taken entry_id inserts nothing and moves nothing, without an error that would abort

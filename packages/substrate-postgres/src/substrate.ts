@@ -1,7 +1,7 @@
 // The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { Substrate, SubstrateCapabilities, SubstrateTx, TransactionHints } from "@leash/core";
+import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
@@ -19,7 +19,6 @@ import { PostgresHitlStore } from "./hitl.js";
 import { runMigrations } from "./migrations.js";
 import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
-import { collectHints, type ReadAhead, rememberReadAhead, sendReadAhead } from "./prefetch.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statement, type Statements } from "./sql.js";
 import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
@@ -79,9 +78,10 @@ export interface PostgresSubstrateOptions {
    * the shared COMMIT and its log flush (see GroupCommitOptions.earlyLockRelease for when the COMMIT
    * hands its locks on before that flush). `false`: every transaction gets its own connection and COMMIT.
    * Once `fn` has resolved, its savepoint is released and the next transaction starts without
-   * waiting for the answers of its deferred writes (writes whose outcome is vouched for or settled
-   * by its locks: `nonces.add` with `unseen`, `outbox.enqueue` with `newSeq`, `insertReservation`
-   * with `unusedId`, updates of rows it holds); they are all checked before COMMIT. A transaction
+   * waiting for the answers of its deferred writes (writes whose outcome its locks, or the batch's,
+   * already settle: `nonces.add` of a nonce the batch found absent, `outbox.enqueue` of an entry it
+   * appended after the head it holds, inserts of ids it found absent under their key lock, updates
+   * of rows it holds); they are all checked before COMMIT (see batch-writes.ts). A transaction
    * whose `fn` threw or that already knows a failure is rolled back to its savepoint alone, as
    * above. Should a deferred write turn out failed after its transaction was released (exceptional),
    * nothing of the batch commits: the whole batch is rolled back, that transaction rejects with its
@@ -91,9 +91,7 @@ export interface PostgresSubstrateOptions {
    * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
    * second would run only after the first, and a batch holds off every other transaction on the
    * schema (see beginBatch). A transaction on an idle handle still runs alone, as without it.
-   * On a pipelined connection (the pool built from `url`) two things go further. The sessions and
-   * nonces the queued transactions name in their hints (TransactionHints) are read, the sessions
-   * locked, in one round trip when the batch begins. And deferred writes are held back until a
+   * On a pipelined connection (the pool built from `url`) deferred writes are held back until a
    * statement must follow them or the batch ends, then sent as one multi-row statement per kind
    * (see BatchWrites); a transaction takes its savepoint only when it first sends a statement, so
    * one answered wholly from the batch's memory takes none. Should a multi-row statement fail as a
@@ -133,8 +131,6 @@ export interface PostgresSubstrateStats {
   commits: number;
   /** The most transactions that ever shared one BEGIN … COMMIT. */
   largestBatch: number;
-  /** Session rows read ahead for batches, from their transactions' hints (see TransactionHints). */
-  readAhead: number;
   /** Deferred writes of batches sent as rows of multi-row statements (see BatchWrites). */
   multiRowWrites: number;
   /** Batch COMMITs that handed their locks on before their log flush (see earlyLockRelease). */
@@ -161,8 +157,6 @@ type Attempt<T> = { ok: true; value: T } | { ok: false; error: unknown; retry: b
 
 interface Job {
   readonly fn: (tx: SubstrateTx) => Promise<unknown>;
-  /** What fn will read first; a batch reads it ahead for all its transactions at once. */
-  readonly hints: TransactionHints | undefined;
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   /** Serialization failures counted against this transaction (see retryBatch), for maxRetries. */
@@ -263,7 +257,7 @@ export class PostgresSubstrate implements Substrate {
    * run side by side as before (deadlocks among them are retried as ever) but never beside a batch.
    */
   private readonly beginBatch: string;
-  /** beginBatch without its savepoint: a batch's read-ahead goes between the two, outside any savepoint. */
+  /** beginBatch without its savepoint, for a pipelined batch: its transactions take savepoints lazily (BatchWrites). */
   private readonly beginBatchLock: string;
   private readonly inflight = new Set<Promise<unknown>>();
   /** Transactions waiting for a batch, oldest first. */
@@ -276,7 +270,6 @@ export class PostgresSubstrate implements Substrate {
     rolledBack: 0,
     commits: 0,
     largestBatch: 0,
-    readAhead: 0,
     multiRowWrites: 0,
     earlyLockReleases: 0,
   };
@@ -401,11 +394,11 @@ export class PostgresSubstrate implements Substrate {
    * Runs `fn` in a transaction. With group commit on, a transaction that finds others queued or a
    * batch running joins the next batch; its promise settles only after that batch's COMMIT.
    */
-  async transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
+  async transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
     this.assertOpen("transaction");
     return this.track(
       new Promise<T>((resolve, reject) => {
-        const job: Job = { fn, hints, resolve: resolve as (value: unknown) => void, reject, failures: 0 };
+        const job: Job = { fn, resolve: resolve as (value: unknown) => void, reject, failures: 0 };
         if (
           this.group === null ||
           (this.lane === null && this.queue.length === 0 && this.solos < SOLO_LIMIT)
@@ -666,7 +659,8 @@ export class PostgresSubstrate implements Substrate {
     const memory = newBatchMemory();
     const alone = this.solos === 0;
     try {
-      const free = await this.beginWithReadAhead(client, pipelined, memory);
+      // Pipelined, each transaction takes a savepoint only once it sends a statement (BatchWrites).
+      const free = lockWasFree(await client.query(pipelined ? this.beginBatchLock : this.beginBatch));
       // Taken by another handle's transaction when this batch began: it, or others like it, will
       // be waiting for this one. Not judged while one of this handle's own lone transactions may
       // have held it.
@@ -843,42 +837,6 @@ export class PostgresSubstrate implements Substrate {
     return {};
   }
 
-  /**
-   * BEGIN and the batch lock, then (when the queued transactions gave hints) their sessions and
-   * nonces read ahead into `memory`, then (not pipelined) the first savepoint. The read-ahead runs
-   * outside any savepoint, so the row locks it takes last until COMMIT whichever transaction rolls
-   * back to its savepoint. A failure of any of it fails like a failed BEGIN (nothing has run).
-   */
-  private async beginWithReadAhead(
-    client: PoolClient,
-    pipelined: boolean,
-    memory: BatchMemory,
-  ): Promise<boolean | null> {
-    const ahead: ReadAhead | null = collectHints(
-      this.queue.slice(0, this.group!.maxBatch).map((job) => job.hints),
-    );
-    if (ahead === null) {
-      // Pipelined, each transaction takes a savepoint only once it sends a statement (BatchWrites).
-      return lockWasFree(await client.query(pipelined ? this.beginBatchLock : this.beginBatch));
-    }
-    if (!pipelined) {
-      const began = await client.query(this.beginBatchLock);
-      const found = await sendReadAhead(client, this.prepared, this.sql, ahead, false);
-      await client.query(`SAVEPOINT ${SAVEPOINT}`);
-      this.counters.readAhead += rememberReadAhead(memory, ahead, found);
-      return lockWasFree(began);
-    }
-    // One write, one round trip: the server runs the reads once the batch lock is granted.
-    corkThisTurn(client);
-    const begin = client.query(this.beginBatchLock);
-    const found = sendReadAhead(client, this.prepared, this.sql, ahead, true);
-    const [began, read] = await Promise.allSettled([begin, found]);
-    // The first failure is the real one: after it, the server refuses the rest as an aborted transaction.
-    for (const step of [began, read]) if (step.status === "rejected") throw step.reason;
-    if (read.status === "fulfilled") this.counters.readAhead += rememberReadAhead(memory, ahead, read.value);
-    return began.status === "fulfilled" ? lockWasFree(began.value) : null;
-  }
-
   /** Settles a batch's transactions: the failed with their errors, the rest with `failure` or their values. */
   private settle(ran: readonly Ran[], failure: SubstrateError | null): void {
     for (const r of ran) {
@@ -987,6 +945,7 @@ export class PostgresSubstrate implements Substrate {
   private stores(ctx: TxContext, memory?: BatchMemory): SubstrateTx & Remembering {
     const budgets = new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations, memory);
     const chain = new PostgresChainStore(ctx, this.sql.chain, memory);
+    const appended = (seq: number) => chain.appendedSeqs.has(seq);
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
     const nonces = new PostgresNonceStore(ctx, this.sql.nonces, memory);
     return {
@@ -995,7 +954,7 @@ export class PostgresSubstrate implements Substrate {
       budgets,
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
       chain,
-      outbox: new PostgresOutboxStore(ctx, this.sql.outbox),
+      outbox: new PostgresOutboxStore(ctx, this.sql.outbox, appended),
       rememberIn: (into) => {
         budgets.rememberIn(into);
         chain.rememberIn(into);

@@ -61,14 +61,14 @@ export interface BatchMemory {
   readonly heldAccounts: Set<string>;
   /** The chain head as it stands (locked), null for an empty chain, undefined when not known. */
   head: { seq: number; entry_hash: string } | null | undefined;
-  /** The entry `head` names, when known (read ahead, or appended by a released transaction). */
+  /** The entry `head` names, when known (appended by a released transaction). */
   headEntry: ChainEntryRecord | null;
-  /** Session rows as they stand, each locked: read ahead (see prefetch.ts) or left by a released transaction. */
+  /** Session rows as they stand, each locked, left by a released transaction. */
   readonly sessions: Map<string, SessionEntry>;
   /**
-   * Whether a (session, nonce) pair is recorded (key: nonceKey), for sessions this batch holds
-   * locked: read ahead, or recorded by a released transaction. The batch lock keeps every other
-   * Leash transaction on the schema out until COMMIT, so no one else can record one meanwhile.
+   * Whether a (session, nonce) pair is recorded (key: nonceKey), as a released transaction found or
+   * recorded it. The batch lock keeps every other Leash transaction on the schema out until COMMIT,
+   * so no one else can record one meanwhile.
    */
   readonly nonces: Map<string, boolean>;
 }

@@ -57,22 +57,13 @@ export interface OutboxItem {
 }
 
 export interface OutboxStore {
-  /**
-   * Called in the transaction that appends the entry. MUST fail "conflict" when seq is already
-   * queued. With `newSeq` the caller vouches that it has just appended entry `seq` in this
-   * transaction (so no item can have it): a store MAY then resolve without waiting for its answer,
-   * and a clash MUST still fail the transaction before it commits (under group commit, possibly
-   * with the transactions sharing its commit).
-   */
-  enqueue(
-    item: {
-      seq: number;
-      entry_id: string;
-      session_id: string | null;
-      created_ns: number;
-    },
-    options?: { newSeq?: boolean },
-  ): Promise<void>;
+  /** Called in the transaction that appends the entry. MUST fail "conflict" when seq is already queued. */
+  enqueue(item: {
+    seq: number;
+    entry_id: string;
+    session_id: string | null;
+    created_ns: number;
+  }): Promise<void>;
   /**
    * Leases up to `limit` PENDING items, lowest seq first, whose lease is free or expired, to `relayId`
    * until nowNs + leaseNs, and increments their attempts. Two relays MUST never hold the same item at

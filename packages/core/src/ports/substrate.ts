@@ -6,7 +6,7 @@ import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainStore, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v4" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v5" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
@@ -49,13 +49,9 @@ export interface NonceStore {
   /**
    * Records a nonce. MUST return false (and change nothing) when it was already recorded for the
    * session, so that two concurrent transactions can never both accept one nonce. The number 7 and
-   * the string "7" are different nonces. With `unseen` the caller vouches that it found the nonce
-   * absent under a lock that orders this session's calls (the engine's session row): a store MAY
-   * then resolve true without waiting for its answer, and should the nonce be recorded after all,
-   * MUST fail the transaction with "conflict" before it commits (under group commit, possibly with
-   * the transactions sharing its commit).
+   * the string "7" are different nonces.
    */
-  add(sessionId: string, nonce: Nonce, atNs: number, options?: { unseen?: boolean }): Promise<boolean>;
+  add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean>;
   count(sessionId: string): Promise<number>;
 }
 
@@ -100,13 +96,8 @@ export interface BudgetStore {
   /** MUST fail with code "conflict" when the id exists. */
   insertAccount(account: BudgetAccount): Promise<void>;
   updateAccount(account: BudgetAccount): Promise<void>;
-  /**
-   * MUST fail with code "conflict" when the id exists. With `unusedId` the caller vouches that the
-   * id was never used (it holds the lock that orders its ids, as the engine does for call numbers):
-   * a store MAY then send the insert without waiting for its answer, and a clash MUST still fail
-   * the transaction, before it commits, though perhaps not this call.
-   */
-  insertReservation(reservation: Reservation, options?: { unusedId?: boolean }): Promise<void>;
+  /** MUST fail with code "conflict" when the id exists. */
+  insertReservation(reservation: Reservation): Promise<void>;
   /** MUST return the row locked for the rest of the transaction. */
   getReservation(reservationId: string): Promise<Reservation | null>;
   updateReservation(reservation: Reservation): Promise<void>;
@@ -168,24 +159,6 @@ export interface SubstrateTx {
 }
 
 /**
- * What a transaction's function is about to read, given ahead so that a substrate MAY fetch it early:
- * a group-committing store can read (and lock) the rows of every queued transaction in one round
- * trip instead of one per transaction. Hints MUST NOT change what the function sees: a substrate
- * that uses them answers every call exactly as it would without them, and a hinted row that is
- * missing, malformed or never read costs at most the lookup.
- */
-export interface TransactionHints {
-  /** Sessions the function will `get`. */
-  readonly sessions?: readonly string[];
-  /** Nonces the function will ask `nonces.has` about, each after `get` of its session. */
-  readonly nonces?: ReadonlyArray<{ readonly sessionId: string; readonly nonce: Nonce }>;
-  /** Budget accounts the function will `getAccount` (a guess is fine: one that is absent costs the lookup). */
-  readonly accounts?: readonly string[];
-  /** The function will read the chain head (and, when another writer appended last, the entry there). */
-  readonly chainHead?: boolean;
-}
-
-/**
  * A storage backend for the engine.
  *
  * Guarantees every implementation MUST keep (the contract suite in @leash/substrate-contract checks them):
@@ -209,8 +182,7 @@ export interface Substrate {
   readonly kind: string;
   readonly capabilities: SubstrateCapabilities;
   migrate(): Promise<void>;
-  /** `hints` (optional) names rows `fn` will read; see TransactionHints. */
-  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T>;
+  transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 

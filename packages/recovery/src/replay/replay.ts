@@ -483,7 +483,6 @@ export class ChainReplayer {
           nowNs,
           ttlNs: typeof ttl === "number" && ttl > 0 ? ttl : DEFAULT_TTL_NS,
           accounts,
-          unusedId: true,
         });
         if (held.ok) {
           reservationId = held.reservation.reservation_id;
