@@ -1,6 +1,6 @@
 // Group commit on a real server: batches sharing one COMMIT, savepoint isolation, batch retries and
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
-import type { ChainEntryRecord, Substrate, SubstrateTx, TransactionHints } from "@leash/core";
+import type { ChainEntryRecord, Substrate, SubstrateTx } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
@@ -103,17 +103,6 @@ async function statementNames<T>(work: () => Promise<T>): Promise<{ result: T; n
     return send();
   }, work);
   return { result, names };
-}
-
-/** inOneBatch for transactions that give hints. */
-async function inOneHintedBatch(
-  sub: PostgresSubstrate,
-  jobs: ReadonlyArray<readonly [Fn, TransactionHints]>,
-): Promise<PromiseSettledResult<unknown>[]> {
-  const fillers = [sub.transaction(async () => "filler"), sub.transaction(async () => "filler")];
-  const results = Promise.allSettled(jobs.map(([fn, hints]) => sub.transaction(fn, hints)));
-  await Promise.all(fillers);
-  return results;
 }
 
 /** Adds 1 to an account's integer spent_usd, yielding between the locked read and the write. */
@@ -596,110 +585,147 @@ FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
   );
 }
 
-describe("insertReservation with unusedId", () => {
+describe("insertReservation of an id this transaction found absent", () => {
+  it("is sent without waiting; the transaction's later update of it is a write to a row it holds", async () => {
+    const sub = await openMigrated(freshSchema());
+    const settled = reservation("r1", { status: "SETTLED", actual_usd: "0.5", resolved_ns: T0 + 2 });
+    await sub.transaction(async (tx) => {
+      expect(await tx.budgets.getReservation("r1")).toBeNull();
+      await tx.budgets.insertReservation(reservation("r1"));
+      await tx.budgets.updateReservation(settled);
+    });
+    expect(await sub.transaction((tx) => tx.budgets.getReservation("r1"))).toEqual(settled);
+  });
+
+  it('an id not looked up waits for its answer: "conflict" at the call, which the transaction may catch', async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => tx.budgets.insertReservation(reservation("r1")));
+    const outcome = await sub.transaction(async (tx) => {
+      const error = await tx.budgets.insertReservation(reservation("r1", { amount_usd: "9" })).then(
+        () => null,
+        (e: unknown) => (e as SubstrateError).code,
+      );
+      await tx.budgets.insertReservation(reservation("r2"));
+      return error;
+    });
+    expect(outcome).toBe("conflict");
+    const ids = await sub.transaction(async (tx) =>
+      (await tx.budgets.listReservations({})).map((r) => [r.reservation_id, r.amount_usd]),
+    );
+    expect(ids).toEqual([
+      ["r1", reservation("r1").amount_usd],
+      ["r2", reservation("r2").amount_usd],
+    ]);
+  });
+});
+
+describe("outbox.enqueue of an entry this transaction appended after the head it holds", () => {
   for (const groupCommit of [undefined, false] as const) {
     const mode = groupCommit === false ? "group commit off" : "group commit on";
-    it(`is sent without waiting; a clash still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
+    it(`is sent without waiting; an item queued without its entry still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
       const sub = await openMigrated(freshSchema(), groupCommit === false ? { groupCommit } : {});
-      const first = reservation("r1");
-      await sub.transaction(async (tx) => {
-        await tx.budgets.insertAccount(account("a"));
-        await tx.budgets.insertReservation(first);
-      });
-      let afterInsert = "";
+      // An item whose entry was never appended: the one case where the append does not vouch for the seq.
+      const item = { seq: 0, entry_id: "e0", session_id: "s0", created_ns: T0 };
+      await sub.transaction((tx) => tx.outbox.enqueue(item));
+      let after = "";
       const error = await sub
         .transaction(async (tx) => {
-          const a = (await tx.budgets.getAccount("a"))!;
-          await tx.budgets.updateAccount({ ...a, reserved_usd: "9" });
           await tx.sessions.insert(session("s1"));
-          // Taken: the insert inserts nothing, which only its answer tells.
-          await tx.budgets.insertReservation(reservation("r1", { amount_usd: "9" }), { unusedId: true });
-          afterInsert = "went on";
+          await tx.chain.head();
+          await tx.chain.append(chainEntry(0));
+          after = String(await tx.outbox.enqueue({ ...item, session_id: "s1" }));
         })
         .then(
           () => expect.fail("expected a rejection"),
           (e: unknown) => e as SubstrateError,
         );
-      expect(afterInsert).toBe("went on");
+      expect(after).toBe("undefined");
       expect(error.code).toBe("conflict");
-      expect(error.message).toMatch(/reservation r1 already exists/);
+      expect(error.message).toMatch(/outbox item 0 is already queued/);
       expect(
         await sub.transaction(async (tx) => ({
-          reservation: await tx.budgets.getReservation("r1"),
-          spent: (await tx.budgets.getAccount("a"))?.reserved_usd,
-          sessions: await tx.sessions.list(),
-        })),
-      ).toEqual({ reservation: first, spent: "0", sessions: [] });
-    });
-  }
-
-  it("a fresh id is stored, and the transaction's later update of it is a write to a row it holds", async () => {
-    const sub = await openMigrated(freshSchema());
-    const settled = reservation("r1", { status: "SETTLED", actual_usd: "0.5", resolved_ns: T0 + 2 });
-    await sub.transaction(async (tx) => {
-      await tx.budgets.insertReservation(reservation("r1"), { unusedId: true });
-      await tx.budgets.updateReservation(settled);
-    });
-    expect(await sub.transaction((tx) => tx.budgets.getReservation("r1"))).toEqual(settled);
-  });
-});
-
-describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
-  for (const groupCommit of [undefined, false] as const) {
-    const mode = groupCommit === false ? "group commit off" : "group commit on";
-    it(`are sent without waiting; a recorded nonce or a queued seq still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
-      const sub = await openMigrated(freshSchema(), groupCommit === false ? { groupCommit } : {});
-      const item = { seq: 1, entry_id: "e1", session_id: "s0", created_ns: T0 };
-      await sub.transaction(async (tx) => {
-        await tx.nonces.add("s1", "n1", T0);
-        await tx.outbox.enqueue(item);
-      });
-      const clash = async (write: (tx: SubstrateTx) => Promise<unknown>) => {
-        let after = "";
-        const error = await sub
-          .transaction(async (tx) => {
-            await tx.sessions.insert(session("s1"));
-            await tx.nonces.add("s1", "n2", T0, { unseen: true });
-            // Taken: the insert inserts nothing, which only its answer tells.
-            after = String(await write(tx));
-          })
-          .then(
-            () => expect.fail("expected a rejection"),
-            (e: unknown) => e as SubstrateError,
-          );
-        return { after, error };
-      };
-      const nonce = await clash((tx) => tx.nonces.add("s1", "n1", T0 + 1, { unseen: true }));
-      expect(nonce.after).toBe("true");
-      expect(nonce.error.code).toBe("conflict");
-      const queued = await clash((tx) =>
-        tx.outbox.enqueue({ ...item, entry_id: "e-other", session_id: "s1" }, { newSeq: true }),
-      );
-      expect(queued.after).toBe("undefined");
-      expect(queued.error.code).toBe("conflict");
-      expect(queued.error.message).toMatch(/outbox item 1 is already queued/);
-      expect(
-        await sub.transaction(async (tx) => ({
-          nonces: await tx.nonces.count("s1"),
+          chain: await tx.chain.count(),
           sessions: await tx.sessions.list(),
           outbox: (await tx.outbox.list({})).map((i) => [i.seq, i.entry_id, i.session_id]),
         })),
-      ).toEqual({ nonces: 1, sessions: [], outbox: [[1, "e1", "s0"]] });
+      ).toEqual({ chain: 0, sessions: [], outbox: [[0, "e0", "s0"]] });
     });
   }
 
-  it("fresh ones are stored", async () => {
+  it("an enqueue of any other seq waits for its answer: a clash fails the call, which the transaction may catch", async () => {
     const sub = await openMigrated(freshSchema());
-    await sub.transaction(async (tx) => {
-      expect(await tx.nonces.add("s1", 7, T0, { unseen: true })).toBe(true);
-      await tx.outbox.enqueue({ seq: 3, entry_id: "e3", session_id: "s1", created_ns: T0 }, { newSeq: true });
+    await sub.transaction((tx) =>
+      tx.outbox.enqueue({ seq: 1, entry_id: "e1", session_id: null, created_ns: T0 }),
+    );
+    const outcome = await sub.transaction(async (tx) => {
+      await tx.chain.head();
+      await tx.chain.append(chainEntry(0));
+      const error = await tx.outbox
+        .enqueue({ seq: 1, entry_id: "e-other", session_id: null, created_ns: T0 })
+        .then(
+          () => null,
+          (e: unknown) => (e as SubstrateError).code,
+        );
+      await tx.outbox.enqueue({ seq: 0, entry_id: "e0", session_id: null, created_ns: T0 });
+      return error;
     });
+    expect(outcome).toBe("conflict");
+    expect(await sub.transaction(async (tx) => (await tx.outbox.list({})).map((i) => i.entry_id))).toEqual([
+      "e0",
+      "e1",
+    ]);
+  });
+});
+
+describe("nonces.add of a nonce the batch found absent", () => {
+  /** Records (s1, n1) behind Leash's back, as no Leash transaction can while a batch holds its lock. */
+  const attempt = (schema: string) => async (tx: SubstrateTx) => {
+    await tx.sessions.insert(session("s1"));
+    const seen = await tx.nonces.has("s1", "n1");
+    await admin.query(
+      `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s1', '"n1"', 1)`,
+    );
+    return { seen, added: await tx.nonces.add("s1", "n1", T0) };
+  };
+
+  it('in a batch, is sent without waiting and answers true; recorded after all, the transaction fails with "conflict"', async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    const [result] = await inOneBatch(sub, [attempt(schema)]);
+    expect(result!.status).toBe("rejected");
+    expect(((result as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
     expect(
       await sub.transaction(async (tx) => ({
-        has: [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")],
-        outbox: (await tx.outbox.list({})).map((i) => i.seq),
+        nonces: await tx.nonces.count("s1"),
+        sessions: await tx.sessions.list(),
       })),
-    ).toEqual({ has: [true, false], outbox: [3] });
+    ).toEqual({ nonces: 1, sessions: [] });
+  });
+
+  it("outside a batch, waits for its answer: false, as the port says, and the transaction goes on", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema, { groupCommit: false });
+    expect(await sub.transaction(attempt(schema))).toEqual({ seen: false, added: false });
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
+  });
+
+  it("in a batch, a fresh nonce is stored; later transactions answer has and add from what the batch knows", async () => {
+    const sub = await openMigrated(freshSchema());
+    const { result, names } = await statementNames(() =>
+      inOneBatch(sub, [
+        async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.add("s1", 7, T0)],
+        async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.add("s1", 7, T0)],
+      ]),
+    );
+    expect(result).toEqual([
+      { status: "fulfilled", value: [false, true] },
+      { status: "fulfilled", value: [true, false] },
+    ]);
+    // The second transaction's has() came from the batch's memory; its add() asked the server.
+    expect(names.filter((n) => n.includes("nonces_has"))).toHaveLength(1);
+    expect(
+      await sub.transaction(async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")]),
+    ).toEqual([true, false]);
   });
 });
 
@@ -729,7 +755,8 @@ END $$`);
         },
         async (tx) => {
           secondStarted = performance.now();
-          return tx.nonces.add("fast", "n1", T0, { unseen: true });
+          await tx.nonces.has("fast", "n1");
+          return tx.nonces.add("fast", "n1", T0);
         },
       ]),
     );
@@ -744,9 +771,9 @@ END $$`);
     ).toEqual([1, 1]);
   });
 
-  it("a clash of a released transaction's vouched write rejects it alone; the others of its batch commit after running again", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction((tx) => tx.nonces.add("s2", "n", T0));
+  it("a clash of a released transaction's deferred write rejects it alone; the others of its batch commit after running again", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
     const calls = [0, 0, 0];
     const result = await inOneBatch(sub, [
       async (tx) => {
@@ -756,8 +783,13 @@ END $$`);
       async (tx) => {
         calls[1]!++;
         await tx.sessions.insert(session("s2"));
-        // Recorded already: a clash that aborts nothing, found only when its answer arrives.
-        return tx.nonces.add("s2", "n", T0 + 1, { unseen: true });
+        expect(await tx.nonces.has("s2", "n")).toBe(false);
+        // Recorded behind Leash's back, after the batch found it absent: a clash that aborts
+        // nothing, found only when the add's answer arrives.
+        await admin.query(
+          `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s2', '"n"', 1)`,
+        );
+        return tx.nonces.add("s2", "n", T0 + 1);
       },
       async (tx) => {
         calls[2]!++;
@@ -808,7 +840,7 @@ END $$`);
           calls[2]!++;
           // Meets the transaction s2's update aborted; swallowing that does not make it the culprit.
           await tx.sessions.insert(session("s5")).catch(() => undefined);
-          await tx.nonces.add("s5", "n", T0, { unseen: true }).catch(() => undefined);
+          await tx.nonces.add("s5", "n", T0).catch(() => undefined);
           return "inserted";
         },
         // Still queued when the failure comes out: it runs once, in the next batch.
@@ -835,235 +867,18 @@ END $$`);
   }
 });
 
-describe("a batch's read-ahead (transaction hints)", () => {
-  const hint = (sessionId: string, ...nonces: string[]): TransactionHints => ({
-    sessions: [sessionId],
-    nonces: nonces.map((nonce) => ({ sessionId, nonce })),
-  });
-
-  it("reads every hinted session and nonce in one statement each; its transactions read them from there and see each other's writes", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1"));
-      await tx.sessions.insert(session("s2"));
-      await tx.nonces.add("s1", "n1", T0);
-    });
-    const before = sub.stats.readAhead;
-    const { result, names } = await statementNames(() =>
-      inOneHintedBatch(sub, [
-        [
-          async (tx) => {
-            const [s, n1, n2] = await Promise.all([
-              tx.sessions.get("s1"),
-              tx.nonces.has("s1", "n1"),
-              tx.nonces.has("s1", "n2"),
-            ]);
-            await tx.nonces.add("s1", "n2", T0, { unseen: true });
-            await tx.sessions.update({ ...s!, call_count: 1 });
-            return [s!.call_count, n1, n2];
-          },
-          hint("s1", "n1", "n2"),
-        ],
-        [
-          async (tx) => {
-            const [s, n2] = await Promise.all([tx.sessions.get("s1"), tx.nonces.has("s1", "n2")]);
-            await tx.sessions.update({ ...s!, call_count: 2 });
-            await tx.nonces.add("s1", "n3", T0);
-            throw new Error(`changed its mind (saw ${s!.call_count}, ${n2})`);
-          },
-          hint("s1", "n2"),
-        ],
-        [
-          async (tx) => {
-            const [s, n2, n3] = await Promise.all([
-              tx.sessions.get("s1"),
-              tx.nonces.has("s1", "n2"),
-              tx.nonces.has("s1", "n3"),
-            ]);
-            return [s!.call_count, n2, n3];
-          },
-          hint("s1"),
-        ],
-        [
-          async (tx) => {
-            const [s, n1] = await Promise.all([tx.sessions.get("s2"), tx.nonces.has("s2", "n1")]);
-            return [s!.call_count, n1];
-          },
-          hint("s2", "n1"),
-        ],
-        [async (tx) => tx.sessions.get("absent"), hint("absent", "n1")],
-      ]),
-    );
-    expect(result.map((r) => (r.status === "fulfilled" ? r.value : (r.reason as Error).message))).toEqual([
-      [0, true, false],
-      "changed its mind (saw 1, true)",
-      // The failed one's update and nonce were rolled back to its savepoint, and forgotten too.
-      [1, true, false],
-      [0, false],
-      null,
-    ]);
-    expect(sub.stats.readAhead - before).toBe(2);
-    const count = (part: string) => names.filter((n) => n.includes(part)).length;
-    expect(count("sessions_prefetch")).toBe(1);
-    expect(count("nonces_prefetch")).toBe(1);
-    // Only "absent" (not found ahead, so not locked ahead: its look, key lock and second look) and
-    // the unhinted n3 went to the server; n2 came from the first transaction's write.
-    expect(count("sessions_get")).toBe(2);
-    expect(count("nonces_has")).toBe(1);
-    const stored = await sub.transaction(async (tx) => ({
-      calls: (await tx.sessions.get("s1"))!.call_count,
-      nonces: await tx.nonces.count("s1"),
-    }));
-    expect(stored).toEqual({ calls: 1, nonces: 2 });
-  });
-
-  it("reads hinted accounts and the chain head (with the entry it names) ahead: the decisions send no read of their own", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1"));
-      await tx.budgets.insertAccount(account("a"));
-      await tx.chain.append(chainEntry(0, { signature: "sig0" }));
-    });
-    // As evaluate does: the account and the head, the entry at the head (the check of the key in
-    // force), then a charge and an append; `fail` rolls back to its savepoint after writing.
-    const decide =
-      (fail = false): Fn =>
-      async (tx) => {
-        const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
-        const [atHead] = await tx.chain.range(head!.seq, 1);
-        await tx.budgets.updateAccount({ ...acct!, spent_usd: String(Number(acct!.spent_usd) + 1) });
-        const seq = head!.seq + 1;
-        await tx.chain.append(chainEntry(seq, { prev_hash: head!.entry_hash, signature: `sig${seq}` }));
-        if (fail) throw new Error("changed its mind");
-        return [acct!.spent_usd, head!.seq, atHead!.entry_hash === head!.entry_hash, atHead!.signature];
-      };
-    const hints: TransactionHints = { sessions: ["s1"], accounts: ["a", "absent"], chainHead: true };
-    const { result, names } = await statementNames(() =>
-      inOneHintedBatch(sub, [
-        [decide(), hints],
-        [decide(true), hints],
-        [decide(), hints],
-        [async (tx) => tx.budgets.getAccount("absent"), hints],
-      ]),
-    );
-    const signature = (seq: number) => `sig${seq}`;
-    expect(result).toEqual([
-      { status: "fulfilled", value: ["0", 0, true, signature(0)] },
-      { status: "rejected", reason: new Error("changed its mind") },
-      // The failed one's charge and entry were rolled back, and forgotten with them.
-      { status: "fulfilled", value: ["1", 1, true, signature(1)] },
-      { status: "fulfilled", value: null },
-    ]);
-    const count = (part: string) => names.filter((n) => n.includes(part)).length;
-    expect(count("accounts_prefetch")).toBe(1);
-    expect(count("chain_prefetchHead")).toBe(1);
-    expect(count("chain_head")).toBe(0);
-    expect(count("chain_range")).toBe(0);
-    // Only "absent", not found ahead (so not locked ahead): its look, key lock and second look.
-    expect(count("accounts_get")).toBe(2);
-    const stored = await sub.transaction(async (tx) => ({
-      spent: (await tx.budgets.getAccount("a"))!.spent_usd,
-      chain: (await tx.chain.range(0, 10)).map((e) => e.seq),
-    }));
-    expect(stored).toEqual({ spent: "2", chain: [0, 1, 2] });
-  });
-
-  it("its row locks last until COMMIT, whichever transaction rolls back to its savepoint", async () => {
-    const schema = freshSchema();
-    const sub = await openMigrated(schema);
-    await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1"));
-      await tx.sessions.insert(session("s2"));
-    });
-    const tryLock = (id: string) =>
-      admin
-        .query(`SELECT 1 FROM "${schema}".leash_sessions WHERE session_id = $1 FOR UPDATE NOWAIT`, [id])
-        .then(
-          () => "locked by admin",
-          (error: { code?: string }) => error.code,
-        );
-    const result = await inOneHintedBatch(sub, [
-      [
-        async () => {
-          throw new Error("rolled back to its savepoint");
-        },
-        hint("s1"),
-      ],
-      [async () => [await tryLock("s1"), await tryLock("s2")], hint("s2")],
-    ]);
-    expect(result[0]!.status).toBe("rejected");
-    // 55P03 lock_not_available: both rows read ahead are still locked by the batch.
-    expect(result[1]).toEqual({ status: "fulfilled", value: ["55P03", "55P03"] });
-    expect(await tryLock("s1")).toBe("locked by admin");
-  });
-
-  it("reads ahead on a caller's pool without pipeline mode too, one statement after another", async () => {
-    const pool = new Pool({ connectionString: DB_URL, max: 4, pipeline: false });
-    try {
-      const sub = await openPostgresSubstrate({ pool, schema: freshSchema() });
-      await sub.migrate();
-      await sub.transaction(async (tx) => {
-        await tx.sessions.insert(session("s1"));
-        await tx.nonces.add("s1", "n1", T0);
-      });
-      const read: Fn = async (tx) => {
-        const [s, n1, n2] = await Promise.all([
-          tx.sessions.get("s1"),
-          tx.nonces.has("s1", "n1"),
-          tx.nonces.has("s1", "n2"),
-        ]);
-        await tx.sessions.update({ ...s!, call_count: s!.call_count + 1 });
-        return [s!.call_count, n1, n2];
-      };
-      const result = await inOneHintedBatch(sub, [
-        [read, hint("s1", "n1", "n2")],
-        [read, hint("s1", "n1", "n2")],
-      ]);
-      expect(result).toEqual([
-        { status: "fulfilled", value: [0, true, false] },
-        { status: "fulfilled", value: [1, true, false] },
-      ]);
-      expect(sub.stats.readAhead).toBe(1);
-      await sub.close();
-    } finally {
-      await pool.end();
-    }
-  });
-
-  it("skips a hint PostgreSQL would refuse, so the batch's statement never fails for one caller's input", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    const before = sub.stats.readAhead;
-    const bad = {
-      sessions: ["bad\u0000id", 7, "s1"],
-      nonces: [
-        { sessionId: "s1", nonce: { not: "a nonce" } },
-        { sessionId: "bad\u0000id", nonce: "n" },
-      ],
-    } as unknown as TransactionHints;
-    const result = await inOneHintedBatch(sub, [
-      [async (tx) => (await tx.sessions.get("s1"))?.session_id, bad],
-      [async (tx) => (await tx.sessions.get("s1"))?.session_id, hint("s1")],
-    ]);
-    expect(result).toEqual([
-      { status: "fulfilled", value: "s1" },
-      { status: "fulfilled", value: "s1" },
-    ]);
-    expect(sub.stats.readAhead - before).toBe(1);
-  });
-});
-
 describe("a batch's deferred writes, sent together", () => {
-  /** What an engine decision does, on session `id`: reads, then six writes the batch may hold back. */
+  /**
+   * What an engine decision does, on session `id`: reads, then five writes the batch may hold back.
+   * After `warm` in the same batch every read is answered from the batch's memory, so it sends nothing.
+   */
   const decision =
-    (id: string, seqOffset: number, over: { reservationId?: string; entryId?: string } = {}): Fn =>
+    (id: string, over: { entryId?: string } = {}): Fn =>
     async (tx) => {
       const [s, seen] = await Promise.all([tx.sessions.get(id), tx.nonces.has(id, "n")]);
       const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
       if (seen) throw new Error("replayed");
-      await tx.nonces.add(id, "n", T0, { unseen: true });
-      const reservationId = over.reservationId ?? `${id}#1`;
-      await tx.budgets.insertReservation(reservation(reservationId, { session_id: id }), { unusedId: true });
+      await tx.nonces.add(id, "n", T0);
       await tx.budgets.updateAccount({ ...acct!, spent_usd: String(BigInt(acct!.spent_usd) + 1n) });
       await tx.sessions.update({ ...s!, call_count: s!.call_count + 1 });
       const seq = (head?.seq ?? -1) + 1;
@@ -1073,8 +888,20 @@ describe("a batch's deferred writes, sent together", () => {
           prev_hash: head?.entry_hash ?? "0".repeat(64),
         }),
       );
-      await tx.outbox.enqueue({ seq, entry_id: `e${seq}`, session_id: id, created_ns: T0 }, { newSeq: true });
-      return seq - seqOffset;
+      await tx.outbox.enqueue({ seq, entry_id: `e${seq}`, session_id: id, created_ns: T0 });
+      return seq;
+    };
+
+  /** Reads (and locks) what the decisions after it read, and hands it on to them in the batch's memory. */
+  const warm =
+    (count: number, during?: () => Promise<unknown>): Fn =>
+    async (tx) => {
+      for (let i = 0; i < count; i++) {
+        await Promise.all([tx.sessions.get(`s${i}`), tx.nonces.has(`s${i}`, "n")]);
+      }
+      await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
+      await during?.();
+      return "warm";
     };
 
   async function world(count: number): Promise<PostgresSubstrate> {
@@ -1097,30 +924,32 @@ describe("a batch's deferred writes, sent together", () => {
     }));
   }
 
-  const hinted = (id: string): TransactionHints => ({
-    sessions: [id],
-    nonces: [{ sessionId: id, nonce: "n" }],
-  });
-
   it("go out as one multi-row statement per kind, after the first, and land exactly as one by one", async () => {
     const sub = await world(6);
     const before = sub.stats.multiRowWrites;
+    const reserve: Fn = async (tx) => {
+      // Ids found absent under their key locks: inserted without waiting, then sent together.
+      for (const id of ["r0", "r1", "r2"]) expect(await tx.budgets.getReservation(id)).toBeNull();
+      for (const id of ["r0", "r1", "r2"]) await tx.budgets.insertReservation(reservation(id));
+      return "reserved";
+    };
     const { result, names } = await statementNames(() =>
-      inOneHintedBatch(
-        sub,
-        Array.from({ length: 6 }, (_, i) => [decision(`s${i}`, 0), hinted(`s${i}`)] as const),
-      ),
+      inOneBatch(sub, [warm(6), ...Array.from({ length: 6 }, (_, i) => decision(`s${i}`)), reserve]),
     );
-    expect(result).toEqual(Array.from({ length: 6 }, (_, i) => ({ status: "fulfilled", value: i })));
+    expect(result).toEqual([
+      { status: "fulfilled", value: "warm" },
+      ...Array.from({ length: 6 }, (_, i) => ({ status: "fulfilled", value: i })),
+      { status: "fulfilled", value: "reserved" },
+    ]);
     expect(await stored(sub)).toEqual({
       spent: "6",
       calls: { s0: 1, s1: 1, s2: 1, s3: 1, s4: 1, s5: 1 },
-      reservations: ["s0#1", "s1#1", "s2#1", "s3#1", "s4#1", "s5#1"],
+      reservations: ["r0", "r1", "r2"],
       chain: [0, 1, 2, 3, 4, 5],
       outbox: [0, 1, 2, 3, 4, 5],
       head: 5,
     });
-    // The first transaction's writes go out at once (the server has nothing else to do); the other
+    // The first decision's writes go out at once (the server has nothing else to do); the other
     // five gather while it works, and each kind then travels in one statement.
     for (const kind of [
       "nonces_add",
@@ -1136,76 +965,91 @@ describe("a batch's deferred writes, sent together", () => {
       ).toHaveLength(1);
     }
     // accounts.update: five writes of one row become one.
-    expect(sub.stats.multiRowWrites - before).toBe(5 * 5 + 1);
+    expect(sub.stats.multiRowWrites - before).toBe(4 * 5 + 1 + 3);
   });
 
   it("a transaction takes its savepoint only to send a statement, after the writes held for those before it", async () => {
     const sub = await world(1);
-    const result = await inOneHintedBatch(sub, [
-      [
-        async (tx) => {
-          const s = (await tx.sessions.get("s0"))!;
-          // Sent at its end (the server is idle then), and still unanswered when the next one ends.
-          await tx.sessions.update({ ...s, call_count: 4 });
-        },
-        hinted("s0"),
-      ],
-      [
-        async (tx) => {
-          const s = (await tx.sessions.get("s0"))!;
-          await tx.sessions.update({ ...s, call_count: 5 }); // held back: nothing sent
-        },
-        hinted("s0"),
-      ],
-      [
-        async (tx) => {
-          await tx.sessions.insert(session("x")); // sent: the write above goes first, outside its savepoint
-          throw new Error("rolled back to its savepoint");
-        },
-        hinted("s0"),
-      ],
-      [async (tx) => [(await tx.sessions.get("s0"))!.call_count, await tx.sessions.get("x")], hinted("s0")],
+    const result = await inOneBatch(sub, [
+      async (tx) => {
+        const s = (await tx.sessions.get("s0"))!;
+        // Sent at its end (the server is idle then), and still unanswered when the next one ends.
+        await tx.sessions.update({ ...s, call_count: 4 });
+      },
+      async (tx) => {
+        const s = (await tx.sessions.get("s0"))!;
+        await tx.sessions.update({ ...s, call_count: 5 }); // held back: nothing sent
+      },
+      async (tx) => {
+        await tx.sessions.insert(session("x")); // sent: the write above goes first, outside its savepoint
+        throw new Error("rolled back to its savepoint");
+      },
+      async (tx) => [(await tx.sessions.get("s0"))!.call_count, await tx.sessions.get("x")],
     ]);
     expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
     expect((result[3] as PromiseFulfilledResult<unknown>).value).toEqual([5, null]);
     expect((await stored(sub)).calls).toEqual({ s0: 5 });
   });
 
-  it("a row refused inside a multi-row write fails only its transaction; the others commit after running again", async () => {
-    const sub = await world(5);
-    // Taken already: the third transaction's vouched-for reservation id is not unused after all.
-    await sub.transaction((tx) => tx.budgets.insertReservation(reservation("taken", { session_id: "s9" })));
-    const result = await inOneHintedBatch(sub, [
-      [decision("s0", 0), hinted("s0")],
-      [decision("s1", 0), hinted("s1")],
-      [decision("s2", 0, { reservationId: "taken" }), hinted("s2")],
-      [decision("s3", 0), hinted("s3")],
-      [decision("s4", 0), hinted("s4")],
+  it("a row refused inside a multi-row insert fails it as a whole: each transaction runs again alone, and only the one whose row was taken fails", async () => {
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
+    await sub.transaction(async (tx) => {
+      await tx.budgets.insertAccount(account("a", { spent_usd: "0" }));
+      for (let i = 0; i < 5; i++) await tx.sessions.insert(session(`s${i}`));
+    });
+    // s2's nonce recorded behind Leash's back once the batch has found it absent (the warm-up runs
+    // again alone, where the row is already there).
+    const record = () =>
+      admin.query(
+        `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s2', '"n"', 1)
+ON CONFLICT DO NOTHING`,
+      );
+    const calls = [0, 0, 0, 0, 0];
+    const tally = (i: number): Fn => {
+      const run = decision(`s${i}`);
+      return (tx) => {
+        calls[i]!++;
+        return run(tx);
+      };
+    };
+    const result = await inOneBatch(sub, [
+      warm(5, record),
+      ...Array.from({ length: 5 }, (_, i) => tally(i)),
     ]);
     expect(result.map((r) => r.status)).toEqual([
+      "fulfilled",
       "fulfilled",
       "fulfilled",
       "rejected",
       "fulfilled",
       "fulfilled",
     ]);
-    expect(((result[2] as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
+    // Alone, s2 finds its nonce recorded.
+    expect(((result[3] as PromiseRejectedResult).reason as Error).message).toBe("replayed");
+    expect(calls).toEqual([2, 2, 2, 2, 2]);
     const after = await stored(sub);
     expect(after.calls).toEqual({ s0: 1, s1: 1, s2: 0, s3: 1, s4: 1 });
-    expect(after.reservations).toEqual(["s0#1", "s1#1", "s3#1", "s4#1", "taken"]);
     expect(after).toMatchObject({ spent: "4", chain: [0, 1, 2, 3], outbox: [0, 1, 2, 3], head: 3 });
   });
 
   it("a chain entry refused inside a multi-row append (its id taken) fails only its transaction", async () => {
     const sub = await world(4);
-    const result = await inOneHintedBatch(sub, [
-      [decision("s0", 0), hinted("s0")],
-      [decision("s1", 0), hinted("s1")],
-      [decision("s2", 0, { entryId: "e1" }), hinted("s2")],
-      [decision("s3", 0), hinted("s3")],
+    const result = await inOneBatch(sub, [
+      warm(4),
+      decision("s0"),
+      decision("s1"),
+      decision("s2", { entryId: "e1" }),
+      decision("s3"),
     ]);
-    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
-    const reason = (result[2] as PromiseRejectedResult).reason as SubstrateError;
+    expect(result.map((r) => r.status)).toEqual([
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+      "rejected",
+      "fulfilled",
+    ]);
+    const reason = (result[3] as PromiseRejectedResult).reason as SubstrateError;
     expect(reason.code).toBe("conflict");
     expect(reason.message).toMatch(/already exists/);
     expect(await stored(sub)).toMatchObject({ spent: "3", chain: [0, 1, 2], outbox: [0, 1, 2], head: 2 });
@@ -1213,25 +1057,37 @@ describe("a batch's deferred writes, sent together", () => {
 
   it("a multi-row write the server refuses as a whole makes its transactions run again alone; only the bad one fails", async () => {
     const sub = await world(0);
+    /** Appends the next entry and queues it; `bad` names its item with text PostgreSQL cannot hold. */
     const enqueue =
-      (seq: number, entryId: string): Fn =>
+      (bad = false): Fn =>
       async (tx) => {
-        await tx.outbox.enqueue(
-          { seq, entry_id: entryId, session_id: null, created_ns: T0 },
-          { newSeq: true },
-        );
+        const head = await tx.chain.head();
+        const seq = (head?.seq ?? -1) + 1;
+        await tx.chain.append(chainEntry(seq, { prev_hash: head?.entry_hash ?? "0".repeat(64) }));
+        // PostgreSQL text cannot hold U+0000: the statement carrying this row fails, whoever else is in it.
+        await tx.outbox.enqueue({
+          seq,
+          entry_id: bad ? "e\u0000" : `e${seq}`,
+          session_id: null,
+          created_ns: T0,
+        });
         return seq;
       };
-    const result = await inOneBatch(sub, [
-      enqueue(1, "e1"),
-      enqueue(2, "e2"),
-      // PostgreSQL text cannot hold U+0000: the statement carrying this row fails, whoever else is in it.
-      enqueue(3, "e\u00003"),
-      enqueue(4, "e4"),
+    const result = await inOneBatch(sub, [enqueue(), enqueue(), enqueue(), enqueue(true), enqueue()]);
+    expect(result.map((r) => r.status)).toEqual([
+      "fulfilled",
+      "fulfilled",
+      "fulfilled",
+      "rejected",
+      "fulfilled",
     ]);
-    expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
-    expect(await sub.transaction(async (tx) => (await tx.outbox.list({})).map((i) => i.seq))).toEqual([
-      1, 2, 4,
+    expect(
+      await sub.transaction(async (tx) => (await tx.outbox.list({})).map((i) => [i.seq, i.entry_id])),
+    ).toEqual([
+      [0, "e0"],
+      [1, "e1"],
+      [2, "e2"],
+      [3, "e3"],
     ]);
   });
 });
