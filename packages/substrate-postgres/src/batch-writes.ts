@@ -7,6 +7,25 @@ import { toSubstrateError } from "./errors.js";
 import { type Statement, statement } from "./sql.js";
 import { corkThisTurn, type TxContext, uncorkNow } from "./tx.js";
 
+/*
+ * The speed trick this module and TxContext.defer (tx.ts) carry, with no hint from the caller
+ * (the port has none since leash-substrate-v5): a write whose outcome the transaction's own locks,
+ * or its batch's, already settle is not waited for, and in a batch it waits here to go out with
+ * the others of its kind. Which writes qualify each store decides from what the transaction did
+ * itself: an update of a row it read FOR UPDATE; an insert of an id it found absent under its key
+ * lock (KeyedRows, budget accounts, sessions); a nonce the batch found absent (nonces.ts: the
+ * batch lock keeps every other Leash writer out); the outbox item of an entry it appended after the
+ * head it holds (outbox.ts). Rows read or written by a released transaction are handed to the next
+ * ones of the batch (BatchMemory, tx.ts), so those often send no statement at all.
+ * What it buys: no round trip per write, one statement per table per batch instead of one per
+ * write, and no savepoint for a transaction that sends nothing.
+ * What it costs: a deferred write that fails anyway (only a writer that bypasses Leash can make one
+ * clash) fails its transaction when it ends, not at its call; after its savepoint was released, the
+ * whole batch is rolled back and the others run again; a multi-row statement refused as a whole
+ * makes each of its transactions run again alone. And this code: every store must tell which of
+ * its writes its locks settle, and get that right.
+ */
+
 /** A write the store sent without waiting (see TxContext.defer), and how to tell whether it did its job. */
 interface Entry {
   readonly owner: TxContext;

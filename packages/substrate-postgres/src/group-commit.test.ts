@@ -1013,10 +1013,7 @@ ON CONFLICT DO NOTHING`,
         return run(tx);
       };
     };
-    const result = await inOneBatch(sub, [
-      warm(5, record),
-      ...Array.from({ length: 5 }, (_, i) => tally(i)),
-    ]);
+    const result = await inOneBatch(sub, [warm(5, record), ...Array.from({ length: 5 }, (_, i) => tally(i))]);
     expect(result.map((r) => r.status)).toEqual([
       "fulfilled",
       "fulfilled",
