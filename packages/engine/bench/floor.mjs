@@ -83,25 +83,22 @@ function decision(tx, sessionId) {
     const callNumber = session.call_count + 1;
     const reservationId = `${sessionId}#${callNumber}`;
     const reserved = `${n}.001`;
-    const added = tx.nonces.add(sessionId, nonce, at, { unseen: true });
+    const added = tx.nonces.add(sessionId, nonce, at);
     await Promise.all([
       tx.budgets.updateAccount({ ...account, reserved_usd: reserved, updated_ns: at }),
-      tx.budgets.insertReservation(
-        {
-          reservation_id: reservationId,
-          account_ids: [ACCOUNT],
-          session_id: sessionId,
-          call_number: callNumber,
-          amount_usd: "0.001",
-          actual_usd: null,
-          status: "PENDING",
-          idempotency_key: null,
-          created_ns: at,
-          expires_ns: at + 300e9,
-          resolved_ns: null,
-        },
-        { unusedId: true },
-      ),
+      tx.budgets.insertReservation({
+        reservation_id: reservationId,
+        account_ids: [ACCOUNT],
+        session_id: sessionId,
+        call_number: callNumber,
+        amount_usd: "0.001",
+        actual_usd: null,
+        status: "PENDING",
+        idempotency_key: null,
+        created_ns: at,
+        expires_ns: at + 300e9,
+        resolved_ns: null,
+      }),
     ]);
     const state = { ...session.state, total_calls: callNumber, last_activity_ns: at };
     const entry = buildEntry({
@@ -140,7 +137,7 @@ function decision(tx, sessionId) {
     await Promise.all([
       tx.sessions.update({ ...session, state, call_count: callNumber, updated_ns: at }),
       tx.chain.append(entry),
-      enqueueEntry(tx, entry, { newSeq: true }),
+      enqueueEntry(tx, entry),
     ]);
     if (!(await added)) throw new Error("floor: nonce taken");
     return entry;
