@@ -166,6 +166,16 @@ export const MIGRATIONS: readonly Migration[] = [
   ADD COLUMN successor_params_json text`,
     ],
   },
+  {
+    version: 6,
+    // The chain position each session and account snapshot reflects (the seq of the last entry folded
+    // into it), set by the engine. Rows written before keep NULL. The SQLite substrate's version 6 mirrors it.
+    description: "snapshot chain stamps (at_seq) on sessions and budget accounts",
+    statements: (t) => [
+      `ALTER TABLE ${t.sessions} ADD COLUMN at_seq bigint`,
+      `ALTER TABLE ${t.accounts} ADD COLUMN at_seq bigint`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -37,9 +37,9 @@ export function statement(op: string, text: string): Statement {
 }
 
 const SESSION_COLUMNS =
-  "session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns, last_heartbeat_ns";
+  "session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns, last_heartbeat_ns, at_seq";
 const ACCOUNT_COLUMNS =
-  "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns";
+  "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns, at_seq";
 const RESERVATION_COLUMNS =
   "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
 const CHAIN_COLUMNS =
@@ -114,21 +114,26 @@ export function buildStatements(t: TableNames) {
         "sessions.insert",
         t.sessions,
         SESSION_COLUMNS,
-        params(10).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
-        "$11",
+        params(11).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
+        "$12",
       ),
       // A batch's read-ahead (TransactionHints): every hinted session at once, locked in id order.
       // config and state as text, which is what a later transaction of the batch is handed a copy of.
       prefetch: statement(
         "sessions.prefetch",
         `SELECT session_id, agent_id, organization_id, status, config::text AS config, state::text AS state,
-call_count, created_ns, updated_ns, last_heartbeat_ns FROM ${t.sessions} WHERE session_id = ANY($1::text[])
+call_count, created_ns, updated_ns, last_heartbeat_ns, at_seq FROM ${t.sessions} WHERE session_id = ANY($1::text[])
 ORDER BY session_id FOR UPDATE`,
       ),
+      // No last_heartbeat_ns: only touch writes it (SessionStore.update).
       update: statement(
         "sessions.update",
         `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
-call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE session_id = $1`,
+call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id = $1`,
+      ),
+      touch: statement(
+        "sessions.touch",
+        `UPDATE ${t.sessions} SET last_heartbeat_ns = $2 WHERE session_id = $1`,
       ),
       list: statement(
         "sessions.list",
@@ -172,11 +177,11 @@ CROSS JOIN LATERAL (SELECT session_id, nonce_json FROM ${t.nonces} AS n
         "accounts.prefetch",
         `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = ANY($1::text[]) ORDER BY account_id FOR UPDATE`,
       ),
-      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(8), "$9"),
+      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(9), "$10"),
       update: statement(
         "accounts.update",
         `UPDATE ${t.accounts} SET scope = $2, parent_id = $3, limit_usd = $4, spent_usd = $5, reserved_usd = $6,
-created_ns = $7, updated_ns = $8 WHERE account_id = $1`,
+created_ns = $7, updated_ns = $8, at_seq = $9 WHERE account_id = $1`,
       ),
     },
     reservations: {
