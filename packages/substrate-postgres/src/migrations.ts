@@ -2,7 +2,7 @@
 // Migrations only ever add; nothing here rewrites or drops data a running daemon might still read.
 
 import { SubstrateError } from "@leash/core";
-import type { PoolClient } from "pg";
+import type { ClientBase } from "pg";
 import type { TableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 
@@ -192,7 +192,7 @@ export interface MigrationResult {
  * leaves the previous version intact.
  */
 export async function runMigrations(
-  client: PoolClient,
+  client: ClientBase,
   t: TableNames,
   target: number = LATEST_SCHEMA_VERSION,
 ): Promise<MigrationResult> {
