@@ -3,6 +3,8 @@
 // Every command that writes signs the audit chain; the key comes from LEASH_SIGNING_KEY here.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { LATEST_SCHEMA_VERSION } from "@leash/substrate-postgres";
+import { SCHEMA_VERSION } from "@leash/substrate-sqlite";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   type Captured,
@@ -57,8 +59,8 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     L(["evaluate", "--session", session, "--tool", "search", "--nonce", nonce, ...flags]);
 
   it("migrate creates the schema once, then has nothing to do", async () => {
-    // Each store numbers its own migrations; both are at version 5 now.
-    const version = 5;
+    // Each store numbers its own migrations.
+    const version = kind === "sqlite" ? SCHEMA_VERSION : LATEST_SCHEMA_VERSION;
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
     expect(first.stdout).toBe(`created the Leash schema (version ${version}) in ${store.url}\n`);

@@ -45,6 +45,8 @@ describe("ensureAccount", () => {
       reserved_usd: "0",
       created_ns: T0,
       updated_ns: T0,
+      // The chain position is the engine's to stamp; budget-guard leaves it unset.
+      at_seq: null,
     });
     const stored = await substrate.transaction((tx) => tx.budgets.getAccount("org"));
     expect(stored).toEqual(account);

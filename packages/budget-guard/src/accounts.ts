@@ -79,6 +79,8 @@ export async function ensureAccount(
     reserved_usd: "0",
     created_ns: input.nowNs,
     updated_ns: input.nowNs,
+    // Stamped by the engine, which knows the chain position; budget-guard does not.
+    at_seq: null,
   };
   await budgets.insertAccount(account);
   return account;

@@ -1016,6 +1016,7 @@ export function createEngine(options: EngineOptions): Engine {
           created_ns: nowNs,
           updated_ns: nowNs,
           last_heartbeat_ns: nowNs,
+          at_seq: null,
         };
         await tx.sessions.insert(record);
         await auditor.record(tx, "session_registered", { ...ids, config: config.value }, nowNs);
@@ -1244,14 +1245,16 @@ export function createEngine(options: EngineOptions): Engine {
       return transaction(async (tx) => {
         const session = await loadSession(tx, sessionId);
         const nowNs = clock.nowNs();
-        const revived = session.status === "STALE";
+        // Liveness only, no chain entry: touch writes the heartbeat and nothing else, so it never
+        // overwrites a session row another writer holds in memory (SessionStore.touch).
+        await tx.sessions.touch(session.session_id, nowNs);
+        if (session.status !== "STALE") return;
+        // Coming back from STALE is a state change, so it is audited like going stale was.
         await tx.sessions.update({
           ...session,
-          status: revived ? (session.state.status === "PAUSED" ? "PAUSED" : "ACTIVE") : session.status,
-          last_heartbeat_ns: nowNs,
+          status: session.state.status === "PAUSED" ? "PAUSED" : "ACTIVE",
         });
-        // Coming back from STALE is a state change, so it is audited like going stale was.
-        if (revived) await auditor.record(tx, "session_revived", { session_id: session.session_id }, nowNs);
+        await auditor.record(tx, "session_revived", { session_id: session.session_id }, nowNs);
       });
     },
 

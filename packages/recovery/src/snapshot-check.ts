@@ -1,5 +1,6 @@
 // The snapshot check: the store's state tables (sessions, nonces, budget accounts, holds) against the
-// projection a replay of the chain gives, and the repair that rewrites them from it. It reads no chain.
+// projection a replay of the chain gives, and the repair that rewrites them from it. Of the chain it reads
+// only the head (the stamps must not be beyond it); replaying is the caller's.
 
 import { Money } from "@leash/budget-guard";
 import { appendEntry, type Signer } from "@leash/chain";
@@ -23,7 +24,7 @@ export interface SnapshotDifference {
   field: string;
   /** As stored (null: the row is missing). */
   snapshot: unknown;
-  /** As the replayed chain gives it (null: the chain has no such row). */
+  /** As the replayed chain gives it (null: the chain has no such row; for `at_seq`, the chain's head seq). */
   replayed: unknown;
   /** False when the port cannot undo it (a row the chain never wrote cannot be deleted through it). */
   repairable: boolean;
@@ -64,7 +65,13 @@ const RESERVATION_FIELDS = [
   "created_ns",
 ] as const;
 
-/** Compares every snapshot row the projection names (and every session and hold the store lists). */
+/**
+ * Compares every snapshot row the projection names (and every session and hold the store lists).
+ * A session or account stamped with a chain position beyond the chain's head (`at_seq`, read in the
+ * same transaction) reflects entries the chain no longer has (restored from an older backup, entries
+ * lost): a difference, whatever its other fields say. Stamps at or below the head are not compared
+ * with the replay: the engine may stamp the rows of a batch with the batch's last seq.
+ */
 export async function compareSnapshots(
   substrate: Substrate,
   projection: Projection,
@@ -87,7 +94,15 @@ export async function compareSnapshots(
       repairable,
     });
   await substrate.transaction(async (tx) => {
+    const headSeq = (await tx.chain.head())?.seq ?? null;
+    const beyondHead = (atSeq: number | null | undefined): boolean =>
+      atSeq !== null && atSeq !== undefined && (headSeq === null || atSeq > headSeq);
     const stored = new Map((await tx.sessions.list()).map((s) => [s.session_id, s]));
+    for (const [id, row] of stored) {
+      if (beyondHead(row.at_seq)) {
+        diff("sessions", id, "at_seq", row.at_seq, headSeq, projection.sessions.has(id));
+      }
+    }
     for (const [id, replayed] of projection.sessions) {
       const row = stored.get(id);
       if (row === undefined) {
@@ -134,6 +149,7 @@ export async function compareSnapshots(
         diff("budget_accounts", id, "row", null, "present");
         continue;
       }
+      if (beyondHead(row.at_seq)) diff("budget_accounts", id, "at_seq", row.at_seq, headSeq);
       for (const field of ["spent_usd", "reserved_usd", "limit_usd"] as const) {
         if (!sameMoney(row[field], replayed[field]))
           diff("budget_accounts", id, field, row[field], replayed[field]);
@@ -177,6 +193,8 @@ export function describeDifferences(differences: readonly SnapshotDifference[]):
  * Rewrites the differing snapshot rows from the projection and appends a signed "snapshot_repaired"
  * entry naming them, in one transaction (the outbox item with it). Rows the port cannot delete stay,
  * and are left in the returned list. The caller has checked that `signer` is the key in force.
+ * Every session and account rewritten is stamped with the replay's last entry (`at_seq`): what it
+ * now reflects.
  */
 export async function repairSnapshots(
   substrate: Substrate,
@@ -197,19 +215,21 @@ export async function repairSnapshots(
         "the chain moved while its snapshots were being checked; run recovery again",
       );
     }
+    const atSeq = replay.head?.seq ?? null;
     const sessions = new Set(repaired.filter((d) => d.table === "sessions").map((d) => d.id));
     for (const id of sessions) {
       const replayed = projection.sessions.get(id)!;
       const row = await tx.sessions.get(id);
       const next: SessionRecord =
         row === null
-          ? replayed
+          ? { ...replayed, at_seq: atSeq }
           : {
               ...row,
               status: replayed.status,
               config: replayed.config,
               state: replayed.state,
               call_count: replayed.call_count,
+              at_seq: atSeq,
             };
       if (row === null) await tx.sessions.insert(next);
       else await tx.sessions.update(next);
@@ -221,7 +241,7 @@ export async function repairSnapshots(
     for (const id of new Set(repaired.filter((d) => d.table === "budget_accounts").map((d) => d.id))) {
       const replayed = projection.ledger.accounts.get(id)!;
       const row = await tx.budgets.getAccount(id);
-      if (row === null) await tx.budgets.insertAccount(replayed);
+      if (row === null) await tx.budgets.insertAccount({ ...replayed, at_seq: atSeq });
       else {
         const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
         await tx.budgets.updateAccount({
@@ -232,6 +252,7 @@ export async function repairSnapshots(
           parent_id,
           scope,
           updated_ns: Math.max(row.updated_ns, nowNs),
+          at_seq: atSeq,
         });
       }
     }

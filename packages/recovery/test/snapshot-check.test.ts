@@ -5,7 +5,16 @@ import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { createEngine } from "@leash/engine";
 import { afterEach, describe, expect, it } from "vitest";
 import { assertRecovered, RecoveryError, recover, replayChain } from "../src/index.js";
-import { KINDS, type Kind, manualClock, openStore, param, type TestStore } from "./support.js";
+import {
+  deleteTail,
+  KINDS,
+  type Kind,
+  manualClock,
+  openStore,
+  param,
+  SQL_KINDS,
+  type TestStore,
+} from "./support.js";
 
 const KEY = generateKeyPair();
 
@@ -179,4 +188,111 @@ describe.each(KINDS)("the snapshot check on %s", (kind: Kind) => {
     },
     30_000,
   );
+});
+
+/** Stamps the session's row and its account with `atSeq`, as the engine would (through the port). */
+async function stamp(substrate: Substrate, ids: { id: string; account: string }, atSeq: number) {
+  await substrate.transaction(async (tx) => {
+    const session = (await tx.sessions.get(ids.id))!;
+    await tx.sessions.update({ ...session, at_seq: atSeq });
+    const account = (await tx.budgets.getAccount(ids.account))!;
+    await tx.budgets.updateAccount({ ...account, at_seq: atSeq });
+  });
+}
+
+const stamps = (substrate: Substrate, ids: { id: string; account: string }) =>
+  substrate.transaction(async (tx) => [
+    (await tx.sessions.get(ids.id))?.at_seq,
+    (await tx.budgets.getAccount(ids.account))?.at_seq,
+  ]);
+
+describe.each(KINDS)("snapshot stamps (at_seq) on %s", (kind: Kind) => {
+  it("passes stamps at or below the chain's head, which are not compared with the replay", async () => {
+    const { store: s, ...ids } = await seeded(kind);
+    const head = (await readChain(s.substrate)).at(-1)!.seq;
+    for (const atSeq of [head, 0]) {
+      await stamp(s.substrate, ids, atSeq);
+      const report = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
+      expect(report.problems).toEqual([]);
+      expect(report.snapshots.differences).toEqual([]);
+    }
+  });
+
+  it("catches a session and an account stamped beyond the chain's head, and --repair stamps them with the replay's last seq", async () => {
+    const { store: s, clock, ...ids } = await seeded(kind);
+    const head = (await readChain(s.substrate)).at(-1)!.seq;
+    await stamp(s.substrate, ids, head + 3);
+    const substrate = await s.another();
+    const report = await recover(substrate, { publicKeys: [KEY.publicKeyHex], clock });
+    expect(report.ok).toBe(false);
+    expect(report.problems.map((p) => p.code)).toEqual(["snapshot_mismatch"]);
+    expect(report.problems[0]!.message).toContain(`at_seq is ${head + 3} in the store`);
+    expect(report.snapshots.differences).toEqual([
+      {
+        table: "sessions",
+        id: ids.id,
+        field: "at_seq",
+        snapshot: head + 3,
+        replayed: head,
+        repairable: true,
+      },
+      {
+        table: "budget_accounts",
+        id: ids.account,
+        field: "at_seq",
+        snapshot: head + 3,
+        replayed: head,
+        repairable: true,
+      },
+    ]);
+    expect(() => assertRecovered(report)).toThrow(RecoveryError);
+
+    const repaired = await recover(substrate, {
+      publicKeys: [KEY.publicKeyHex],
+      clock,
+      signer: KEY.signer,
+      repair: true,
+    });
+    expect(repaired.problems).toEqual([]);
+    expect(repaired.snapshots.repaired).toBe(2);
+    expect(repaired.snapshots.repair_entry_seq).toBe(head + 1);
+    // Rewritten from the replay, stamped with its last entry; the repair entry after it changes no state.
+    expect(await stamps(substrate, ids)).toEqual([head, head]);
+    const again = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
+    expect(again.ok).toBe(true);
+  });
+});
+
+// Raw SQL cuts the chain back; the memory store has none (its stamps are checked above).
+describe.each(SQL_KINDS)("snapshot stamps (at_seq) after a lost chain tail on %s", (kind: Kind) => {
+  it("catches snapshots that reflect entries a chain restored from an older backup no longer has", async () => {
+    const { store: s, clock, ...ids } = await seeded(kind);
+    const chain = await readChain(s.substrate);
+    const head = chain.at(-1)!.seq;
+    await stamp(s.substrate, ids, head);
+    // The chain loses its last two entries (an older backup of the chain tables, or a lost tail).
+    await deleteTail(s, chain.length - 2);
+    const report = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex], clock });
+    expect(report.ok).toBe(false);
+    expect(report.problems.map((p) => p.code)).toContain("snapshot_mismatch");
+    const stampDifferences = report.snapshots.differences.filter((d) => d.field === "at_seq");
+    expect(stampDifferences).toEqual([
+      {
+        table: "sessions",
+        id: ids.id,
+        field: "at_seq",
+        snapshot: head,
+        replayed: head - 2,
+        repairable: true,
+      },
+      {
+        table: "budget_accounts",
+        id: ids.account,
+        field: "at_seq",
+        snapshot: head,
+        replayed: head - 2,
+        repairable: true,
+      },
+    ]);
+  }, 30_000);
 });

@@ -66,6 +66,8 @@ export function makeSession(sessionId: string, overrides: Partial<SessionRecord>
     created_ns: T0,
     updated_ns: T0 + 3,
     last_heartbeat_ns: null,
+    // The engine stamps a snapshot with the seq of the last chain entry it reflects.
+    at_seq: 41,
     ...overrides,
   };
 }
@@ -80,6 +82,7 @@ export function makeAccount(accountId: string, overrides: Partial<BudgetAccount>
     reserved_usd: "0",
     created_ns: T0,
     updated_ns: T0,
+    at_seq: 41,
     ...overrides,
   };
 }

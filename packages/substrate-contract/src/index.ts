@@ -36,6 +36,7 @@ export { nonceStoreContract } from "./nonces.js";
 export type { SubstrateContractOptions } from "./options.js";
 export { outboxStoreContract } from "./outbox.js";
 export { sessionStoreContract } from "./sessions.js";
+export { snapshotStampsContract } from "./stamps.js";
 export { defineSubstrateContract } from "./suite.js";
 export { transactionContract } from "./transactions.js";
 export { DECIMAL_SAMPLES, valuesContract } from "./values.js";

@@ -55,14 +55,14 @@ export function sessionStoreContract(opts: SubstrateContractOptions): void {
       expect(await sub.transaction((tx) => tx.sessions.get("s1"))).toEqual(first);
     });
 
-    it("update replaces the stored record", async () => {
+    it("update replaces the stored record (all but the heartbeat: see stamps.ts)", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await sub.transaction((tx) => tx.sessions.insert(makeSession("s1")));
       const next = makeSession("s1", {
         status: "TERMINATED",
         call_count: 4,
         updated_ns: T0 + 4,
-        last_heartbeat_ns: T0 + 4,
+        at_seq: 57,
         state: { status: "TERMINATED", total_calls: 4, repeat_counts: { search: 3 } },
       });
       await sub.transaction((tx) => tx.sessions.update(next));

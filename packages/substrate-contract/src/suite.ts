@@ -13,6 +13,7 @@ import { nonceStoreContract } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 import { outboxStoreContract } from "./outbox.js";
 import { sessionStoreContract } from "./sessions.js";
+import { snapshotStampsContract } from "./stamps.js";
 import { transactionContract } from "./transactions.js";
 import { valuesContract } from "./values.js";
 
@@ -26,6 +27,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
   describe(`substrate contract: ${opts.name}`, () => {
     migrationContract(opts);
     sessionStoreContract(opts);
+    snapshotStampsContract(opts);
     nonceStoreContract(opts);
     budgetStoreContract(opts);
     hitlStoreContract(opts);

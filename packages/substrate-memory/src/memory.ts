@@ -204,8 +204,16 @@ class MemoryTransaction {
       },
       update: async (record) => {
         this.#live();
-        if (!table.has(record.session_id)) throw notFound("session", record.session_id);
-        table.set(record.session_id, copy(record));
+        const stored = table.get(record.session_id);
+        if (stored === undefined) throw notFound("session", record.session_id);
+        // The heartbeat is liveness, written by touch only (SessionStore.update).
+        table.set(record.session_id, { ...copy(record), last_heartbeat_ns: stored.last_heartbeat_ns });
+      },
+      touch: async (sessionId, atNs) => {
+        this.#live();
+        const stored = table.get(sessionId);
+        if (stored === undefined) throw notFound("session", sessionId);
+        table.set(sessionId, { ...copy(stored), last_heartbeat_ns: atNs });
       },
       list: async (filter = {}) => {
         this.#live();

@@ -163,6 +163,7 @@ RETURNING reservation_id`,
       ["reserved_usd", "text"],
       ["created_ns", "bigint"],
       ["updated_ns", "bigint"],
+      ["at_seq", "bigint"],
     ]),
     multiRowUpdate("sessions.update", t.sessions, [
       ["session_id", "text"],
@@ -174,7 +175,7 @@ RETURNING reservation_id`,
       ["call_count", "bigint"],
       ["created_ns", "bigint"],
       ["updated_ns", "bigint"],
-      ["last_heartbeat_ns", "bigint"],
+      ["at_seq", "bigint"],
     ]),
   ];
   return new Map(entries);

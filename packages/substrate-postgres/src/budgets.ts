@@ -32,6 +32,7 @@ export interface AccountRow {
   reserved_usd: string;
   created_ns: unknown;
   updated_ns: unknown;
+  at_seq: unknown;
 }
 
 interface ReservationRow {
@@ -58,6 +59,7 @@ export function accountFromRow(row: AccountRow): BudgetAccount {
     reserved_usd: row.reserved_usd,
     created_ns: decodeInt(row.created_ns, "created_ns"),
     updated_ns: decodeInt(row.updated_ns, "updated_ns"),
+    at_seq: decodeOptionalInt(row.at_seq, "at_seq"),
   };
 }
 
@@ -71,6 +73,7 @@ function accountParams(account: BudgetAccount): unknown[] {
     encodeDecimal(account.reserved_usd, "reserved_usd"),
     encodeInt(account.created_ns, "created_ns"),
     encodeInt(account.updated_ns, "updated_ns"),
+    encodeOptionalInt(account.at_seq, "at_seq"),
   ];
 }
 
@@ -197,7 +200,7 @@ export class PostgresBudgetStore implements BudgetStore {
       await this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
       // Locked by this transaction, the row now holds exactly what was written (money is stored as
       // the text given); should the write fail, so does the transaction, and this is forgotten.
-      this.known.set(account.account_id, { ...account });
+      this.known.set(account.account_id, { ...account, at_seq: account.at_seq ?? null });
       return;
     }
     const { rowCount } = await this.tx.query(this.accounts.update, params);

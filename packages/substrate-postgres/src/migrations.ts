@@ -2,7 +2,7 @@
 // Migrations only ever add; nothing here rewrites or drops data a running daemon might still read.
 
 import { SubstrateError } from "@leash/core";
-import type { PoolClient } from "pg";
+import type { ClientBase } from "pg";
 import type { TableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 
@@ -166,6 +166,16 @@ export const MIGRATIONS: readonly Migration[] = [
   ADD COLUMN successor_params_json text`,
     ],
   },
+  {
+    version: 6,
+    // The chain position each session and account snapshot reflects (the seq of the last entry folded
+    // into it), set by the engine. Rows written before keep NULL. The SQLite substrate's version 6 mirrors it.
+    description: "snapshot chain stamps (at_seq) on sessions and budget accounts",
+    statements: (t) => [
+      `ALTER TABLE ${t.sessions} ADD COLUMN at_seq bigint`,
+      `ALTER TABLE ${t.accounts} ADD COLUMN at_seq bigint`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -182,7 +192,7 @@ export interface MigrationResult {
  * leaves the previous version intact.
  */
 export async function runMigrations(
-  client: PoolClient,
+  client: ClientBase,
   t: TableNames,
   target: number = LATEST_SCHEMA_VERSION,
 ): Promise<MigrationResult> {

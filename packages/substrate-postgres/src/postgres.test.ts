@@ -3,14 +3,14 @@
 import { execFileSync, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
-import type { ChainEntryRecord, HitlRequest, Substrate } from "@leash/core";
+import type { BudgetAccount, ChainEntryRecord, HitlRequest, SessionRecord, Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
 import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
 import { tableNames } from "./codec.js";
 import { LATEST_SCHEMA_VERSION, openPostgresSubstrate, type PostgresSubstrate } from "./index.js";
-import { runMigrations } from "./migrations.js";
+import { MIGRATIONS, runMigrations } from "./migrations.js";
 
 /** A real epoch-nanosecond clock reading: an integral double above 2^53 (2026-11-30). */
 const EPOCH_NS = 1_796_012_406_975_000_000;
@@ -504,6 +504,49 @@ FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
   });
 });
 
+/** Integers as exact decimal text: a double above 2^53 keeps its value (String() would shorten it). */
+const int = (n: number | null) => (n === null ? null : BigInt(n).toString());
+
+/**
+ * Writes a session or account row with the columns versions 1 to 5 gave its table (no at_seq), behind
+ * the store's back: the store itself now writes the stamps.
+ */
+async function insertAsVersion5(schema: string, row: SessionRecord | BudgetAccount): Promise<void> {
+  if ("session_id" in row) {
+    await admin.query(
+      `INSERT INTO "${schema}".leash_sessions (session_id, agent_id, organization_id, status, config, state,
+         call_count, created_ns, updated_ns, last_heartbeat_ns) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+      [
+        row.session_id,
+        row.agent_id,
+        row.organization_id,
+        row.status,
+        JSON.stringify(row.config),
+        JSON.stringify(row.state),
+        int(row.call_count),
+        int(row.created_ns),
+        int(row.updated_ns),
+        int(row.last_heartbeat_ns),
+      ],
+    );
+    return;
+  }
+  await admin.query(
+    `INSERT INTO "${schema}".leash_budget_accounts (account_id, scope, parent_id, limit_usd, spent_usd,
+       reserved_usd, created_ns, updated_ns) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+    [
+      row.account_id,
+      row.scope,
+      row.parent_id,
+      row.limit_usd,
+      row.spent_usd,
+      row.reserved_usd,
+      int(row.created_ns),
+      int(row.updated_ns),
+    ],
+  );
+}
+
 describe("migrations", () => {
   it("migrates a version-1 schema forward, keeping its data", async () => {
     const schema = freshSchema();
@@ -515,11 +558,15 @@ describe("migrations", () => {
       client.release();
     }
     const sub = await open(schema);
-    // Version 1 has everything but HITL, so the other stores already work on it.
+    // Sessions and accounts as version 1 laid them out (the store now writes the stamps version 6 added).
+    await insertAsVersion5(
+      schema,
+      session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }),
+    );
+    await insertAsVersion5(schema, account("a", { spent_usd: "0.001" }));
+    // Version 1 has nonces and reservations as they are today, so their stores already work on it.
     await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }));
       await tx.nonces.add("s1", "n1", T0);
-      await tx.budgets.insertAccount(account("a", { spent_usd: "0.001" }));
       await tx.budgets.insertReservation(reservation("r1"));
     });
     const hitlBefore = await rejection(sub.transaction((tx) => tx.hitl.list({})));
@@ -530,8 +577,8 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
-    expect(LATEST_SCHEMA_VERSION).toBe(5);
+    expect(versions.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
+    expect(LATEST_SCHEMA_VERSION).toBe(MIGRATIONS.length);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s1"),
       nonce: await tx.nonces.has("s1", "n1"),
@@ -539,9 +586,10 @@ describe("migrations", () => {
       expired: await tx.budgets.listExpired(T0 + 1000, 10),
     }));
     expect(kept).toEqual({
-      session: session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }),
+      // Rows written before the stamps existed read back with at_seq null.
+      session: session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } }, at_seq: null }),
       nonce: true,
-      account: account("a", { spent_usd: "0.001" }),
+      account: account("a", { spent_usd: "0.001", at_seq: null }),
       expired: [reservation("r1")],
     });
     await sub.transaction((tx) => tx.hitl.insert(hitl("h1")));
@@ -558,11 +606,9 @@ describe("migrations", () => {
       client.release();
     }
     const sub = await open(schema);
-    await sub.transaction(async (tx) => {
-      await tx.sessions.insert(session("s1", { created_ns: EPOCH_NS }));
-      await tx.nonces.add("s1", 7, T0);
-      await tx.budgets.insertAccount(account("a", { spent_usd: "0.001" }));
-    });
+    await insertAsVersion5(schema, session("s1", { created_ns: EPOCH_NS }));
+    await insertAsVersion5(schema, account("a", { spent_usd: "0.001" }));
+    await sub.transaction((tx) => tx.nonces.add("s1", 7, T0));
     // Written as version 2 laid the table out (the store now writes the columns version 5 added).
     await admin.query(
       `INSERT INTO "${schema}".leash_hitl_requests VALUES ('h1', 's1', 1, 'transfer', '"7"', NULL, 'hitl_all_calls',
@@ -576,7 +622,7 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
     const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
     expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
     // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them.
@@ -599,9 +645,9 @@ describe("migrations", () => {
       outbox: await tx.outbox.counts(),
     }));
     expect(kept).toEqual({
-      session: session("s1", { created_ns: EPOCH_NS }),
+      session: session("s1", { created_ns: EPOCH_NS, at_seq: null }),
       nonces: [true, false],
-      account: account("a", { spent_usd: "0.001" }),
+      account: account("a", { spent_usd: "0.001", at_seq: null }),
       hitl: hitl("h1", { nonce: "7" }),
       head: null,
       outbox: { PENDING: 0, DELIVERED: 0, DEAD: 0 },
@@ -655,7 +701,7 @@ describe("migrations", () => {
     const { rows } = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
+    expect(rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
     const heads = await admin.query(`SELECT count(*)::int AS n FROM "${schema}".leash_chain_head`);
     expect(heads.rows).toEqual([{ n: 1 }]);
     await handles[1]!.transaction((tx) => tx.sessions.insert(session("s1")));
@@ -960,5 +1006,141 @@ describe("options", () => {
       { multiProcess: true, durable: true },
       "leash-substrate-v5",
     ]);
+  });
+});
+/** Copies every row of schema `from` (at the current version) into `into`, column by column of `into`'s tables. */
+async function copyRows(into: string, from: string): Promise<void> {
+  const { rows: tables } = await admin.query<{ table_name: string }>(
+    `SELECT table_name FROM information_schema.tables
+     WHERE table_schema = $1 AND table_name LIKE 'leash_%' AND table_name <> 'leash_schema_version'`,
+    [into],
+  );
+  for (const { table_name: table } of tables) {
+    const { rows } = await admin.query<{ column_name: string }>(
+      `SELECT column_name FROM information_schema.columns
+       WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER' ORDER BY ordinal_position`,
+      [into, table],
+    );
+    const columns = rows.map((r) => r.column_name).join(", ");
+    // The head row exists from version 3 on: replaced by the source's.
+    await admin.query(`DELETE FROM "${into}".${table}`);
+    await admin.query(
+      `INSERT INTO "${into}".${table} (${columns}) SELECT ${columns} FROM "${from}".${table}`,
+    );
+  }
+}
+
+describe("migrating a store written at version 5 (before the snapshot stamps)", () => {
+  it("keeps every row of every table equal, with at_seq null on sessions and accounts", async () => {
+    // The v5 store: the migrations as they stood at version 5, nothing after.
+    const schema = freshSchema();
+    const client = await admin.connect();
+    try {
+      expect(await runMigrations(client, tableNames(schema), 5)).toEqual({ from: 0, to: 5 });
+    } finally {
+      client.release();
+    }
+
+    // Rows of every kind, written through the port into a current store, then copied into the v5
+    // layout (the columns the two share), as the build before this one would have written them.
+    const sourceSchema = freshSchema();
+    const source = await openMigrated(sourceSchema);
+    const sessions = [
+      session("s1", { last_heartbeat_ns: EPOCH_NS, created_ns: EPOCH_NS, at_seq: null }),
+      session("s2", { status: "PAUSED", last_heartbeat_ns: null, call_count: 2, at_seq: null }),
+    ];
+    const accounts = [
+      account("org", { scope: "organization", at_seq: null }),
+      account("a", { parent_id: "org", spent_usd: "0.25", reserved_usd: "1e-7", at_seq: null }),
+    ];
+    const reservations = [
+      reservation("r1", { account_ids: ["a", "org"] }),
+      reservation("r2", { status: "SETTLED", actual_usd: "0.25", resolved_ns: EPOCH_NS }),
+    ];
+    const requests = [
+      hitl("h1", { nonce: "n-7", params_json: '{"amount":10}', expires_ns: EPOCH_NS }),
+      hitl("h2", {
+        session_id: "s2",
+        status: "DECIDED",
+        decision: "modify",
+        operator_id: "alice",
+        successor_nonce: 8,
+        successor_params_json: '{"amount":5}',
+        decided_ns: T0 + 3,
+      }),
+    ];
+    const chain = [entry(0, ZEROS)];
+    chain.push(entry(1, chain[0]!.entry_hash), entry(2, "ab".repeat(32)));
+    chain[2] = entry(2, chain[1]!.entry_hash);
+    await source.transaction(async (tx) => {
+      for (const s of sessions) await tx.sessions.insert(s);
+      for (const a of accounts) await tx.budgets.insertAccount(a);
+      for (const r of reservations) await tx.budgets.insertReservation(r);
+      for (const h of requests) await tx.hitl.insert(h);
+      await tx.nonces.add("s1", 7, T0);
+      await tx.nonces.add("s1", "7", T0);
+      for (const e of chain) {
+        await tx.chain.append(e);
+        await tx.outbox.enqueue({
+          seq: e.seq,
+          entry_id: e.entry_id,
+          session_id: "s1",
+          created_ns: e.created_ns,
+        });
+      }
+    });
+    await source.transaction((tx) =>
+      tx.outbox.claim({ relayId: "relay-1", limit: 1, nowNs: T0, leaseNs: 1000 }),
+    );
+    const outbox = await source.transaction((tx) => tx.outbox.list({}));
+    await copyRows(schema, sourceSchema);
+
+    const sub = await open(schema);
+    await sub.migrate();
+    const versions = await admin.query(
+      `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
+    );
+    expect(versions.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
+    const after = await sub.transaction(async (tx) => ({
+      sessions: await tx.sessions.list(),
+      accounts: await Promise.all(accounts.map((a) => tx.budgets.getAccount(a.account_id))),
+      reservations: await tx.budgets.listReservations({}),
+      hitl: await tx.hitl.list({}),
+      nonces: [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7"), await tx.nonces.count("s1")],
+      chain: await tx.chain.range(0, 10),
+      head: await tx.chain.head(),
+      outbox: await tx.outbox.list({}),
+    }));
+    expect(after).toEqual({
+      sessions: [sessions[1], sessions[0]],
+      accounts,
+      reservations,
+      hitl: requests,
+      nonces: [true, true, 2],
+      chain,
+      head: { seq: 2, entry_hash: chain[2]!.entry_hash },
+      outbox,
+    });
+    for (const s of after.sessions) expect(s.at_seq).toBeNull();
+    for (const a of after.accounts) expect(a?.at_seq).toBeNull();
+    // The migrated rows take stamps, heartbeats and new entries like any other.
+    await sub.transaction(async (tx) => {
+      await tx.sessions.update({ ...sessions[0]!, call_count: 1, at_seq: 3 });
+      await tx.sessions.touch("s2", EPOCH_NS);
+      await tx.budgets.updateAccount({ ...accounts[1]!, at_seq: 3 });
+      await tx.chain.append(entry(3, chain[2]!.entry_hash));
+    });
+    const stamped = await sub.transaction(async (tx) => ({
+      s1: await tx.sessions.get("s1"),
+      s2: await tx.sessions.get("s2"),
+      account: await tx.budgets.getAccount("a"),
+      head: (await tx.chain.head())?.seq,
+    }));
+    expect(stamped).toEqual({
+      s1: { ...sessions[0]!, call_count: 1, at_seq: 3 },
+      s2: { ...sessions[1]!, last_heartbeat_ns: EPOCH_NS },
+      account: { ...accounts[1]!, at_seq: 3 },
+      head: 3,
+    });
   });
 });

@@ -26,6 +26,7 @@ interface SessionRow {
   created_ns: unknown;
   updated_ns: unknown;
   last_heartbeat_ns: unknown;
+  at_seq: unknown;
 }
 
 function fromRow(row: SessionRow): SessionRecord {
@@ -40,6 +41,7 @@ function fromRow(row: SessionRow): SessionRecord {
     created_ns: decodeInt(row.created_ns, "created_ns"),
     updated_ns: decodeInt(row.updated_ns, "updated_ns"),
     last_heartbeat_ns: decodeOptionalInt(row.last_heartbeat_ns, "last_heartbeat_ns"),
+    at_seq: decodeOptionalInt(row.at_seq, "at_seq"),
   };
 }
 
@@ -65,6 +67,7 @@ function entryOf(record: SessionRecord, config: string, state: string): SessionE
       updated_ns: record.updated_ns,
       // As the column gives it back: a record written without one reads back null.
       last_heartbeat_ns: record.last_heartbeat_ns ?? null,
+      at_seq: record.at_seq ?? null,
     },
     config,
     state,
@@ -79,7 +82,8 @@ function recordOf(entry: SessionEntry): SessionRecord {
   };
 }
 
-function toParams(record: SessionRecord): unknown[] {
+/** The update statement's parameters: every column but last_heartbeat_ns, which only touch writes. */
+function updateParams(record: SessionRecord): unknown[] {
   return [
     encodeText(record.session_id, "session_id"),
     encodeText(record.agent_id, "agent_id"),
@@ -90,8 +94,15 @@ function toParams(record: SessionRecord): unknown[] {
     encodeInt(record.call_count, "call_count"),
     encodeInt(record.created_ns, "created_ns"),
     encodeInt(record.updated_ns, "updated_ns"),
-    encodeOptionalInt(record.last_heartbeat_ns, "last_heartbeat_ns"),
+    encodeOptionalInt(record.at_seq, "at_seq"),
   ];
+}
+
+/** The insert statement's parameters, in SESSION_COLUMNS order (sql.ts). */
+function insertParams(record: SessionRecord): unknown[] {
+  const params = updateParams(record);
+  params.splice(9, 0, encodeOptionalInt(record.last_heartbeat_ns, "last_heartbeat_ns"));
+  return params;
 }
 
 export class PostgresSessionStore implements SessionStore {
@@ -143,7 +154,7 @@ export class PostgresSessionStore implements SessionStore {
 
   async insert(record: SessionRecord): Promise<void> {
     const key = this.tx.rowKey("sessions", record.session_id);
-    const params = [...toParams(record), key];
+    const params = [...insertParams(record), key];
     const conflict = () => new SubstrateError("conflict", `session ${record.session_id} already exists`);
     if (this.absent.delete(record.session_id)) {
       this.held.add(record.session_id);
@@ -157,17 +168,49 @@ export class PostgresSessionStore implements SessionStore {
   }
 
   async update(record: SessionRecord): Promise<void> {
-    const params = toParams(record);
-    const missing = () => new SubstrateError("not_found", `session ${record.session_id} does not exist`);
-    if (this.held.has(record.session_id)) {
-      this.keep(record, params);
+    const params = updateParams(record);
+    const id = record.session_id;
+    const missing = () => new SubstrateError("not_found", `session ${id} does not exist`);
+    // What the batch remembers is the row as stored, whose heartbeat the update leaves alone.
+    const heartbeat = (this.local.get(id) ?? this.memory?.sessions.get(id))?.fields.last_heartbeat_ns;
+    if (this.held.has(id)) {
+      this.keepUpdated(record, params, heartbeat);
       return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
     }
     const { rowCount } = await this.tx.query(this.sql.update, params);
     if (rowCount === 0) throw missing();
     // The UPDATE has locked the row.
-    this.held.add(record.session_id);
-    this.keep(record, params);
+    this.held.add(id);
+    this.keepUpdated(record, params, heartbeat);
+  }
+
+  /** Remembers an updated row with the stored heartbeat; a row whose heartbeat is unknown is not remembered. */
+  private keepUpdated(
+    record: SessionRecord,
+    params: readonly unknown[],
+    heartbeat: number | null | undefined,
+  ) {
+    if (heartbeat === undefined) {
+      this.local.delete(record.session_id);
+      return;
+    }
+    this.keep({ ...record, last_heartbeat_ns: heartbeat }, params);
+  }
+
+  async touch(sessionId: string, atNs: number): Promise<void> {
+    const id = encodeText(sessionId, "session_id");
+    const params = [id, encodeInt(atNs, "atNs")];
+    const missing = () => new SubstrateError("not_found", `session ${id} does not exist`);
+    const known = this.local.get(id) ?? this.memory?.sessions.get(id);
+    if (known !== undefined) {
+      this.local.set(id, { ...known, fields: { ...known.fields, last_heartbeat_ns: atNs } });
+    }
+    if (this.held.has(id)) {
+      return this.tx.defer(this.sql.touch, params, (r) => (r.rowCount === 0 ? missing() : null));
+    }
+    const { rowCount } = await this.tx.query(this.sql.touch, params);
+    if (rowCount === 0) throw missing();
+    this.held.add(id);
   }
 
   async list(filter: { status?: SessionStatus; limit?: number } = {}): Promise<SessionRecord[]> {

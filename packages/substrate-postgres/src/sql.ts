@@ -37,9 +37,9 @@ export function statement(op: string, text: string): Statement {
 }
 
 const SESSION_COLUMNS =
-  "session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns, last_heartbeat_ns";
+  "session_id, agent_id, organization_id, status, config, state, call_count, created_ns, updated_ns, last_heartbeat_ns, at_seq";
 const ACCOUNT_COLUMNS =
-  "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns";
+  "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns, at_seq";
 const RESERVATION_COLUMNS =
   "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
 const CHAIN_COLUMNS =
@@ -114,13 +114,18 @@ export function buildStatements(t: TableNames) {
         "sessions.insert",
         t.sessions,
         SESSION_COLUMNS,
-        params(10).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
-        "$11",
+        params(11).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
+        "$12",
       ),
+      // No last_heartbeat_ns: only touch writes it (SessionStore.update).
       update: statement(
         "sessions.update",
         `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
-call_count = $7, created_ns = $8, updated_ns = $9, last_heartbeat_ns = $10 WHERE session_id = $1`,
+call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id = $1`,
+      ),
+      touch: statement(
+        "sessions.touch",
+        `UPDATE ${t.sessions} SET last_heartbeat_ns = $2 WHERE session_id = $1`,
       ),
       list: statement(
         "sessions.list",
@@ -148,11 +153,11 @@ ON CONFLICT DO NOTHING`,
         "accounts.get",
         `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
       ),
-      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(8), "$9"),
+      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(9), "$10"),
       update: statement(
         "accounts.update",
         `UPDATE ${t.accounts} SET scope = $2, parent_id = $3, limit_usd = $4, spent_usd = $5, reserved_usd = $6,
-created_ns = $7, updated_ns = $8 WHERE account_id = $1`,
+created_ns = $7, updated_ns = $8, at_seq = $9 WHERE account_id = $1`,
       ),
     },
     reservations: {

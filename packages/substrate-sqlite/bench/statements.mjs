@@ -71,10 +71,10 @@ const sessionId = (i) => `bench-0123abcd-p0-s${i}`;
 
 db.exec("BEGIN");
 db.prepare(
-  "INSERT INTO leash_budget_accounts VALUES ('agent:bench', 'agent', NULL, '1000000000', '0', '0', 1, 1)",
+  "INSERT INTO leash_budget_accounts VALUES ('agent:bench', 'agent', NULL, '1000000000', '0', '0', 1, 1, NULL)",
 ).run();
 const addSession = db.prepare(
-  "INSERT INTO leash_sessions VALUES (?, 'bench', 'default', 'ACTIVE', ?, ?, 0, 1, 1, 1)",
+  "INSERT INTO leash_sessions VALUES (?, 'bench', 'default', 'ACTIVE', ?, ?, 0, 1, 1, 1, NULL)",
 );
 for (let i = 0; i < SESSIONS; i++) addSession.run(sessionId(i), CONFIG, STATE);
 db.exec("COMMIT");
@@ -107,6 +107,7 @@ function decision() {
     reserved_usd: `${n}.001`,
     created_ns: 1,
     updated_ns: at,
+    at_seq: n,
   });
   run("reservation", sql.reservation, {
     reservation_id: `${session}#${n}`,
@@ -131,7 +132,7 @@ function decision() {
     call_count: n,
     created_ns: 1,
     updated_ns: at,
-    last_heartbeat_ns: 1,
+    at_seq: n,
   });
   run("chain", sql.chain, {
     seq: n,

@@ -94,6 +94,7 @@ export interface SessionRow {
   created_ns: number;
   updated_ns: number;
   last_heartbeat_ns: number | null;
+  at_seq: number | null;
 }
 
 export function sessionToRow(r: SessionRecord): SessionRow {
@@ -108,6 +109,7 @@ export function sessionToRow(r: SessionRecord): SessionRow {
     created_ns: checkedInteger("created_ns", r.created_ns),
     updated_ns: checkedInteger("updated_ns", r.updated_ns),
     last_heartbeat_ns: optionalInteger("last_heartbeat_ns", r.last_heartbeat_ns),
+    at_seq: optionalInteger("at_seq", r.at_seq),
   };
 }
 
@@ -123,6 +125,7 @@ export function rowToSession(row: SessionRow): SessionRecord {
     created_ns: row.created_ns,
     updated_ns: row.updated_ns,
     last_heartbeat_ns: row.last_heartbeat_ns,
+    at_seq: row.at_seq,
   };
 }
 
@@ -137,6 +140,7 @@ export interface AccountRow {
   reserved_usd: string;
   created_ns: number;
   updated_ns: number;
+  at_seq: number | null;
 }
 
 export function accountToRow(a: BudgetAccount): AccountRow {
@@ -149,6 +153,7 @@ export function accountToRow(a: BudgetAccount): AccountRow {
     reserved_usd: text("reserved_usd", a.reserved_usd),
     created_ns: checkedInteger("created_ns", a.created_ns),
     updated_ns: checkedInteger("updated_ns", a.updated_ns),
+    at_seq: optionalInteger("at_seq", a.at_seq),
   };
 }
 
@@ -162,6 +167,7 @@ export function rowToAccount(row: AccountRow): BudgetAccount {
     reserved_usd: row.reserved_usd,
     created_ns: row.created_ns,
     updated_ns: row.updated_ns,
+    at_seq: row.at_seq,
   };
 }
 

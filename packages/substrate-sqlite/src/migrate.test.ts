@@ -1,11 +1,15 @@
 // Tests of SQLite schema migrations: upgrading databases written by older layouts, keeping their data.
 // Migrating empty stores, idempotence and concurrent migrators are also in the contract suite.
 import { SubstrateError } from "@leash/core";
+import { makeChain, outboxItemFor } from "@leash/substrate-contract";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
+import { account, freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
 import { applyMigrations, MIGRATIONS, SCHEMA_VERSION } from "./schema.js";
 import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
+
+/** Every migration, in order: what a store at the current schema has applied. */
+const ALL_VERSIONS = MIGRATIONS.map((m) => m.version);
 
 const open: SqliteSubstrate[] = [];
 afterEach(async () => {
@@ -106,7 +110,8 @@ describe("migrations", () => {
     const path = freshDbPath();
     const old = new Database(path);
     old.exec(VERSION_1_LAYOUT);
-    const s = session("s-old", { state: { total_calls: 3, budget_spent_usd: 0.1 } });
+    // Rows written before stamps existed read back with at_seq null.
+    const s = session("s-old", { state: { total_calls: 3, budget_spent_usd: 0.1 }, at_seq: null });
     old
       .prepare(
         `INSERT INTO leash_sessions VALUES (?, 'agent-1', 'org-1', 'ACTIVE', ?, ?, 0, ${T0}, ${T0}, NULL)`,
@@ -125,7 +130,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.sessions.get("s-old"))).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-old"),
@@ -139,7 +144,7 @@ describe("migrations", () => {
     expect(kept).toEqual({ session: s, nonces: [true, true, 2], expired: [reservation("r-old")] });
 
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
   });
 
   it("upgrades a version-2 database holding data to the latest version: rows kept, chain and outbox start empty", async () => {
@@ -147,7 +152,7 @@ describe("migrations", () => {
     const old = new Database(path);
     old.exec(VERSION_1_LAYOUT);
     old.exec(VERSION_2_ADDITIONS);
-    const s = session("s-v2", { call_count: 4, last_heartbeat_ns: T0 + 9 });
+    const s = session("s-v2", { call_count: 4, last_heartbeat_ns: T0 + 9, at_seq: null });
     old
       .prepare(
         `INSERT INTO leash_sessions VALUES (?, 'agent-1', 'org-1', 'ACTIVE', ?, ?, 4, ${T0}, ${T0}, ${T0 + 9})`,
@@ -167,7 +172,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await expect(sub.transaction((tx) => tx.chain.head())).rejects.toThrow(/call migrate\(\) first/);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
     expect(indexes(path)).toEqual(ALL_INDEXES);
     const kept = await sub.transaction(async (tx) => ({
       session: await tx.sessions.get("s-v2"),
@@ -203,7 +208,7 @@ describe("migrations", () => {
     });
     expect(await sub.transaction((tx) => tx.chain.range(0, 10))).toEqual([entry]);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
   });
 
   it("migrates a version-0 database (none of Leash's tables) without touching the tables already there", async () => {
@@ -216,7 +221,7 @@ describe("migrations", () => {
     const sub = await openAt(path);
     await sub.migrate();
     await sub.transaction((tx) => tx.sessions.insert(session("s1")));
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
     const after = new Database(path, { readonly: true });
     expect(after.prepare("SELECT body FROM app_notes").pluck().get()).toBe("kept");
     after.close();
@@ -238,7 +243,7 @@ describe("migrations", () => {
     );
     expect(SubstrateError.isInstance(error) && error.code).toBe("corrupt");
     await expect(second.transaction(async () => 1)).rejects.toMatchObject({ code: "corrupt" });
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5, SCHEMA_VERSION + 1]);
+    expect(versions(path)).toEqual([...ALL_VERSIONS, SCHEMA_VERSION + 1]);
   });
 
   it("a failing migration rolls back entirely, leaving the older version in place", async () => {
@@ -271,7 +276,7 @@ describe("migrations", () => {
 
     const sub = await openAt(path);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
     const kept = await sub.transaction((tx) => tx.hitl.list({ status: "PENDING" }));
     expect(kept).toEqual([hitlRequest("h-v4")]);
     expect(kept[0]?.expires_ns).toBeNull();
@@ -291,6 +296,144 @@ describe("migrations", () => {
     const path = freshDbPath();
     const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
     await Promise.all(subs.flatMap((sub) => [sub.migrate(), sub.migrate()]));
+    expect(versions(path)).toEqual(ALL_VERSIONS);
+  });
+});
+
+/** Copies every row of `from` (a store at the current schema) into `into`, column by column of `into`'s tables. */
+function copyRows(into: string, from: string): void {
+  const db = new Database(into);
+  db.prepare("ATTACH DATABASE ? AS source").run(from);
+  const tables = db
+    .prepare(
+      "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'leash_%' AND name != 'leash_schema_version'",
+    )
+    .pluck()
+    .all() as string[];
+  for (const table of tables) {
+    const columns = (db.prepare(`PRAGMA main.table_info(${table})`).all() as Array<{ name: string }>)
+      .map((c) => c.name)
+      .join(", ");
+    db.exec(`INSERT INTO main.${table} (${columns}) SELECT ${columns} FROM source.${table}`);
+  }
+  db.exec("DETACH DATABASE source");
+  db.close();
+}
+
+describe("migrating a store written at version 5 (before the snapshot stamps)", () => {
+  it("keeps every row of every table equal, with at_seq null on sessions and accounts", async () => {
+    // The v5 store: the migrations as they stood at version 5, nothing after.
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec("BEGIN IMMEDIATE");
+    expect(
+      applyMigrations(
+        old,
+        MIGRATIONS.filter((m) => m.version <= 5),
+      ),
+    ).toEqual({ from: 0, to: 5 });
+    old.exec("COMMIT");
+    old.close();
+
+    // Rows of every kind, written through the port into a current store, then copied into the v5 layout
+    // (the columns the two share), as the build before this one would have written them.
+    const sourcePath = freshDbPath("source.db");
+    const source = await openAt(sourcePath);
+    await source.migrate();
+    const sessions = [
+      session("s-1", { last_heartbeat_ns: T0 + 5, at_seq: null }),
+      session("s-2", { status: "PAUSED", last_heartbeat_ns: null, call_count: 2, at_seq: null }),
+    ];
+    const accounts = [
+      account("acct-org", { scope: "organization", limit_usd: "1000", at_seq: null }),
+      account("acct-session", {
+        parent_id: "acct-org",
+        spent_usd: "0.25",
+        reserved_usd: "0.001",
+        at_seq: null,
+      }),
+    ];
+    const reservations = [
+      reservation("r-1", { account_ids: ["acct-session", "acct-org"], session_id: "s-1" }),
+      reservation("r-2", { status: "SETTLED", actual_usd: "0.25", resolved_ns: T0 + 9, session_id: "s-1" }),
+    ];
+    const hitl = [
+      hitlRequest("h-1", {
+        session_id: "s-1",
+        nonce: "n-7",
+        params_json: '{"amount":10}',
+        expires_ns: T0 + 60,
+      }),
+      hitlRequest("h-2", {
+        session_id: "s-2",
+        status: "DECIDED",
+        decision: "modify",
+        operator_id: "alice",
+        successor_nonce: 8,
+        successor_params_json: '{"amount":5}',
+        decided_ns: T0 + 3,
+      }),
+    ];
+    const chain = makeChain(3);
+    await source.transaction(async (tx) => {
+      for (const s of sessions) await tx.sessions.insert(s);
+      for (const a of accounts) await tx.budgets.insertAccount(a);
+      for (const r of reservations) await tx.budgets.insertReservation(r);
+      for (const h of hitl) await tx.hitl.insert(h);
+      await tx.nonces.add("s-1", 7, T0);
+      await tx.nonces.add("s-1", "7", T0);
+      for (const entry of chain) {
+        await tx.chain.append(entry);
+        await tx.outbox.enqueue(outboxItemFor(entry));
+      }
+    });
+    await source.transaction((tx) =>
+      tx.outbox.claim({ relayId: "relay-1", limit: 1, nowNs: T0, leaseNs: 1000 }),
+    );
+    const before = await source.transaction(async (tx) => ({
+      outbox: await tx.outbox.list({}),
+    }));
+    copyRows(path, sourcePath);
     expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+
+    const sub = await openAt(path);
+    await sub.migrate();
+    expect(versions(path)).toEqual(ALL_VERSIONS);
+    const after = await sub.transaction(async (tx) => ({
+      sessions: await tx.sessions.list(),
+      accounts: await Promise.all(accounts.map((a) => tx.budgets.getAccount(a.account_id))),
+      reservations: await tx.budgets.listReservations({}),
+      hitl: await tx.hitl.list({}),
+      nonces: [await tx.nonces.has("s-1", 7), await tx.nonces.has("s-1", "7"), await tx.nonces.count("s-1")],
+      chain: await tx.chain.range(0, 10),
+      head: await tx.chain.head(),
+      outbox: await tx.outbox.list({}),
+    }));
+    expect(after).toEqual({
+      sessions,
+      accounts,
+      reservations,
+      hitl,
+      nonces: [true, true, 2],
+      chain,
+      head: { seq: 2, entry_hash: chain[2]!.entry_hash },
+      outbox: before.outbox,
+    });
+    for (const s of after.sessions) expect(s.at_seq).toBeNull();
+    for (const a of after.accounts) expect(a?.at_seq).toBeNull();
+    // The migrated rows take stamps and heartbeats like any other.
+    await sub.transaction(async (tx) => {
+      await tx.sessions.update({ ...sessions[0]!, call_count: 1, at_seq: 3 });
+      await tx.sessions.touch("s-2", T0 + 100);
+      await tx.budgets.updateAccount({ ...accounts[1]!, at_seq: 3 });
+    });
+    const stamped = await sub.transaction(async (tx) => ({
+      s1: await tx.sessions.get("s-1"),
+      s2: await tx.sessions.get("s-2"),
+      account: await tx.budgets.getAccount("acct-session"),
+    }));
+    expect(stamped.s1).toEqual({ ...sessions[0]!, call_count: 1, at_seq: 3 });
+    expect(stamped.s2).toEqual({ ...sessions[1]!, last_heartbeat_ns: T0 + 100 });
+    expect(stamped.account).toEqual({ ...accounts[1]!, at_seq: 3 });
   });
 });

@@ -158,6 +158,16 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE leash_hitl_requests ADD COLUMN successor_params_json TEXT;
     `,
   },
+  {
+    // The chain position each session and account snapshot reflects (the seq of the last entry folded
+    // into it), set by the engine. Rows written before keep NULL: recovery checks them by replay alone.
+    version: 6,
+    name: "snapshot chain stamps",
+    sql: `
+      ALTER TABLE leash_sessions ADD COLUMN at_seq INTEGER;
+      ALTER TABLE leash_budget_accounts ADD COLUMN at_seq INTEGER;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

@@ -150,9 +150,9 @@ class Sessions implements SessionStore {
     this.tx.exec("sessions.insert", (st) =>
       st(
         `INSERT INTO leash_sessions (session_id, agent_id, organization_id, status, config, state,
-           call_count, created_ns, updated_ns, last_heartbeat_ns)
+           call_count, created_ns, updated_ns, last_heartbeat_ns, at_seq)
          VALUES (@session_id, @agent_id, @organization_id, @status, @config, @state,
-           @call_count, @created_ns, @updated_ns, @last_heartbeat_ns)`,
+           @call_count, @created_ns, @updated_ns, @last_heartbeat_ns, @at_seq)`,
       ).run(row),
     );
     this.tx.rows.putSession(row);
@@ -160,24 +160,37 @@ class Sessions implements SessionStore {
 
   async update(record: SessionRecord): Promise<void> {
     const row = sessionToRow(record);
+    // Neither statement sets last_heartbeat_ns (SessionStore.update): only touch writes it.
     // Most updates keep status and created_ns (see DECISION_SQL); the full update below is the fallback.
     const kept = this.tx.exec("sessions.update", (st) =>
       st(DECISION_SQL.sessionUpdateKeepingStatus).run(row),
     );
-    if (kept.changes === 1) {
-      this.tx.rows.putSession(row);
-      return;
+    if (kept.changes === 0) {
+      const { changes } = this.tx.exec("sessions.update", (st) =>
+        st(
+          `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
+             status = @status, config = @config, state = @state, call_count = @call_count,
+             created_ns = @created_ns, updated_ns = @updated_ns, at_seq = @at_seq
+           WHERE session_id = @session_id`,
+        ).run(row),
+      );
+      if (changes === 0) throw notFound("session", row.session_id);
     }
-    const { changes } = this.tx.exec("sessions.update", (st) =>
-      st(
-        `UPDATE leash_sessions SET agent_id = @agent_id, organization_id = @organization_id,
-           status = @status, config = @config, state = @state, call_count = @call_count,
-           created_ns = @created_ns, updated_ns = @updated_ns, last_heartbeat_ns = @last_heartbeat_ns
-         WHERE session_id = @session_id`,
-      ).run(row),
+    // The cache holds the row as stored: with the stored heartbeat, when this connection knows it.
+    const cached = this.tx.rows.sessions.get(row.session_id);
+    if (cached === undefined) return;
+    this.tx.rows.putSession({ ...row, last_heartbeat_ns: cached.last_heartbeat_ns });
+  }
+
+  async touch(sessionId: string, atNs: number): Promise<void> {
+    const id = text("sessionId", sessionId);
+    const at = checkedInteger("atNs", atNs);
+    const { changes } = this.tx.exec("sessions.touch", (st) =>
+      st("UPDATE leash_sessions SET last_heartbeat_ns = ? WHERE session_id = ?").run(at, id),
     );
-    if (changes === 0) throw notFound("session", row.session_id);
-    this.tx.rows.putSession(row);
+    if (changes === 0) throw notFound("session", id);
+    const cached = this.tx.rows.sessions.get(id);
+    if (cached !== undefined) this.tx.rows.putSession({ ...cached, last_heartbeat_ns: at });
   }
 
   async list(filter: { status?: SessionStatus; limit?: number } = {}): Promise<SessionRecord[]> {
@@ -237,9 +250,9 @@ class Budgets implements BudgetStore {
     this.tx.exec("budgets.insertAccount", (st) =>
       st(
         `INSERT INTO leash_budget_accounts (account_id, scope, parent_id, limit_usd, spent_usd,
-           reserved_usd, created_ns, updated_ns)
+           reserved_usd, created_ns, updated_ns, at_seq)
          VALUES (@account_id, @scope, @parent_id, @limit_usd, @spent_usd, @reserved_usd,
-           @created_ns, @updated_ns)`,
+           @created_ns, @updated_ns, @at_seq)`,
       ).run(row),
     );
     this.tx.rows.putAccount(row);

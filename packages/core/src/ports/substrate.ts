@@ -31,7 +31,16 @@ export interface SessionRecord {
   call_count: number;
   created_ns: number;
   updated_ns: number;
+  /**
+   * Liveness, not chain state: written by `insert` and `touch` only. `update` MUST leave the stored
+   * value as it is, so a writer holding an older copy of the row cannot move a heartbeat back.
+   */
   last_heartbeat_ns: number | null;
+  /**
+   * The chain position (seq of the last entry) this snapshot reflects; null for rows written before
+   * stamps existed. Written as given by the writer (the engine), returned unchanged.
+   */
+  at_seq: number | null;
 }
 
 export interface SessionStore {
@@ -39,8 +48,17 @@ export interface SessionStore {
   get(sessionId: string): Promise<SessionRecord | null>;
   /** MUST fail with SubstrateError code "conflict" when the id exists. */
   insert(record: SessionRecord): Promise<void>;
-  /** MUST fail with SubstrateError code "not_found" when the id does not exist. */
+  /**
+   * Writes every field but `last_heartbeat_ns`, which MUST stay as stored (see SessionRecord).
+   * MUST fail with SubstrateError code "not_found" when the id does not exist.
+   */
   update(record: SessionRecord): Promise<void>;
+  /**
+   * Records a heartbeat: writes `last_heartbeat_ns` = atNs and nothing else (no chain entry goes with
+   * it, so the engine's in-memory copy of the row may be older). MUST fail with "not_found" when the
+   * id does not exist.
+   */
+  touch(sessionId: string, atNs: number): Promise<void>;
   list(filter?: { status?: SessionStatus; limit?: number }): Promise<SessionRecord[]>;
 }
 
@@ -68,6 +86,11 @@ export interface BudgetAccount {
   reserved_usd: DecimalString;
   created_ns: number;
   updated_ns: number;
+  /**
+   * The chain position (seq of the last entry) this snapshot reflects; null for rows written before
+   * stamps existed. Written as given by the writer (the engine), returned unchanged.
+   */
+  at_seq: number | null;
 }
 
 export type ReservationStatus = "PENDING" | "SETTLED" | "RELEASED" | "EXPIRED";

@@ -342,6 +342,7 @@ export class ChainReplayer {
       created_ns: nowNs,
       updated_ns: nowNs,
       last_heartbeat_ns: nowNs,
+      at_seq: null,
     });
   }
 
