@@ -40,12 +40,12 @@ import {
   type Substrate,
   SubstrateError,
   type SubstrateTx,
-  type TransactionHints,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
+import { Batcher, type Outcome } from "./batcher.js";
 import {
   malformedInput,
   outranksEstimate,
@@ -72,6 +72,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { denyListed } from "./tool-policy.js";
@@ -125,26 +126,17 @@ function withoutRemaining(state: State): State {
   return rest;
 }
 
-/**
- * The rows evaluate reads (the session, its nonce, the chain head and the budget accounts this
- * session drew on last time), so a substrate may fetch them ahead. The accounts are a guess from
- * `accountsOf`: hints never change what the transaction sees, only how soon.
- */
-function evaluateHints(
-  request: EvaluateRequest,
-  accountsOf: ReadonlyMap<string, readonly string[]>,
-  malformed: boolean,
-): TransactionHints | undefined {
-  const sessionId = request.session_id;
-  if (typeof sessionId !== "string" || sessionId === "") return undefined;
-  const nonce = malformed ? undefined : request.nonce;
-  const accounts = accountsOf.get(sessionId);
-  return {
-    sessions: [sessionId],
-    ...(typeof nonce === "string" || typeof nonce === "number" ? { nonces: [{ sessionId, nonce }] } : {}),
-    ...(accounts === undefined ? {} : { accounts }),
-    chainHead: true,
-  };
+/** The nonces a batch's calls carry, asked of the store together before the first is judged. */
+function noncesOf(
+  items: ReadonlyArray<{ request: EvaluateRequest; malformed: string | null }>,
+): Array<{ sessionId: string; nonce: Nonce }> {
+  const pairs: Array<{ sessionId: string; nonce: Nonce }> = [];
+  for (const { request, malformed } of items) {
+    const { session_id: sessionId, nonce } = request;
+    if (malformed !== null || typeof sessionId !== "string" || sessionId === "") continue;
+    if (typeof nonce === "string" || typeof nonce === "number") pairs.push({ sessionId, nonce });
+  }
+  return pairs;
 }
 
 /**
@@ -218,8 +210,8 @@ const DEFAULT_HITL_POLL_MS = 500;
 /** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
 const NUMBER_TEXT = { numberText: true } as const;
 
-/** Sessions whose account chain evaluate remembers for its hints; past it the memory starts afresh. */
-const HINTED_SESSIONS_MAX = 10_000;
+/** The most calls one evaluate transaction judges (batcher.ts). */
+const DEFAULT_MAX_BATCH = 64;
 
 export interface Engine {
   readonly substrate: Substrate;
@@ -300,6 +292,13 @@ export function createEngine(options: EngineOptions): Engine {
   if (typeof pollMs !== "number" || !Number.isFinite(pollMs) || pollMs <= 0) {
     throw new LeashError("invalid_argument", `hitlPollMs must be a positive number, got ${String(pollMs)}`);
   }
+  const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
+  if (!Number.isSafeInteger(maxBatch) || maxBatch < 1) {
+    throw new LeashError(
+      "invalid_argument",
+      `maxBatch must be a whole number of at least 1, got ${String(maxBatch)}`,
+    );
+  }
   const events = new HitlEvents();
   if (options.signer === undefined) {
     throw new LeashError(
@@ -315,31 +314,68 @@ export function createEngine(options: EngineOptions): Engine {
   });
   const auditor = new Auditor(options.signer, trust);
   const tracing = new EngineTracing(options.tracer);
-  /** The account chain each session's last evaluate read: the next one hints at it (see evaluateHints). */
-  const accountsOf = new Map<string, readonly string[]>();
-  function rememberAccounts(sessionId: string, accounts: readonly BudgetAccount[]): void {
-    if (accountsOf.size >= HINTED_SESSIONS_MAX && !accountsOf.has(sessionId)) accountsOf.clear();
-    accountsOf.set(
-      sessionId,
-      accounts.map((account) => account.account_id),
-    );
-  }
-
-  /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
-  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>, hints?: TransactionHints): Promise<T> {
+  /**
+   * substrate.transaction for everything but evaluate, telling the auditor which transaction committed
+   * (the last try, after retries). The chain head is read first: every writer then takes the head's
+   * lock before any row's (PostgreSQL), as evaluate's batches do, so the two never wait on each other
+   * in a cycle.
+   */
+  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
-    if (!trust.trusted) return trust.ready().then(() => transaction(fn, hints));
+    if (!trust.trusted) return trust.ready().then(() => transaction(fn));
     let last: SubstrateTx | undefined;
     return substrate
-      .transaction((tx) => {
+      .transaction(async (tx) => {
         last = tx;
+        await tx.chain.head();
         return fn(tx);
-      }, hints)
+      })
       .then((value) => {
         if (last !== undefined) auditor.committed(last);
         return value;
       });
   }
+
+  /**
+   * evaluate's batches (batcher.ts): one transaction judges every waiting call in turn on the
+   * projection (projection.ts), then writes each touched session and account once. A call that fails
+   * before writing anything fails alone; one that fails after fails the batch (the batcher then runs
+   * each call on its own).
+   */
+  const projection = new Projection();
+  type Evaluated = Awaited<ReturnType<typeof evaluateIn>>;
+  type Waiting = { request: EvaluateRequest; malformed: string | null };
+  async function evaluateBatch(items: readonly Waiting[]): Promise<Outcome<Evaluated>[]> {
+    if (!trust.trusted) await trust.ready();
+    let ptx: ProjectionTx | undefined;
+    try {
+      const outcomes = await substrate.transaction(async (tx) => {
+        ptx = projection.begin(tx);
+        await ptx.open();
+        await ptx.prefetchNonces(noncesOf(items));
+        const out: Outcome<Evaluated>[] = [];
+        for (const { request, malformed } of items) {
+          const mark = ptx.mark();
+          try {
+            out.push({ ok: true, value: await evaluateIn(ptx, request, malformed) });
+          } catch (error) {
+            if (items.length === 1 || ptx.writesSince(mark)) throw error;
+            ptx.rollbackTo(mark);
+            out.push({ ok: false, error });
+          }
+        }
+        await ptx.flush();
+        return out;
+      });
+      projection.committed(ptx!);
+      auditor.committed(ptx!);
+      return outcomes;
+    } catch (error) {
+      if (ptx !== undefined) projection.failed(ptx);
+      throw error;
+    }
+  }
+  const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
 
   function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {
@@ -652,7 +688,6 @@ export function createEngine(options: EngineOptions): Engine {
       head = await tx.chain.head();
     } else {
       [accounts, head] = await Promise.all([accountChain(tx, accountId), tx.chain.head()]);
-      rememberAccounts(session.session_id, accounts);
       remainingBefore = chainAvailable(accounts);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
@@ -1077,10 +1112,7 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      const answer = transaction(
-        (tx) => evaluateIn(tx, request, malformed),
-        evaluateHints(request, accountsOf, malformed !== null),
-      ).then(
+      const answer = evaluations.submit({ request, malformed }).then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);
           return { ...result, receipt: compactJws(entry) };
