@@ -45,6 +45,7 @@ import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
+import { Batcher, type Outcome } from "./batcher.js";
 import {
   malformedInput,
   outranksEstimate,
@@ -71,6 +72,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { denyListed } from "./tool-policy.js";
@@ -122,6 +124,19 @@ function storable(state: State): State {
 function withoutRemaining(state: State): State {
   const { budget_remaining_usd: _omit, ...rest } = state;
   return rest;
+}
+
+/** The nonces a batch's calls carry, asked of the store together before the first is judged. */
+function noncesOf(
+  items: ReadonlyArray<{ request: EvaluateRequest; malformed: string | null }>,
+): Array<{ sessionId: string; nonce: Nonce }> {
+  const pairs: Array<{ sessionId: string; nonce: Nonce }> = [];
+  for (const { request, malformed } of items) {
+    const { session_id: sessionId, nonce } = request;
+    if (malformed !== null || typeof sessionId !== "string" || sessionId === "") continue;
+    if (typeof nonce === "string" || typeof nonce === "number") pairs.push({ sessionId, nonce });
+  }
+  return pairs;
 }
 
 /**
@@ -194,6 +209,9 @@ const DEFAULT_HITL_POLL_MS = 500;
 
 /** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
 const NUMBER_TEXT = { numberText: true } as const;
+
+/** The most calls one evaluate transaction judges (batcher.ts). */
+const DEFAULT_MAX_BATCH = 64;
 
 export interface Engine {
   readonly substrate: Substrate;
@@ -274,6 +292,13 @@ export function createEngine(options: EngineOptions): Engine {
   if (typeof pollMs !== "number" || !Number.isFinite(pollMs) || pollMs <= 0) {
     throw new LeashError("invalid_argument", `hitlPollMs must be a positive number, got ${String(pollMs)}`);
   }
+  const maxBatch = options.maxBatch ?? DEFAULT_MAX_BATCH;
+  if (!Number.isSafeInteger(maxBatch) || maxBatch < 1) {
+    throw new LeashError(
+      "invalid_argument",
+      `maxBatch must be a whole number of at least 1, got ${String(maxBatch)}`,
+    );
+  }
   const events = new HitlEvents();
   if (options.signer === undefined) {
     throw new LeashError(
@@ -289,21 +314,66 @@ export function createEngine(options: EngineOptions): Engine {
   });
   const auditor = new Auditor(options.signer, trust);
   const tracing = new EngineTracing(options.tracer);
-  /** substrate.transaction, telling the auditor which transaction committed (the last try, after retries). */
-  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+  /**
+   * Every write transaction of the engine runs on the projection (projection.ts): it reads the chain
+   * head first (under the store's write lock; on PostgreSQL every writer then takes the head's lock
+   * before any row's, so two never wait on each other in a cycle), folds in what others appended,
+   * serves sessions and accounts from memory, and writes each one it changed once, stamped, before
+   * COMMIT. The auditor and the projection learn of the transaction only once it has committed
+   * (the last try, after a substrate's retries).
+   */
+  const projection = new Projection();
+  async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
-    if (!trust.trusted) return trust.ready().then(() => transaction(fn));
-    let last: SubstrateTx | undefined;
-    return substrate
-      .transaction((tx) => {
-        last = tx;
-        return fn(tx);
-      })
-      .then((value) => {
-        if (last !== undefined) auditor.committed(last);
-        return value;
+    if (!trust.trusted) await trust.ready();
+    let ptx: ProjectionTx | undefined;
+    try {
+      const value = await substrate.transaction(async (tx) => {
+        ptx = projection.begin(tx);
+        await ptx.open();
+        const result = await fn(ptx);
+        await ptx.flush();
+        return result;
       });
+      projection.committed(ptx!);
+      auditor.committed(ptx!);
+      return value;
+    } catch (error) {
+      if (ptx !== undefined) projection.failed(ptx);
+      throw error;
+    }
   }
+  /** A write transaction other than evaluate's (register, postExec, answers, resets, expiries, …). */
+  function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+    return inProjection(fn);
+  }
+
+  /**
+   * evaluate's batches (batcher.ts): one transaction judges every waiting call in turn on the
+   * projection, then writes each touched session and account once. A call that fails before writing
+   * anything fails alone; one that fails after fails the batch (the batcher then runs each call on
+   * its own).
+   */
+  type Evaluated = Awaited<ReturnType<typeof evaluateIn>>;
+  type Waiting = { request: EvaluateRequest; malformed: string | null };
+  function evaluateBatch(items: readonly Waiting[]): Promise<Outcome<Evaluated>[]> {
+    return inProjection(async (ptx) => {
+      await ptx.prefetchNonces(noncesOf(items));
+      const out: Outcome<Evaluated>[] = [];
+      for (const { request, malformed } of items) {
+        const mark = ptx.mark();
+        try {
+          out.push({ ok: true, value: await evaluateIn(ptx, request, malformed) });
+        } catch (error) {
+          if (items.length === 1 || ptx.writesSince(mark)) throw error;
+          ptx.rollbackTo(mark);
+          out.push({ ok: false, error });
+        }
+      }
+      return out;
+    });
+  }
+  const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
 
   function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {
@@ -1039,7 +1109,7 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      const answer = transaction((tx) => evaluateIn(tx, request, malformed)).then(
+      const answer = evaluations.submit({ request, malformed }).then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);
           return { ...result, receipt: compactJws(entry) };

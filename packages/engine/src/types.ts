@@ -23,6 +23,11 @@ export interface EngineOptions {
   /** How long an ALLOW's budget hold lives without a postExec before recovery releases it. Default 300 s. */
   reservationTtlMs?: number;
   /**
+   * The most evaluate calls judged in one transaction: calls that arrive while one batch is being
+   * written wait for the next (group commit). Default 64; 1 gives each call its own transaction.
+   */
+  maxBatch?: number;
+  /**
    * How often waitForHitl reads the store for an answer another process wrote (an answer given
    * through this engine resolves at once). Default 500 ms.
    */

@@ -1,0 +1,328 @@
+// The engine's in-memory projection of the sessions and budget accounts it decides on, and the overlay
+// transaction that reads them from memory and writes each back once per batch. It decides nothing.
+//
+// Why: a decision needs its session, its budget accounts and the chain head; reading them from the store
+// for every call (and writing each session and account once per call) is most of what a decision cost
+// beyond its signature. Here they are read once, kept while this engine is the only writer, and
+// written back coalesced: one row per touched session and account per transaction, stamped with the
+// chain position it reflects (the transaction's last entry). What it costs: a batch's first statement
+// reads the chain head under the store's write lock, and when other writers (processes, or this
+// engine's own cold paths) appended since, their entries are read and the sessions they name (and
+// every cached account) are dropped before anything is judged. This is sound because every change to
+// a session or an account is written with a chain entry in the same transaction (heartbeats, which
+// are not, only ever `touch` their own column).
+import type {
+  BudgetAccount,
+  BudgetStore,
+  ChainEntryRecord,
+  ChainStore,
+  HitlStore,
+  Nonce,
+  NonceStore,
+  OutboxStore,
+  SessionRecord,
+  SessionStore,
+  SubstrateTx,
+} from "@leash/core";
+import type { ChainHead } from "./audit.js";
+
+/** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
+const FOLD_MAX = 512;
+/** Past this many cached sessions the projection starts afresh (a simple bound on its memory). */
+const SESSIONS_MAX = 50_000;
+
+const nonceKey = (sessionId: string, nonce: Nonce) =>
+  `${sessionId}\u0000${typeof nonce === "number" ? "n" : "s"}:${String(nonce)}`;
+
+/** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
+export class Projection {
+  readonly sessions = new Map<string, SessionRecord>();
+  readonly accounts = new Map<string, BudgetAccount>();
+  /** The chain head when the cached rows were last known to be the store's; undefined: unknown. */
+  head: ChainHead | null | undefined = undefined;
+
+  /** Opens an overlay over `tx` (the caller then calls `open` first thing in the transaction). */
+  begin(tx: SubstrateTx): ProjectionTx {
+    return new ProjectionTx(this, tx);
+  }
+
+  clear(): void {
+    this.sessions.clear();
+    this.accounts.clear();
+    this.head = undefined;
+  }
+
+  /** After COMMIT: the overlay's rows become the projection, as of its last head. */
+  committed(ptx: ProjectionTx): void {
+    if (this.sessions.size > SESSIONS_MAX) this.sessions.clear();
+    for (const [id, row] of ptx.sessionRows) this.sessions.set(id, row);
+    for (const [id, row] of ptx.accountRows) this.accounts.set(id, row);
+    this.head = ptx.currentHead;
+  }
+
+  /** A transaction failed: what it read or wrote cannot be trusted to be the store's. */
+  failed(ptx: ProjectionTx): void {
+    for (const id of ptx.sessionRows.keys()) this.sessions.delete(id);
+    this.accounts.clear();
+    this.head = undefined;
+  }
+
+  /**
+   * Drops what entries appended since `head` by other writers may have changed. Returns false when
+   * the tail is too long to read (the caller then starts afresh).
+   */
+  fold(entries: readonly ChainEntryRecord[]): void {
+    for (const entry of entries) {
+      if (entry.session_id === null) {
+        this.sessions.clear();
+      } else {
+        this.sessions.delete(entry.session_id);
+      }
+    }
+    if (entries.length > 0) this.accounts.clear();
+  }
+}
+
+type Undo = () => void;
+
+/**
+ * A SubstrateTx for one transaction: sessions and budget accounts come from the projection (read
+ * through on a miss) and are written back by `flush`; everything else passes through, counted, so
+ * the batch knows whether a failed call left writes behind (`writesSince`).
+ */
+export class ProjectionTx implements SubstrateTx {
+  /** Rows as this transaction knows them (read or written), to become the projection at COMMIT. */
+  readonly sessionRows = new Map<string, SessionRecord>();
+  readonly accountRows = new Map<string, BudgetAccount>();
+  readonly #dirtySessions = new Set<string>();
+  readonly #dirtyAccounts = new Set<string>();
+  readonly #journal: Undo[] = [];
+  /** Statements that reached the store and change it. */
+  #writes = 0;
+  #head: ChainHead | null | undefined = undefined;
+  readonly #seenNonces = new Map<string, boolean>();
+
+  readonly sessions: SessionStore;
+  readonly budgets: BudgetStore;
+  readonly nonces: NonceStore;
+  readonly chain: ChainStore;
+  readonly hitl: HitlStore;
+  readonly outbox: OutboxStore;
+
+  constructor(
+    private readonly projection: Projection,
+    readonly tx: SubstrateTx,
+  ) {
+    const write = <T>(p: Promise<T>): Promise<T> => {
+      this.#writes++;
+      return p;
+    };
+    const self = this;
+    this.sessions = {
+      async get(id) {
+        const row = self.sessionRows.get(id) ?? self.projection.sessions.get(id);
+        if (row !== undefined) {
+          self.sessionRows.set(id, row);
+          return { ...row };
+        }
+        const read = await tx.sessions.get(id);
+        if (read !== null) self.sessionRows.set(id, read);
+        return read === null ? null : { ...read };
+      },
+      insert(record) {
+        return write(tx.sessions.insert(record)).then(() => {
+          self.sessionRows.set(record.session_id, { ...record });
+        });
+      },
+      async update(record) {
+        const id = record.session_id;
+        const before = self.sessionRows.get(id);
+        const wasDirty = self.#dirtySessions.has(id);
+        self.#journal.push(() => {
+          if (before === undefined) self.sessionRows.delete(id);
+          else self.sessionRows.set(id, before);
+          if (!wasDirty) self.#dirtySessions.delete(id);
+        });
+        self.sessionRows.set(id, { ...record });
+        self.#dirtySessions.add(id);
+      },
+      async list(filter) {
+        await self.flush();
+        return tx.sessions.list(filter);
+      },
+      // Liveness, not projection: the store keeps it apart from the snapshot (SessionStore.touch).
+      touch: (id, atNs) => write(tx.sessions.touch(id, atNs)),
+    };
+    this.budgets = {
+      async getAccount(id) {
+        const row = self.accountRows.get(id) ?? self.projection.accounts.get(id);
+        if (row !== undefined) {
+          self.accountRows.set(id, row);
+          return { ...row };
+        }
+        const read = await tx.budgets.getAccount(id);
+        if (read !== null) self.accountRows.set(id, read);
+        return read === null ? null : { ...read };
+      },
+      insertAccount(account) {
+        return write(tx.budgets.insertAccount(account)).then(() => {
+          self.accountRows.set(account.account_id, { ...account });
+        });
+      },
+      async updateAccount(account) {
+        const id = account.account_id;
+        const before = self.accountRows.get(id);
+        const wasDirty = self.#dirtyAccounts.has(id);
+        self.#journal.push(() => {
+          if (before === undefined) self.accountRows.delete(id);
+          else self.accountRows.set(id, before);
+          if (!wasDirty) self.#dirtyAccounts.delete(id);
+        });
+        self.accountRows.set(id, { ...account });
+        self.#dirtyAccounts.add(id);
+      },
+      insertReservation: (reservation) => write(tx.budgets.insertReservation(reservation)),
+      getReservation: (id) => tx.budgets.getReservation(id),
+      updateReservation: (reservation) => write(tx.budgets.updateReservation(reservation)),
+      listExpired: (nowNs, limit) => tx.budgets.listExpired(nowNs, limit),
+      listReservations: (filter) => tx.budgets.listReservations(filter),
+    };
+    this.nonces = {
+      has(sessionId, nonce) {
+        const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
+        return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
+      },
+      add(sessionId, nonce, atNs) {
+        const key = nonceKey(sessionId, nonce);
+        const before = self.#seenNonces.get(key);
+        self.#journal.push(() => {
+          if (before === undefined) self.#seenNonces.delete(key);
+          else self.#seenNonces.set(key, before);
+        });
+        self.#seenNonces.set(key, true);
+        return write(tx.nonces.add(sessionId, nonce, atNs));
+      },
+      count: (sessionId) => tx.nonces.count(sessionId),
+    };
+    this.chain = {
+      async head() {
+        if (self.#head === undefined) self.#head = await tx.chain.head();
+        return self.#head === null ? null : { ...self.#head };
+      },
+      append(entry) {
+        const before = self.#head;
+        self.#journal.push(() => {
+          self.#head = before;
+        });
+        self.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
+        return write(tx.chain.append(entry));
+      },
+      range: (fromSeq, limit) => tx.chain.range(fromSeq, limit),
+      count: () => tx.chain.count(),
+    };
+    const hitl = tx.hitl;
+    this.hitl = {
+      insert: (request) => write(hitl.insert(request)),
+      get: (id) => hitl.get(id),
+      update: (request) => write(hitl.update(request)),
+      list: (filter) => hitl.list(filter),
+    };
+    const outbox = tx.outbox;
+    this.outbox = {
+      enqueue: (item) => write(outbox.enqueue(item)),
+      claim: (options) => write(outbox.claim(options)),
+      ack: (relayId, seqs) => write(outbox.ack(relayId, seqs)),
+      fail: (...args) => write(outbox.fail(...args)),
+      requeue: (options) => write(outbox.requeue(options)),
+      list: (filter) => outbox.list(filter),
+      counts: () => outbox.counts(),
+    };
+  }
+
+  /**
+   * First thing in the transaction: reads (and, on PostgreSQL, locks) the chain head and folds in
+   * what other writers appended since the projection's head.
+   */
+  async open(): Promise<void> {
+    const head = await this.tx.chain.head();
+    this.#head = head;
+    const known = this.projection.head;
+    if (known === undefined) {
+      this.projection.sessions.clear();
+      this.projection.accounts.clear();
+      return;
+    }
+    const knownSeq = known === null ? -1 : known.seq;
+    const headSeq = head === null ? -1 : head.seq;
+    if (headSeq === knownSeq && (head === null || head.entry_hash === known?.entry_hash)) return;
+    if (headSeq < knownSeq || headSeq - knownSeq > FOLD_MAX) {
+      this.projection.clear();
+      return;
+    }
+    const tail = await this.tx.chain.range(knownSeq + 1, headSeq - knownSeq);
+    if (
+      tail.length !== headSeq - knownSeq ||
+      (tail[0] !== undefined && tail[0].prev_hash !== known?.entry_hash)
+    ) {
+      // Not a continuation of what this engine knew (a store restored or rewritten): start afresh.
+      this.projection.clear();
+      return;
+    }
+    this.projection.fold(tail);
+  }
+
+  /** Asks the store about many nonces at once (one round trip on a pipelining store). */
+  async prefetchNonces(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<void> {
+    const answers = await Promise.all(
+      pairs.map(({ sessionId, nonce }) => this.tx.nonces.has(sessionId, nonce)),
+    );
+    pairs.forEach(({ sessionId, nonce }, i) => {
+      const key = nonceKey(sessionId, nonce);
+      if (!this.#seenNonces.has(key)) this.#seenNonces.set(key, answers[i] === true);
+    });
+  }
+
+  /** The head after this transaction's appends (what the projection will be as of). */
+  get currentHead(): ChainHead | null | undefined {
+    return this.#head;
+  }
+
+  /** A point to come back to when one call of the batch fails without having written. */
+  mark(): { journal: number; writes: number } {
+    return { journal: this.#journal.length, writes: this.#writes };
+  }
+
+  writesSince(mark: { writes: number }): boolean {
+    return this.#writes !== mark.writes;
+  }
+
+  /** Undoes the in-memory changes made since `mark` (only when nothing reached the store since). */
+  rollbackTo(mark: { journal: number }): void {
+    while (this.#journal.length > mark.journal) this.#journal.pop()!();
+  }
+
+  /**
+   * Writes every session and account changed since the last flush, once each, stamped with the
+   * chain position they now reflect: this transaction's last entry.
+   */
+  async flush(): Promise<void> {
+    if (this.#dirtySessions.size === 0 && this.#dirtyAccounts.size === 0) return;
+    const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
+    const writes: Promise<void>[] = [];
+    for (const id of this.#dirtySessions) {
+      const row = { ...this.sessionRows.get(id)!, at_seq: atSeq };
+      this.sessionRows.set(id, row);
+      writes.push(this.tx.sessions.update({ ...row }));
+    }
+    for (const id of this.#dirtyAccounts) {
+      const row = { ...this.accountRows.get(id)!, at_seq: atSeq };
+      this.accountRows.set(id, row);
+      writes.push(this.tx.budgets.updateAccount({ ...row }));
+    }
+    this.#writes += writes.length;
+    this.#dirtySessions.clear();
+    this.#dirtyAccounts.clear();
+    this.#journal.length = 0;
+    await Promise.all(writes);
+  }
+}

@@ -1,0 +1,221 @@
+// evaluate's batches and in-memory projection (src/batcher.ts, src/projection.ts) on every real substrate:
+// calls made together share one transaction, rows are read once and written once, and what another
+// engine wrote to the same store is seen before the next call is judged.
+import { generateKeyPair, verifyChain } from "@leash/chain";
+import type { Substrate, SubstrateTx } from "@leash/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { createEngine, LeashError } from "../src/index.js";
+import { KINDS, type OpenedStore, openStore } from "./substrates.js";
+
+const KEY = generateKeyPair();
+
+/** The substrate, counting its transactions and the session and account rows read and written in them. */
+function counting(inner: Substrate) {
+  const counts = { transactions: 0, sessionGets: 0, sessionUpdates: 0, accountGets: 0, accountUpdates: 0 };
+  const wrapped = Object.create(inner) as Substrate;
+  wrapped.transaction = (<T>(fn: (tx: SubstrateTx) => Promise<T>) =>
+    inner.transaction((tx) => {
+      counts.transactions++;
+      const sessions = Object.create(tx.sessions) as SubstrateTx["sessions"];
+      sessions.get = (id) => {
+        counts.sessionGets++;
+        return tx.sessions.get(id);
+      };
+      sessions.update = (record) => {
+        counts.sessionUpdates++;
+        return tx.sessions.update(record);
+      };
+      const budgets = Object.create(tx.budgets) as SubstrateTx["budgets"];
+      budgets.getAccount = (id) => {
+        counts.accountGets++;
+        return tx.budgets.getAccount(id);
+      };
+      budgets.updateAccount = (account) => {
+        counts.accountUpdates++;
+        return tx.budgets.updateAccount(account);
+      };
+      return fn({
+        ...tx,
+        sessions,
+        budgets,
+        chain: tx.chain,
+        nonces: tx.nonces,
+        hitl: tx.hitl,
+        outbox: tx.outbox,
+      });
+    })) as Substrate["transaction"];
+  const reset = () => {
+    for (const key of Object.keys(counts) as Array<keyof typeof counts>) counts[key] = 0;
+  };
+  return { substrate: wrapped, counts, reset };
+}
+
+describe.each(KINDS)("evaluate's batches on %s", (kind) => {
+  let store: OpenedStore | undefined;
+  afterEach(async () => {
+    await store?.close();
+    store = undefined;
+  });
+
+  it("judges calls made together in one transaction, reading and writing the session and its account once", async () => {
+    store = await openStore(kind);
+    const { substrate, counts, reset } = counting(store.substrate);
+    const s = await createEngine({ substrate, signer: KEY.signer }).register({
+      agent_id: "bot",
+      config: { budget_usd: 1 },
+    });
+    const engine = createEngine({ substrate, signer: KEY.signer, rng: () => 0.5 });
+    await engine.open(); // verifies the chain first (transactions of its own)
+    reset();
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        engine.evaluate({
+          session_id: s.session_id,
+          tool_name: `t${i}`,
+          params: { i },
+          nonce: `n${i}`,
+          estimated_cost_usd: 0.01,
+        }),
+      ),
+    );
+    expect(results.map((r) => r.verdict)).toEqual(Array(10).fill("ALLOW"));
+    expect(results.map((r) => r.call_number)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(results.at(-1)?.budget_remaining_usd).toBe("0.9");
+    // A fresh engine (the session was registered by another): one read of each row, one write.
+    expect(counts).toEqual({
+      transactions: 1,
+      sessionGets: 1,
+      sessionUpdates: 1,
+      accountGets: 1,
+      accountUpdates: 1,
+    });
+    const session = await engine.getSession(s.session_id);
+    expect(session.call_count).toBe(10);
+    expect(session.budget_remaining_usd).toBe("0.9");
+  });
+
+  it("reads nothing again while its own batches are the chain's last entries", async () => {
+    store = await openStore(kind);
+    const { substrate, counts, reset } = counting(store.substrate);
+    const engine = createEngine({ substrate, signer: KEY.signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const call = (i: number) =>
+      engine.evaluate({ session_id: s.session_id, tool_name: "t", params: { i }, estimated_cost_usd: 0.01 });
+    await call(0);
+    reset();
+    await call(1);
+    await call(2);
+    expect(counts.sessionGets).toBe(0);
+    expect(counts.accountGets).toBe(0);
+    expect(counts.sessionUpdates).toBe(2);
+  });
+
+  it("folds in what another engine on the same store wrote before judging the next call", async () => {
+    store = await openStore(kind);
+    const a = createEngine({ substrate: store.substrate, signer: KEY.signer, rng: () => 0.5 });
+    const b = createEngine({ substrate: await store.another(), signer: KEY.signer, rng: () => 0.5 });
+    const s = await a.register({ agent_id: "bot", config: { budget_usd: 1, max_repeat_calls: 3 } });
+    const call = (engine: typeof a, nonce: string) =>
+      engine.evaluate({
+        session_id: s.session_id,
+        tool_name: "t",
+        params: {},
+        nonce,
+        estimated_cost_usd: 0.25,
+      });
+    expect((await call(a, "n1")).call_number).toBe(1);
+    expect((await call(b, "n2")).call_number).toBe(2);
+    // a's projection still says one call and $0.75 left: it must see b's entry and read again.
+    const third = await call(a, "n3");
+    expect(third.call_number).toBe(3);
+    expect(third.budget_remaining_usd).toBe("0.25");
+    // The repeat count spans both engines: b's fourth call of "t" is one too many.
+    expect(await call(b, "n4")).toMatchObject({ verdict: "DENY", reason: "max_repeat_exceeded" });
+    // b's nonce, recorded by b, is a duplicate for a (the circuit b tripped is checked first).
+    const s2 = await b.register({ agent_id: "bot", config: {} });
+    await b.evaluate({ session_id: s2.session_id, tool_name: "t", params: {}, nonce: 7 });
+    expect(
+      await a.evaluate({ session_id: s2.session_id, tool_name: "t", params: {}, nonce: 7 }),
+    ).toMatchObject({
+      verdict: "DENY",
+      reason: "policy_violation:duplicate_nonce",
+      call_number: 2,
+    });
+    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100));
+    expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({ ok: true });
+    expect((await b.getSession(s.session_id)).call_count).toBe(4);
+    expect((await b.getSession(s2.session_id)).state.circuit_tripped).toBe(true);
+  });
+
+  it("stamps each session and account row with the seq of the last entry it reflects", async () => {
+    store = await openStore(kind);
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const results = await Promise.all(
+      [1, 2, 3].map((i) =>
+        engine.evaluate({ session_id: s.session_id, tool_name: "t", params: { i }, estimated_cost_usd: 0.1 }),
+      ),
+    );
+    const last = Math.max(...results.map((r) => r.entry_seq));
+    const rows = () =>
+      store!.substrate.transaction(async (tx) => ({
+        session: await tx.sessions.get(s.session_id),
+        account: await tx.budgets.getAccount(`session:${s.session_id}`),
+        head: await tx.chain.head(),
+      }));
+    let read = await rows();
+    expect(read.session?.at_seq).toBe(last);
+    expect(read.account?.at_seq).toBe(last);
+    expect(read.head?.seq).toBe(last);
+    // A settlement is an entry too: its rows move to it.
+    await engine.postExec({ session_id: s.session_id, call_number: 2, actual_cost_usd: 0.05 });
+    read = await rows();
+    expect(read.head?.seq).toBe(last + 1);
+    expect(read.session?.at_seq).toBe(last + 1);
+    expect(read.account?.at_seq).toBe(last + 1);
+  });
+
+  it("fails only the call that fails when it wrote nothing, and commits the rest of its batch", async () => {
+    store = await openStore(kind);
+    const { substrate, counts, reset } = counting(store.substrate);
+    const engine = createEngine({ substrate, signer: KEY.signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    reset();
+    const settled = await Promise.allSettled([
+      engine.evaluate({ session_id: s.session_id, tool_name: "t", params: {} }),
+      engine.evaluate({ session_id: "nobody", tool_name: "t", params: {} }),
+      engine.evaluate({ session_id: s.session_id, tool_name: "u", params: {} }),
+    ]);
+    expect(settled[0]).toMatchObject({ status: "fulfilled", value: { call_number: 1, verdict: "ALLOW" } });
+    expect(settled[1]).toMatchObject({ status: "rejected", reason: { code: "session_not_found" } });
+    expect(settled[2]).toMatchObject({ status: "fulfilled", value: { call_number: 2, verdict: "ALLOW" } });
+    expect(counts.transactions).toBe(1);
+    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100));
+    expect(entries.filter((e) => e.kind === "decision")).toHaveLength(2);
+  });
+
+  it("with maxBatch 1 gives every call its own transaction", async () => {
+    store = await openStore(kind);
+    const { substrate, counts, reset } = counting(store.substrate);
+    const engine = createEngine({ substrate, signer: KEY.signer, maxBatch: 1 });
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    reset();
+    await Promise.all(
+      [1, 2, 3].map((i) => engine.evaluate({ session_id: s.session_id, tool_name: "t", params: { i } })),
+    );
+    expect(counts.transactions).toBe(3);
+  });
+});
+
+describe("maxBatch", () => {
+  it.each([0, -1, 1.5, Number.NaN])("refuses %s", async (maxBatch) => {
+    const store = await openStore("memory");
+    try {
+      expect(() => createEngine({ substrate: store.substrate, signer: KEY.signer, maxBatch })).toThrow(
+        LeashError,
+      );
+    } finally {
+      await store.close();
+    }
+  });
+});
