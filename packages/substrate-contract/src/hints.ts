@@ -3,7 +3,7 @@
 
 import type { Substrate, SubstrateTx, TransactionHints } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { GENESIS_PREV_HASH, makeChainEntry, seedWorld, T0, WORLD } from "./fixtures.js";
+import { GENESIS_PREV_HASH, makeChainEntry, seedWorld, WORLD } from "./fixtures.js";
 import { CONCURRENCY_TIMEOUT_MS, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
@@ -36,8 +36,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
       await sub.transaction(async (tx) => {
-        await tx.nonces.add(WORLD.session1, "n-old", T0);
-        await tx.chain.append(makeChainEntry(0, GENESIS_PREV_HASH));
+        await tx.chain.append(makeChainEntry(0, GENESIS_PREV_HASH, { nonce: "n-old" }));
       });
       const expected = await plainRead(sub);
       expect(expected.session?.session_id).toBe(WORLD.session1);
@@ -87,7 +86,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
       await seedWorld(handles[0]);
       const start = (await plainRead(handles[0])).session!.call_count;
       await handles[0].transaction((tx) => tx.chain.append(makeChainEntry(0, GENESIS_PREV_HASH)));
-      // The first eight read and record nonce "early"; the rest "late", whose first recording then
+      // The first eight read and spend nonce "early"; the rest "late", whose first spending then
       // happens behind others queued on the same session (inside a batch, on a batching store).
       const nonceOf = (i: number) => (i < 8 ? "early" : "late");
       const hintsOf = (i: number): TransactionHints => ({
@@ -96,7 +95,7 @@ export function hintsContract(opts: SubstrateContractOptions): void {
         accounts: [WORLD.sessionAccount],
         chainHead: true,
       });
-      // Each reads the session and its nonce as the engine does (together), records the nonce if
+      // Each reads the session and its nonce as the engine does (together), spends the nonce if
       // unseen, and counts itself in call_count; every third throws after writing, which must
       // leave no trace for those after it.
       const results = await Promise.allSettled(
@@ -106,9 +105,6 @@ export function hintsContract(opts: SubstrateContractOptions): void {
               tx.sessions.get(WORLD.session1),
               tx.nonces.has(WORLD.session1, nonceOf(i)),
             ]);
-            if (!seen) {
-              expect(await tx.nonces.add(WORLD.session1, nonceOf(i), T0, { unseen: true })).toBe(true);
-            }
             await tx.sessions.update({ ...session!, call_count: session!.call_count + 1 });
             // As a decision does: charge the account, then append after the head it read.
             const [account, head] = await Promise.all([
@@ -125,9 +121,11 @@ export function hintsContract(opts: SubstrateContractOptions): void {
               ...account!,
               spent_usd: String(Number(account!.spent_usd) + 1),
             });
-            await tx.chain.append(makeChainEntry(head!.seq + 1, head!.entry_hash));
+            // The entry spends the nonce when it was unseen, as an ALLOW decision does.
+            const entry = makeChainEntry(head!.seq + 1, head!.entry_hash, seen ? {} : { nonce: nonceOf(i) });
+            await tx.chain.append(entry);
             const [appended] = await tx.chain.range(head!.seq + 1, 1);
-            if (appended?.signature !== makeChainEntry(head!.seq + 1, head!.entry_hash).signature) {
+            if (appended?.signature !== entry.signature || (appended.nonce ?? null) !== (entry.nonce ?? null)) {
               throw new Error(`range(${head!.seq + 1}) after the append gave ${JSON.stringify(appended)}`);
             }
             if (i % 3 === 2) throw new Planned(`planned failure ${i}`);

@@ -6,7 +6,7 @@ import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainStore, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v4" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v5" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
@@ -25,7 +25,7 @@ export interface SessionRecord {
   organization_id: string;
   status: SessionStatus;
   config: Config;
-  /** Decision state without `seen_nonces` (those live in the NonceStore: unbounded). */
+  /** Decision state without `seen_nonces` (those are the chain entries' nonces: see NonceStore). */
   state: State;
   /** Monotonic call counter assigned by the engine (spec §4.3 call_number). */
   call_count: number;
@@ -44,18 +44,20 @@ export interface SessionStore {
   list(filter?: { status?: SessionStatus; limit?: number }): Promise<SessionRecord[]>;
 }
 
+/**
+ * The nonces a session has spent, read from where they are recorded: the `nonce` column of its chain
+ * entries (ChainEntryRecord.nonce, indexed), plus the rows of the nonce table a store written before
+ * that column existed kept (read-only since). Nothing writes through this port: a nonce is spent by
+ * appending the entry that carries it, which `ChainStore.append` refuses when it was spent already.
+ */
 export interface NonceStore {
-  has(sessionId: string, nonce: Nonce): Promise<boolean>;
   /**
-   * Records a nonce. MUST return false (and change nothing) when it was already recorded for the
-   * session, so that two concurrent transactions can never both accept one nonce. The number 7 and
-   * the string "7" are different nonces. With `unseen` the caller vouches that it found the nonce
-   * absent under a lock that orders this session's calls (the engine's session row): a store MAY
-   * then resolve true without waiting for its answer, and should the nonce be recorded after all,
-   * MUST fail the transaction with "conflict" before it commits (under group commit, possibly with
-   * the transactions sharing its commit).
+   * Whether the session has spent the nonce: an entry of the session carries it (appended in this
+   * transaction or committed), or an older schema's nonce row holds it. The number 7 and the string
+   * "7" are different nonces.
    */
-  add(sessionId: string, nonce: Nonce, atNs: number, options?: { unseen?: boolean }): Promise<boolean>;
+  has(sessionId: string, nonce: Nonce): Promise<boolean>;
+  /** How many nonces the session has spent (entries carrying one, plus the older schema's rows). */
   count(sessionId: string): Promise<number>;
 }
 
