@@ -38,7 +38,6 @@ import {
   type SessionRecord,
   type State,
   type Substrate,
-  SubstrateError,
   type SubstrateTx,
   type TransactionHints,
 } from "@leash/core";

@@ -85,58 +85,66 @@ export function concurrencyContract(opts: SubstrateContractOptions): void {
       },
     );
 
-    it('exactly one of 20 concurrent transactions spends nonce "n1"; the rest fail with "conflict"', slow, async () => {
-      const handles = await twoHandles(await useHarness(opts));
-      await seedWorld(handles[0]);
-      const results = await race(handles, 20, (sub, i) =>
-        sub.transaction(async (tx) => {
-          await raceWindow(sub);
-          // As the engine does: ask first (a store may answer without waiting on its unique index
-          // then), append the entry spending it, and keep working (outbox) before the commit.
-          const seen = await tx.nonces.has(WORLD.session1, "n1");
-          if (seen) return { i, seen };
-          const entry = await spendIn(tx, WORLD.session1, "n1");
-          await raceWindow(sub);
-          return { i, seen, seq: entry.seq };
-        }),
-      );
-      const spent = results.flatMap((r) => (r.status === "fulfilled" && !r.value.seen ? [r.value] : []));
-      expect(spent).toHaveLength(1);
-      for (const r of results) {
-        if (r.status === "rejected") {
-          expect(SubstrateError.isInstance(r.reason), String(r.reason)).toBe(true);
-          expect((r.reason as SubstrateError).code).toBe("conflict");
+    it(
+      'exactly one of 20 concurrent transactions spends nonce "n1"; the rest fail with "conflict"',
+      slow,
+      async () => {
+        const handles = await twoHandles(await useHarness(opts));
+        await seedWorld(handles[0]);
+        const results = await race(handles, 20, (sub, i) =>
+          sub.transaction(async (tx) => {
+            await raceWindow(sub);
+            // As the engine does: ask first (a store may answer without waiting on its unique index
+            // then), append the entry spending it, and keep working (outbox) before the commit.
+            const seen = await tx.nonces.has(WORLD.session1, "n1");
+            if (seen) return { i, seen };
+            const entry = await spendIn(tx, WORLD.session1, "n1");
+            await raceWindow(sub);
+            return { i, seen, seq: entry.seq };
+          }),
+        );
+        const spent = results.flatMap((r) => (r.status === "fulfilled" && !r.value.seen ? [r.value] : []));
+        expect(spent).toHaveLength(1);
+        for (const r of results) {
+          if (r.status === "rejected") {
+            expect(SubstrateError.isInstance(r.reason), String(r.reason)).toBe(true);
+            expect((r.reason as SubstrateError).code).toBe("conflict");
+          }
         }
-      }
-      const stored = await handles[1].transaction(async (tx) => ({
-        count: await tx.nonces.count(WORLD.session1),
-        chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
-      }));
-      expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
-    });
+        const stored = await handles[1].transaction(async (tx) => ({
+          count: await tx.nonces.count(WORLD.session1),
+          chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
+        }));
+        expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
+      },
+    );
 
-    it('two concurrent transactions that both found nonce "n1" unseen: exactly one commits its entry', slow, async () => {
-      const handles = await twoHandles(await useHarness(opts));
-      await seedWorld(handles[0]);
-      const results = await race(handles, 2, (sub) =>
-        sub.transaction(async (tx) => {
-          const seen = await tx.nonces.has(WORLD.session1, "n1");
-          await raceWindow(sub);
-          const entry = await spendIn(tx, WORLD.session1, "n1");
-          await raceWindow(sub);
-          return { seen, seq: entry.seq };
-        }),
-      );
-      const committed = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
-      expect(committed).toHaveLength(1);
-      const lost = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
-      expect((lost.reason as SubstrateError).code).toBe("conflict");
-      const stored = await handles[1].transaction(async (tx) => ({
-        count: await tx.nonces.count(WORLD.session1),
-        chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
-      }));
-      expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
-    });
+    it(
+      'two concurrent transactions that both found nonce "n1" unseen: exactly one commits its entry',
+      slow,
+      async () => {
+        const handles = await twoHandles(await useHarness(opts));
+        await seedWorld(handles[0]);
+        const results = await race(handles, 2, (sub) =>
+          sub.transaction(async (tx) => {
+            const seen = await tx.nonces.has(WORLD.session1, "n1");
+            await raceWindow(sub);
+            const entry = await spendIn(tx, WORLD.session1, "n1");
+            await raceWindow(sub);
+            return { seen, seq: entry.seq };
+          }),
+        );
+        const committed = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+        expect(committed).toHaveLength(1);
+        const lost = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+        expect((lost.reason as SubstrateError).code).toBe("conflict");
+        const stored = await handles[1].transaction(async (tx) => ({
+          count: await tx.nonces.count(WORLD.session1),
+          chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
+        }));
+        expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
+      },
+    );
 
     it(
       'exactly one of 20 concurrent inserts of one session id succeeds; the rest fail with "conflict"',

@@ -125,7 +125,10 @@ export function hintsContract(opts: SubstrateContractOptions): void {
             const entry = makeChainEntry(head!.seq + 1, head!.entry_hash, seen ? {} : { nonce: nonceOf(i) });
             await tx.chain.append(entry);
             const [appended] = await tx.chain.range(head!.seq + 1, 1);
-            if (appended?.signature !== entry.signature || (appended.nonce ?? null) !== (entry.nonce ?? null)) {
+            if (
+              appended?.signature !== entry.signature ||
+              (appended.nonce ?? null) !== (entry.nonce ?? null)
+            ) {
               throw new Error(`range(${head!.seq + 1}) after the append gave ${JSON.stringify(appended)}`);
             }
             if (i % 3 === 2) throw new Planned(`planned failure ${i}`);

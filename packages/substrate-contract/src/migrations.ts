@@ -3,9 +3,9 @@
 
 import { SUBSTRATE_SPECIFICATION_VERSION } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { makeAccount, makeSession, seedWorld, T0, WORLD } from "./fixtures.js";
+import { makeAccount, makeSession, seedWorld, WORLD } from "./fixtures.js";
 import { useHarness } from "./harness.js";
-import { spend, spendIn } from "./nonces.js";
+import { spend } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 export function migrationContract(opts: SubstrateContractOptions): void {

@@ -13,7 +13,7 @@ import {
   WORLD,
 } from "./fixtures.js";
 import { useHarness } from "./harness.js";
-import { spend, spendIn } from "./nonces.js";
+import { spendIn } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 /** Decimal strings the port promises back byte for byte: trailing zeros, many digits, beyond int64 micro-units. */

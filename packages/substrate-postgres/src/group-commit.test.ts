@@ -2,6 +2,7 @@
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
 import type { ChainEntryRecord, Substrate, SubstrateTx, TransactionHints } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import { spendIn } from "@leash/substrate-contract";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
 import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
@@ -40,6 +41,12 @@ const chainEntry = (seq: number, over: Partial<ChainEntryRecord> = {}): ChainEnt
   created_ns: T0,
   ...over,
 });
+
+/** Appends the next entry, spending `nonce` for `sessionId` (the port's only way to spend one). */
+async function spend(tx: SubstrateTx, sessionId: string, nonce: string | number): Promise<true> {
+  await spendIn(tx, sessionId, nonce);
+  return true;
+}
 
 /** What the counters moved by while `work` ran. */
 async function counted<T>(
@@ -155,7 +162,7 @@ describe("group commit", () => {
         (tx) => tx.sessions.insert(session("s1")),
         async (tx) => {
           await tx.sessions.insert(session("s2"));
-          expect(await tx.nonces.add("s2", "n", T0)).toBe(true);
+          await spend(tx, "s2", "n");
           throw boom;
         },
         async (tx) => {
@@ -217,18 +224,18 @@ describe("group commit", () => {
       inOneBatch(sub, [
         async (tx) => {
           calls[0]!++;
-          return tx.nonces.add("s1", "n1", T0);
+          return spend(tx, "s1", "n1");
         },
         async (tx) => {
           calls[1]!++;
           const row = (await tx.budgets.getAccount("a"))!;
           // Caught and swallowed: the batch is retried all the same.
           await tx.budgets.updateAccount({ ...row, spent_usd: "1" }).catch(() => undefined);
-          return tx.nonces.add("s1", "n2", T0);
+          return spend(tx, "s1", "n2");
         },
         async (tx) => {
           calls[2]!++;
-          return tx.nonces.add("s1", "n3", T0);
+          return spend(tx, "s1", "n3");
         },
       ]),
     );
@@ -253,7 +260,7 @@ describe("group commit", () => {
     const result = await inOneBatch(sub, [
       async (tx) => {
         calls[0]!++;
-        return tx.nonces.add("s1", "n1", T0);
+        return spend(tx, "s1", "n1");
       },
       async (tx) => {
         calls[1]!++;
@@ -279,11 +286,11 @@ describe("group commit", () => {
     const result = await inOneBatch(sub, [
       async (tx) => {
         calls[0]!++;
-        return tx.nonces.add("s1", "n1", T0);
+        return spend(tx, "s1", "n1");
       },
       async (tx) => {
         calls[1]!++;
-        return tx.nonces.add("s1", "n2", T0);
+        return spend(tx, "s1", "n2");
       },
     ]);
     expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled"]);
@@ -463,14 +470,14 @@ describe("round trips the stores save", () => {
         // The server refuses this JSONB, but the update was already vouched for by the row lock.
         await tx.sessions.update({ ...s1, state: { x: "\u0000" } });
         afterUpdate = "went on";
-        await tx.nonces.add("s1", "n", T0);
+        await tx.nonces.has("s1", "n");
       })
       .then(
         () => expect.fail("expected a rejection"),
         (e: unknown) => e as SubstrateError,
       );
     expect(afterUpdate).toBe("went on");
-    // The failure reported is the update's own, not the aborted-transaction error of the add after it.
+    // The failure reported is the update's own, not the aborted-transaction error of the read after it.
     expect(error.code).toBe("corrupt");
     expect(error.message).toMatch(/^sessions\.update/);
     expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(0);
@@ -577,7 +584,7 @@ describe("round trips the stores save", () => {
   });
 });
 
-/** Makes account updates (or, deferred, nonce inserts at COMMIT) raise SQLSTATE 40001 the first `times` times. */
+/** Makes account updates (or, deferred, chain inserts at COMMIT) raise SQLSTATE 40001 the first `times` times. */
 async function failTimes(schema: string, times: number, deferred = false): Promise<void> {
   await admin.query(`CREATE SEQUENCE "${schema}".fail_seq`);
   await admin.query(`CREATE FUNCTION "${schema}".fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -589,7 +596,7 @@ BEGIN
 END $$`);
   await admin.query(
     deferred
-      ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".leash_nonces
+      ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".leash_chain
 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`
       : `CREATE TRIGGER fail_first BEFORE UPDATE ON "${schema}".leash_budget_accounts
 FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
@@ -644,14 +651,28 @@ describe("insertReservation with unusedId", () => {
   });
 });
 
-describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
+/** Spends `nonce` for `sessionId` on an entry written by hand, past the head lock: a writer the batch cannot see. */
+async function spentBehindTheLock(
+  schema: string,
+  seq: number,
+  sessionId: string,
+  nonce: string,
+): Promise<void> {
+  await admin.query(
+    `INSERT INTO "${schema}".leash_chain VALUES ($1, $2, 'h', 'p', '{}', 's', 'k', 'decision', $3, ${T0}, $4)`,
+    [seq, `e-hand-${seq}`, sessionId, JSON.stringify(nonce)],
+  );
+}
+
+describe("chain.append of a nonce has() found unspent, and outbox.enqueue with newSeq", () => {
   for (const groupCommit of [undefined, false] as const) {
     const mode = groupCommit === false ? "group commit off" : "group commit on";
-    it(`are sent without waiting; a recorded nonce or a queued seq still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
-      const sub = await openMigrated(freshSchema(), groupCommit === false ? { groupCommit } : {});
+    it(`are sent without waiting; a nonce spent meanwhile or a queued seq still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
+      const schema = freshSchema();
+      const sub = await openMigrated(schema, groupCommit === false ? { groupCommit } : {});
       const item = { seq: 1, entry_id: "e1", session_id: "s0", created_ns: T0 };
       await sub.transaction(async (tx) => {
-        await tx.nonces.add("s1", "n1", T0);
+        await spend(tx, "s1", "n1");
         await tx.outbox.enqueue(item);
       });
       const clash = async (write: (tx: SubstrateTx) => Promise<unknown>) => {
@@ -659,8 +680,6 @@ describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
         const error = await sub
           .transaction(async (tx) => {
             await tx.sessions.insert(session("s1"));
-            await tx.nonces.add("s1", "n2", T0, { unseen: true });
-            // Taken: the insert inserts nothing, which only its answer tells.
             after = String(await write(tx));
           })
           .then(
@@ -669,9 +688,19 @@ describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
           );
         return { after, error };
       };
-      const nonce = await clash((tx) => tx.nonces.add("s1", "n1", T0 + 1, { unseen: true }));
-      expect(nonce.after).toBe("true");
+      const nonce = await clash(async (tx) => {
+        expect(await tx.nonces.has("s1", "n2")).toBe(false);
+        const head = (await tx.chain.head())!;
+        // Spent by another writer after has() answered: the append inserts nothing, which only its answer tells.
+        await spentBehindTheLock(schema, 100, "s1", "n2");
+        await tx.chain.append(
+          chainEntry(head.seq + 1, { prev_hash: head.entry_hash, session_id: "s1", nonce: "n2" }),
+        );
+        return "appended";
+      });
+      expect(nonce.after).toBe("appended");
       expect(nonce.error.code).toBe("conflict");
+      expect(nonce.error.message).toMatch(/already spent/);
       const queued = await clash((tx) =>
         tx.outbox.enqueue({ ...item, entry_id: "e-other", session_id: "s1" }, { newSeq: true }),
       );
@@ -681,17 +710,28 @@ describe("nonces.add with unseen and outbox.enqueue with newSeq", () => {
       expect(
         await sub.transaction(async (tx) => ({
           nonces: await tx.nonces.count("s1"),
+          chain: (await tx.chain.range(0, 200)).map((e) => [e.seq, e.nonce]),
           sessions: await tx.sessions.list(),
           outbox: (await tx.outbox.list({})).map((i) => [i.seq, i.entry_id, i.session_id]),
         })),
-      ).toEqual({ nonces: 1, sessions: [], outbox: [[1, "e1", "s0"]] });
+      ).toEqual({
+        nonces: 2,
+        chain: [
+          [0, "n1"],
+          [100, "n2"],
+        ],
+        sessions: [],
+        outbox: [[1, "e1", "s0"]],
+      });
     });
   }
 
   it("fresh ones are stored", async () => {
     const sub = await openMigrated(freshSchema());
     await sub.transaction(async (tx) => {
-      expect(await tx.nonces.add("s1", 7, T0, { unseen: true })).toBe(true);
+      expect(await tx.nonces.has("s1", 7)).toBe(false);
+      await tx.chain.head();
+      await tx.chain.append(chainEntry(0, { session_id: "s1", nonce: 7 }));
       await tx.outbox.enqueue({ seq: 3, entry_id: "e3", session_id: "s1", created_ns: T0 }, { newSeq: true });
     });
     expect(
@@ -729,7 +769,8 @@ END $$`);
         },
         async (tx) => {
           secondStarted = performance.now();
-          return tx.nonces.add("fast", "n1", T0, { unseen: true });
+          await tx.nonces.has("fast", "n1");
+          return spend(tx, "fast", "n1");
         },
       ]),
     );
@@ -745,8 +786,8 @@ END $$`);
   });
 
   it("a clash of a released transaction's vouched write rejects it alone; the others of its batch commit after running again", async () => {
-    const sub = await openMigrated(freshSchema());
-    await sub.transaction((tx) => tx.nonces.add("s2", "n", T0));
+    const schema = freshSchema();
+    const sub = await openMigrated(schema);
     const calls = [0, 0, 0];
     const result = await inOneBatch(sub, [
       async (tx) => {
@@ -756,8 +797,12 @@ END $$`);
       async (tx) => {
         calls[1]!++;
         await tx.sessions.insert(session("s2"));
-        // Recorded already: a clash that aborts nothing, found only when its answer arrives.
-        return tx.nonces.add("s2", "n", T0 + 1, { unseen: true });
+        expect(await tx.nonces.has("s2", "n")).toBe(false);
+        const head = await tx.chain.head();
+        // Spent meanwhile by another writer: a clash that aborts nothing, found only when its answer arrives.
+        await spentBehindTheLock(schema, 100, "s2", "n");
+        await tx.chain.append(chainEntry((head?.seq ?? -1) + 1, { session_id: "s2", nonce: "n" }));
+        return true;
       },
       async (tx) => {
         calls[2]!++;
@@ -808,7 +853,10 @@ END $$`);
           calls[2]!++;
           // Meets the transaction s2's update aborted; swallowing that does not make it the culprit.
           await tx.sessions.insert(session("s5")).catch(() => undefined);
-          await tx.nonces.add("s5", "n", T0, { unseen: true }).catch(() => undefined);
+          await tx.nonces
+            .has("s5", "n")
+            .then(() => spend(tx, "s5", "n"))
+            .catch(() => undefined);
           return "inserted";
         },
         // Still queued when the failure comes out: it runs once, in the next batch.
@@ -839,6 +887,8 @@ describe("a batch's read-ahead (transaction hints)", () => {
   const hint = (sessionId: string, ...nonces: string[]): TransactionHints => ({
     sessions: [sessionId],
     nonces: nonces.map((nonce) => ({ sessionId, nonce })),
+    // Spending a nonce appends an entry, after the head.
+    chainHead: true,
   });
 
   it("reads every hinted session and nonce in one statement each; its transactions read them from there and see each other's writes", async () => {
@@ -846,7 +896,7 @@ describe("a batch's read-ahead (transaction hints)", () => {
     await sub.transaction(async (tx) => {
       await tx.sessions.insert(session("s1"));
       await tx.sessions.insert(session("s2"));
-      await tx.nonces.add("s1", "n1", T0);
+      await spend(tx, "s1", "n1");
     });
     const before = sub.stats.readAhead;
     const { result, names } = await statementNames(() =>
@@ -858,7 +908,7 @@ describe("a batch's read-ahead (transaction hints)", () => {
               tx.nonces.has("s1", "n1"),
               tx.nonces.has("s1", "n2"),
             ]);
-            await tx.nonces.add("s1", "n2", T0, { unseen: true });
+            await spend(tx, "s1", "n2");
             await tx.sessions.update({ ...s!, call_count: 1 });
             return [s!.call_count, n1, n2];
           },
@@ -868,7 +918,7 @@ describe("a batch's read-ahead (transaction hints)", () => {
           async (tx) => {
             const [s, n2] = await Promise.all([tx.sessions.get("s1"), tx.nonces.has("s1", "n2")]);
             await tx.sessions.update({ ...s!, call_count: 2 });
-            await tx.nonces.add("s1", "n3", T0);
+            await spend(tx, "s1", "n3");
             throw new Error(`changed its mind (saw ${s!.call_count}, ${n2})`);
           },
           hint("s1", "n2"),
@@ -1004,7 +1054,7 @@ describe("a batch's read-ahead (transaction hints)", () => {
       await sub.migrate();
       await sub.transaction(async (tx) => {
         await tx.sessions.insert(session("s1"));
-        await tx.nonces.add("s1", "n1", T0);
+        await spend(tx, "s1", "n1");
       });
       const read: Fn = async (tx) => {
         const [s, n1, n2] = await Promise.all([
@@ -1054,14 +1104,13 @@ describe("a batch's read-ahead (transaction hints)", () => {
 });
 
 describe("a batch's deferred writes, sent together", () => {
-  /** What an engine decision does, on session `id`: reads, then six writes the batch may hold back. */
+  /** What an engine decision does, on session `id`: reads, then five writes the batch may hold back. */
   const decision =
     (id: string, seqOffset: number, over: { reservationId?: string; entryId?: string } = {}): Fn =>
     async (tx) => {
       const [s, seen] = await Promise.all([tx.sessions.get(id), tx.nonces.has(id, "n")]);
       const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
       if (seen) throw new Error("replayed");
-      await tx.nonces.add(id, "n", T0, { unseen: true });
       const reservationId = over.reservationId ?? `${id}#1`;
       await tx.budgets.insertReservation(reservation(reservationId, { session_id: id }), { unusedId: true });
       await tx.budgets.updateAccount({ ...acct!, spent_usd: String(BigInt(acct!.spent_usd) + 1n) });
@@ -1071,6 +1120,9 @@ describe("a batch's deferred writes, sent together", () => {
         chainEntry(seq, {
           entry_id: over.entryId ?? `e${seq}`,
           prev_hash: head?.entry_hash ?? "0".repeat(64),
+          // The nonce it found unspent: the append may go out unanswered (see chain.ts).
+          session_id: id,
+          nonce: "n",
         }),
       );
       await tx.outbox.enqueue({ seq, entry_id: `e${seq}`, session_id: id, created_ns: T0 }, { newSeq: true });
@@ -1123,7 +1175,6 @@ describe("a batch's deferred writes, sent together", () => {
     // The first transaction's writes go out at once (the server has nothing else to do); the other
     // five gather while it works, and each kind then travels in one statement.
     for (const kind of [
-      "nonces_add",
       "reservations_insert",
       "accounts_update",
       "sessions_update",
@@ -1136,7 +1187,7 @@ describe("a batch's deferred writes, sent together", () => {
       ).toHaveLength(1);
     }
     // accounts.update: five writes of one row become one.
-    expect(sub.stats.multiRowWrites - before).toBe(5 * 5 + 1);
+    expect(sub.stats.multiRowWrites - before).toBe(4 * 5 + 1);
   });
 
   it("a transaction takes its savepoint only to send a statement, after the writes held for those before it", async () => {

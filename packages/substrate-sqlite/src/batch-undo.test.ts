@@ -1,8 +1,9 @@
 // Property test of group commit without savepoints: whatever mix of transactions fails, and when, in
 // a batch, each caller hears its own last run's outcome and the file holds exactly the successful ones.
+
+import { spendIn } from "@leash/substrate-contract";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { spendIn } from "@leash/substrate-contract";
 import { freshDbPath, session } from "../test/support.js";
 import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
 

@@ -331,7 +331,12 @@ describe("migrations", () => {
       seq,
       entry_id: `e${seq}`,
       entry_hash: String(seq).repeat(64).slice(0, 64),
-      prev_hash: seq === 2 ? "bb".repeat(32) : String(seq - 1).repeat(64).slice(0, 64),
+      prev_hash:
+        seq === 2
+          ? "bb".repeat(32)
+          : String(seq - 1)
+              .repeat(64)
+              .slice(0, 64),
       body: `{"seq":${seq}}`,
       signature: "sig",
       key_id: "k1",

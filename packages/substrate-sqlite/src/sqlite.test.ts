@@ -2,8 +2,8 @@
 // The port's shared guarantees are the contract suite's (sqlite.contract.test.ts); processes: multiprocess.test.ts.
 import { writeFileSync } from "node:fs";
 import type { Substrate } from "@leash/core";
-import { makeChainEntry, spendIn } from "@leash/substrate-contract";
 import { SubstrateError } from "@leash/core";
+import { makeChainEntry, spendIn } from "@leash/substrate-contract";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { account, freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
@@ -125,7 +125,11 @@ describe("stores", () => {
     );
     // Stored type-tagged, as leash_nonces held them.
     const db = new Database(sub.path, { readonly: true });
-    expect(db.prepare("SELECT nonce FROM leash_chain ORDER BY seq").pluck().all()).toEqual(["n:7", "s:7", "n:7"]);
+    expect(db.prepare("SELECT nonce FROM leash_chain ORDER BY seq").pluck().all()).toEqual([
+      "n:7",
+      "s:7",
+      "n:7",
+    ]);
     db.close();
     const back = await sub.transaction(async (tx) => ({
       s: await tx.sessions.get("s1"),

@@ -218,7 +218,14 @@ function readParams(text: string): unknown {
 }
 
 export function emptyProjection(): Projection {
-  return { sessions: new Map(), nonces: new Map(), spent: new Map(), folded: 0, ledger: new ReplayLedger(), hitl: new Map() };
+  return {
+    sessions: new Map(),
+    nonces: new Map(),
+    spent: new Map(),
+    folded: 0,
+    ledger: new ReplayLedger(),
+    hitl: new Map(),
+  };
 }
 
 /** Folds entries one at a time; `replayChain` drives it over a whole chain. */
