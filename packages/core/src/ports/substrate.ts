@@ -46,9 +46,10 @@ export interface SessionStore {
 
 /**
  * The nonces a session has spent, read from where they are recorded: the `nonce` column of its chain
- * entries (ChainEntryRecord.nonce, indexed), plus the rows of the nonce table a store written before
- * that column existed kept (read-only since). Nothing writes through this port: a nonce is spent by
- * appending the entry that carries it, which `ChainStore.append` refuses when it was spent already.
+ * entries (ChainEntryRecord.nonce, indexed), plus the rows a store's nonce table held before that
+ * column existed (kept, read-only). Nothing writes through this port: a nonce is spent by appending
+ * the entry that carries it, which `ChainStore.append` refuses when it was spent already. Both
+ * methods MUST answer from this transaction's own appends too, and MUST NOT count a nonce twice.
  */
 export interface NonceStore {
   /**
