@@ -1,7 +1,7 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
 import { buildEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
-import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
+import type { ChainEntryRecord, Nonce, SubstrateTx } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
 import type { ChainTrust } from "./chain-trust.js";
 import { LeashError } from "./errors.js";
@@ -69,6 +69,8 @@ export class Auditor {
    * Appends one entry after the current head and enqueues it for relay, in `tx`. `head` is the head
    * as the caller already read it in this transaction (read here when omitted). The append and the
    * enqueue are issued together: a substrate that pipelines statements sends them in one round trip.
+   * `options.nonce` is the nonce the entry spends for its session (ChainEntryRecord.nonce): the
+   * append, and with it the transaction, fails with SubstrateError "conflict" if it is spent already.
    */
   async record(
     tx: SubstrateTx,
@@ -76,6 +78,7 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
     head?: ChainHead | null,
+    options?: { nonce?: Nonce },
   ): Promise<ChainEntryRecord> {
     const current = head === undefined ? await tx.chain.head() : head;
     await this.#assertKeyInForce(tx, current);
@@ -98,6 +101,7 @@ export class Auditor {
       signer: this.signer,
       nowNs,
     });
+    if (options?.nonce !== undefined) entry.nonce = options.nonce;
     // The transactional outbox: queued with the entry or not at all.
     await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#lastAppended = entry.entry_hash;

@@ -38,7 +38,6 @@ import {
   type SessionRecord,
   type State,
   type Substrate,
-  SubstrateError,
   type SubstrateTx,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
@@ -114,7 +113,7 @@ type Verdicted = EngineDecision;
 const MALFORMED: Verdicted = { verdict: "DENY", reason: "policy_violation:malformed_input" };
 const OVERRUN: Verdicted = { verdict: "DENY", reason: "budget_overrun" };
 
-/** State as stored: seen nonces live in the NonceStore, not in the session row. */
+/** State as stored: seen nonces are the chain entries' (NonceStore), not the session row's. */
 function storable(state: State): State {
   const { seen_nonces: _omit, ...rest } = state;
   return rest;
@@ -727,14 +726,12 @@ export function createEngine(options: EngineOptions): Engine {
 
     let reservation_id: string | null = null;
     let remainingAfter = remainingBefore;
-    // Recorded on ALLOW, its answer awaited only at the end (so it shares a round trip with the
-    // writes below): under the session row's lock nobody else can have recorded it since `seen`.
-    let nonceRecorded: Promise<boolean> | null = null;
+    // Spent on ALLOW (even one the ledger then turns into a DENY, as replay folds it): the decision
+    // entry carries it in its indexed nonce column, whose append fails the whole transaction with
+    // "conflict" should it be spent after all (fail closed: verdict and entry roll back together).
+    let spends: { nonce: Nonce } | undefined;
     if (decision.verdict === "ALLOW") {
-      if (hasNonce) {
-        nonceRecorded = tx.nonces.add(session.session_id, nonce, nowNs);
-        nonceRecorded.catch(() => undefined); // awaited below; this only keeps an early failure handled
-      }
+      if (hasNonce) spends = { nonce };
       if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
         decision = OVERRUN; // beyond the money range: more than any budget holds
       } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
@@ -864,15 +861,9 @@ export function createEngine(options: EngineOptions): Engine {
         },
         nowNs,
         head,
+        spends,
       ),
     ]);
-    if (nonceRecorded !== null && !(await nonceRecorded)) {
-      // Fail closed: the whole transaction, verdict and entry included, rolls back.
-      throw new SubstrateError(
-        "conflict",
-        `nonce ${JSON.stringify(nonce)} of session ${session.session_id} was recorded by another transaction despite the session's lock`,
-      );
-    }
     if (opened !== null) {
       // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params
       // stay in the store: the chain carries their digest only, as decision entries do.

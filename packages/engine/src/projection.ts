@@ -192,16 +192,6 @@ export class ProjectionTx implements SubstrateTx {
         const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
         return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
       },
-      add(sessionId, nonce, atNs) {
-        const key = nonceKey(sessionId, nonce);
-        const before = self.#seenNonces.get(key);
-        self.#journal.push(() => {
-          if (before === undefined) self.#seenNonces.delete(key);
-          else self.#seenNonces.set(key, before);
-        });
-        self.#seenNonces.set(key, true);
-        return write(tx.nonces.add(sessionId, nonce, atNs));
-      },
       count: (sessionId) => tx.nonces.count(sessionId),
     };
     this.chain = {
@@ -211,10 +201,21 @@ export class ProjectionTx implements SubstrateTx {
       },
       append(entry) {
         const before = self.#head;
+        // An entry that spends a nonce (ChainEntryRecord.nonce) makes it seen for the rest of the batch.
+        const spent =
+          entry.nonce === undefined || entry.nonce === null || entry.session_id === null
+            ? null
+            : nonceKey(entry.session_id, entry.nonce);
+        const wasSeen = spent === null ? undefined : self.#seenNonces.get(spent);
         self.#journal.push(() => {
           self.#head = before;
+          if (spent !== null) {
+            if (wasSeen === undefined) self.#seenNonces.delete(spent);
+            else self.#seenNonces.set(spent, wasSeen);
+          }
         });
         self.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
+        if (spent !== null) self.#seenNonces.set(spent, true);
         return write(tx.chain.append(entry));
       },
       range: (fromSeq, limit) => tx.chain.range(fromSeq, limit),

@@ -1,6 +1,6 @@
-// The snapshot check: the store's state tables (sessions, nonces, budget accounts, holds) against the
-// projection a replay of the chain gives, and the repair that rewrites them from it. Of the chain it reads
-// only the head (the stamps must not be beyond it); replaying is the caller's.
+// The snapshot check: the store's state tables (sessions, budget accounts, holds) and the chain's nonce
+// column against the projection a replay gives, and the repair that rewrites tables from it. Of the chain
+// it reads the head (stamps must not be beyond it) and the nonce column; it replays nothing.
 
 import { Money } from "@leash/budget-guard";
 import { appendEntry, type Signer } from "@leash/chain";
@@ -14,12 +14,13 @@ import {
 import { enqueueEntry } from "@leash/outbox";
 import { type Projection, type ReplayResult, recordedForm } from "./replay/replay.js";
 
-export type SnapshotTable = "sessions" | "nonces" | "budget_accounts" | "reservations";
+/** "chain": an entry's indexed nonce column (id: its seq); "nonces": what NonceStore answers. */
+export type SnapshotTable = "sessions" | "nonces" | "chain" | "budget_accounts" | "reservations";
 
 /** One snapshot value that is not what the chain gives. */
 export interface SnapshotDifference {
   table: SnapshotTable;
-  /** The row: session id, account id, reservation id, or for a missing nonce `["<session>", <nonce>]`. */
+  /** The row: session id, account id, reservation id, entry seq, or for a missing nonce `["<session>", <nonce>]`. */
   id: string;
   field: string;
   /** As stored (null: the row is missing). */
@@ -41,6 +42,9 @@ function sorted(value: unknown): unknown {
   for (const k of Object.keys(value).sort()) out[k] = sorted((value as Record<string, unknown>)[k]);
   return out;
 }
+
+/** 7 and "7" are different nonces. */
+const sameNonce = (a: Nonce, b: Nonce): boolean => typeof a === typeof b && a === b;
 
 const sameMoney = (a: string | null, b: string | null): boolean =>
   a === null || b === null ? a === b : a === b || sameAmount(a, b);
@@ -65,8 +69,12 @@ const RESERVATION_FIELDS = [
   "created_ns",
 ] as const;
 
+/** Entries read per range() call while the nonce column is compared. */
+const CHAIN_PAGE = 1_000;
+
 /**
- * Compares every snapshot row the projection names (and every session and hold the store lists).
+ * Compares every snapshot row the projection names (and every session and hold the store lists), and
+ * the nonce column of every entry the projection folded with the nonce its decision spent.
  * A session or account stamped with a chain position beyond the chain's head (`at_seq`, read in the
  * same transaction) reflects entries the chain no longer has (restored from an older backup, entries
  * lost): a difference, whatever its other fields say. Stamps at or below the head are not compared
@@ -127,10 +135,24 @@ export async function compareSnapshots(
       if (!projection.sessions.has(id)) diff("sessions", id, "row", "present", null, false);
     }
 
+    // The nonce column is the entries' own: the port cannot rewrite it, so a difference there (an
+    // edited or cleared column) is reported and left to the operator, never repaired.
+    for (let from = 0; from < projection.folded; ) {
+      const page = await tx.chain.range(from, Math.min(CHAIN_PAGE, projection.folded - from));
+      for (const entry of page) {
+        const stored = entry.nonce ?? null;
+        const replayed = projection.spent.get(entry.seq) ?? null;
+        if (stored === null ? replayed !== null : replayed === null || !sameNonce(stored, replayed)) {
+          diff("chain", String(entry.seq), "nonce", stored, replayed, false);
+        }
+      }
+      if (page.length === 0) break;
+      from = page[page.length - 1]!.seq + 1;
+    }
     for (const [sessionId, nonces] of projection.nonces) {
       for (const nonce of nonces.values()) {
         if (!(await tx.nonces.has(sessionId, nonce))) {
-          diff("nonces", JSON.stringify([sessionId, nonce]), "row", null, "present");
+          diff("nonces", JSON.stringify([sessionId, nonce]), "row", null, "present", false);
         }
       }
       const count = await tx.nonces.count(sessionId);
@@ -233,10 +255,6 @@ export async function repairSnapshots(
             };
       if (row === null) await tx.sessions.insert(next);
       else await tx.sessions.update(next);
-    }
-    for (const d of repaired.filter((x) => x.table === "nonces" && x.field === "row")) {
-      const [sessionId, nonce] = JSON.parse(d.id) as [string, Nonce];
-      await tx.nonces.add(sessionId, nonce, nowNs);
     }
     for (const id of new Set(repaired.filter((d) => d.table === "budget_accounts").map((d) => d.id))) {
       const replayed = projection.ledger.accounts.get(id)!;

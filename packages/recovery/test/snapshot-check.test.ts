@@ -1,6 +1,6 @@
 // The snapshot check on real substrates: a spent_usd, circuit flag, counter, hold or nonce edited in the
 // store itself is caught by recover() (fail closed), and --repair rebuilds it from the chain with an entry.
-import { generateKeyPair, parseEntryBody } from "@leash/chain";
+import { buildEntry, chainIdOf, generateKeyPair, parseEntryBody } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { createEngine } from "@leash/engine";
 import { afterEach, describe, expect, it } from "vitest";
@@ -82,7 +82,20 @@ async function edit(
         const hold = (await tx.budgets.getReservation(ids.hold))!;
         await tx.budgets.updateReservation({ ...hold, amount_usd: "0.000001" });
       } else {
-        await tx.nonces.add(ids.id, "never-seen", 1);
+        // The memory store's columns are reachable through the port only: a properly signed entry
+        // whose nonce column says it spent a nonce its body never names.
+        const head = (await tx.chain.head())!;
+        const [genesis] = await tx.chain.range(0, 1);
+        const [last] = await tx.chain.range(head.seq, 1);
+        const forged = buildEntry({
+          head,
+          chainId: chainIdOf(genesis!),
+          kind: "note",
+          data: { session_id: ids.id },
+          signer: KEY.signer,
+          nowNs: last!.created_ns + 1,
+        });
+        await tx.chain.append({ ...forged, session_id: ids.id, nonce: "never-seen" });
       }
     });
     return;
@@ -109,7 +122,8 @@ async function edit(
         ids.hold,
       ]);
     case "nonce":
-      return s.sql(`DELETE FROM leash_nonces WHERE session_id = ${p(1)}`, [ids.id]);
+      // The column the index of spent nonces is built on, cleared behind the engine's back.
+      return s.sql(`UPDATE leash_chain SET nonce = NULL WHERE session_id = ${p(1)}`, [ids.id]);
   }
 }
 
@@ -119,7 +133,7 @@ const SEEN_AS: Record<Edit, { table: string; field: string }> = {
   circuit: { table: "sessions", field: "state.circuit_tripped" },
   counter: { table: "sessions", field: "call_count" },
   reservation: { table: "reservations", field: "amount_usd" },
-  nonce: { table: "nonces", field: "" },
+  nonce: { table: "chain", field: "nonce" },
 };
 
 describe.each(KINDS)("the snapshot check on %s", (kind: Kind) => {
@@ -129,6 +143,39 @@ describe.each(KINDS)("the snapshot check on %s", (kind: Kind) => {
     expect(report.problems).toEqual([]);
     expect(report.snapshots).toMatchObject({ checked: true, differences: [], replay_mismatch: null });
     expect(report.snapshots.replayed).toBe((await readChain(s.substrate)).length);
+  });
+
+  it("reports an edited nonce column entry by entry, as the store holds it and as the body gives it; never repaired", async () => {
+    const { store: s, clock, ...ids } = await seeded(kind);
+    await edit(s, "nonce", ids);
+    const substrate = await s.another();
+    const report = await recover(substrate, { publicKeys: [KEY.publicKeyHex], clock });
+    const chain = report.snapshots.differences.filter((d) => d.table === "chain");
+    expect(chain.length).toBeGreaterThan(0);
+    for (const d of report.snapshots.differences) expect(d.repairable).toBe(false);
+    const entries = await readChain(substrate);
+    for (const d of chain) {
+      expect(d.field).toBe("nonce");
+      const entry = entries[Number(d.id)]!;
+      const data = (parseEntryBody(entry.body) as { data: { nonce?: unknown; verdict?: unknown } }).data;
+      if (kind === "memory") {
+        // The forged entry: a nonce in the column, none in its body.
+        expect([d.snapshot, d.replayed, entry.kind]).toEqual(["never-seen", null, "note"]);
+      } else {
+        // Each ALLOW decision's nonce, cleared from the column.
+        expect([d.snapshot, d.replayed, data.verdict]).toEqual([null, data.nonce, "ALLOW"]);
+      }
+    }
+    // The seven calls of seeded(): four ALLOWs with nonces n0…n3, then r0, r1 and the DENY r2.
+    if (kind !== "memory") expect(chain.map((d) => d.replayed)).toEqual(["n0", "n1", "n2", "n3", "r0", "r1"]);
+    const repaired = await recover(substrate, {
+      publicKeys: [KEY.publicKeyHex],
+      clock,
+      signer: KEY.signer,
+      repair: true,
+    });
+    expect(repaired.problems.map((p) => p.code)).toEqual(["snapshot_mismatch"]);
+    expect(repaired.snapshots.repaired).toBe(0);
   });
 
   const edits: Edit[] = ["spent_usd", "circuit", "counter", "reservation", "nonce"];

@@ -14,6 +14,7 @@ import {
   WORLD,
 } from "./fixtures.js";
 import { CONCURRENCY_TIMEOUT_MS, raceWindow, twoHandles, useHarness } from "./harness.js";
+import { spendIn } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 const slow = { timeout: CONCURRENCY_TIMEOUT_MS };
@@ -69,7 +70,7 @@ export function concurrencyContract(opts: SubstrateContractOptions): void {
               call_count: next,
               state: { ...session.state, total_calls: next },
             });
-            if (i % 2 === 0) await tx.nonces.add("s-count", `n-${next}`, T0 + next);
+            if (i % 2 === 0) await spendIn(tx, "s-count", `n-${next}`);
             return next;
           }),
         );
@@ -84,23 +85,66 @@ export function concurrencyContract(opts: SubstrateContractOptions): void {
       },
     );
 
-    it('exactly one of 20 concurrent transactions adds nonce "n1"; the rest get false', slow, async () => {
-      const handles = await twoHandles(await useHarness(opts));
-      await seedWorld(handles[0]);
-      const results = await race(handles, 20, (sub) =>
-        sub.transaction(async (tx) => {
-          await raceWindow(sub);
-          const added = await tx.nonces.add(WORLD.session1, "n1", T0);
-          // The engine keeps working after accepting a nonce (chain, outbox) before it commits.
-          await raceWindow(sub);
-          return added;
-        }),
-      );
-      expect(results.filter((r) => r.status === "rejected")).toEqual([]);
-      const added = results.filter((r) => r.status === "fulfilled" && r.value === true);
-      expect(added).toHaveLength(1);
-      expect(await handles[1].transaction((tx) => tx.nonces.count(WORLD.session1))).toBe(1);
-    });
+    it(
+      'exactly one of 20 concurrent transactions spends nonce "n1"; the rest fail with "conflict"',
+      slow,
+      async () => {
+        const handles = await twoHandles(await useHarness(opts));
+        await seedWorld(handles[0]);
+        const results = await race(handles, 20, (sub, i) =>
+          sub.transaction(async (tx) => {
+            await raceWindow(sub);
+            // As the engine does: ask first (a store may answer without waiting on its unique index
+            // then), append the entry spending it, and keep working (outbox) before the commit.
+            const seen = await tx.nonces.has(WORLD.session1, "n1");
+            if (seen) return { i, seen };
+            const entry = await spendIn(tx, WORLD.session1, "n1");
+            await raceWindow(sub);
+            return { i, seen, seq: entry.seq };
+          }),
+        );
+        const spent = results.flatMap((r) => (r.status === "fulfilled" && !r.value.seen ? [r.value] : []));
+        expect(spent).toHaveLength(1);
+        for (const r of results) {
+          if (r.status === "rejected") {
+            expect(SubstrateError.isInstance(r.reason), String(r.reason)).toBe(true);
+            expect((r.reason as SubstrateError).code).toBe("conflict");
+          }
+        }
+        const stored = await handles[1].transaction(async (tx) => ({
+          count: await tx.nonces.count(WORLD.session1),
+          chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
+        }));
+        expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
+      },
+    );
+
+    it(
+      'two concurrent transactions that both found nonce "n1" unseen: exactly one commits its entry',
+      slow,
+      async () => {
+        const handles = await twoHandles(await useHarness(opts));
+        await seedWorld(handles[0]);
+        const results = await race(handles, 2, (sub) =>
+          sub.transaction(async (tx) => {
+            const seen = await tx.nonces.has(WORLD.session1, "n1");
+            await raceWindow(sub);
+            const entry = await spendIn(tx, WORLD.session1, "n1");
+            await raceWindow(sub);
+            return { seen, seq: entry.seq };
+          }),
+        );
+        const committed = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+        expect(committed).toHaveLength(1);
+        const lost = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+        expect((lost.reason as SubstrateError).code).toBe("conflict");
+        const stored = await handles[1].transaction(async (tx) => ({
+          count: await tx.nonces.count(WORLD.session1),
+          chain: (await tx.chain.range(0, 100)).map((e) => [e.seq, e.nonce ?? null]),
+        }));
+        expect(stored).toEqual({ count: 1, chain: [[0, "n1"]] });
+      },
+    );
 
     it(
       'exactly one of 20 concurrent inserts of one session id succeeds; the rest fail with "conflict"',
@@ -200,7 +244,7 @@ export function concurrencyContract(opts: SubstrateContractOptions): void {
           const account = (await tx.budgets.getAccount(WORLD.orgAccount))!;
           await tx.budgets.updateAccount({ ...account, spent_usd: String(Number(account.spent_usd) + 1) });
           await tx.sessions.insert(makeSession(`s-${i}`));
-          await tx.nonces.add(WORLD.session1, `n-${i}`, T0 + i);
+          await spendIn(tx, WORLD.session1, `n-${i}`);
           await tx.budgets.insertAccount(makeAccount(`acct-${i}`));
           await tx.budgets.insertReservation(makeReservation(`r-${i}`));
           await tx.hitl.insert(makeHitlRequest(`h-${i}`));
@@ -235,12 +279,14 @@ export function concurrencyContract(opts: SubstrateContractOptions): void {
           present,
           spent: (await tx.budgets.getAccount(WORLD.orgAccount))?.spent_usd,
           nonces: await tx.nonces.count(WORLD.session1),
+          entries: await tx.chain.count(),
         };
       });
       expect(state).toEqual({
         present: committed,
         spent: String(committed.length),
         nonces: committed.length,
+        entries: committed.length,
       });
     });
   });

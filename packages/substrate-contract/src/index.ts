@@ -32,7 +32,7 @@ export {
 } from "./harness.js";
 export { hitlStoreContract } from "./hitl.js";
 export { migrationContract } from "./migrations.js";
-export { nonceStoreContract } from "./nonces.js";
+export { nextEntry, nonceStoreContract, spend, spendIn } from "./nonces.js";
 export type { SubstrateContractOptions } from "./options.js";
 export { outboxStoreContract } from "./outbox.js";
 export { sessionStoreContract } from "./sessions.js";

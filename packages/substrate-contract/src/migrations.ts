@@ -3,8 +3,9 @@
 
 import { SUBSTRATE_SPECIFICATION_VERSION } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { makeAccount, makeSession, seedWorld, T0, WORLD } from "./fixtures.js";
+import { makeAccount, makeSession, seedWorld, WORLD } from "./fixtures.js";
 import { useHarness } from "./harness.js";
+import { spend } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 export function migrationContract(opts: SubstrateContractOptions): void {
@@ -51,7 +52,7 @@ export function migrationContract(opts: SubstrateContractOptions): void {
       const sub = await (await useHarness(opts)).open();
       await sub.migrate();
       await seedWorld(sub);
-      await sub.transaction((tx) => tx.nonces.add(WORLD.session1, 7, T0));
+      await spend(sub, WORLD.session1, 7);
       await sub.migrate();
       await sub.migrate();
       const after = await sub.transaction(async (tx) => ({
@@ -84,7 +85,7 @@ export function migrationContract(opts: SubstrateContractOptions): void {
       const harness = await useHarness(opts);
       const first = await harness.openMigrated();
       await seedWorld(first);
-      await first.transaction((tx) => tx.nonces.add(WORLD.session1, "n-kept", T0));
+      await spend(first, WORLD.session1, "n-kept");
       await harness.close(first);
       const second = await harness.open();
       await second.migrate();

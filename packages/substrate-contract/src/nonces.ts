@@ -1,54 +1,112 @@
-// Contract tests for the NonceStore: add-once semantics, number vs string identity, per-session scope.
-// Concurrent adds of one nonce across handles are covered in concurrency.ts.
+// Contract tests for spent nonces: the chain entries' indexed nonce column, as NonceStore and append see it.
+// Concurrent spends of one nonce across handles are covered in concurrency.ts; storage of entries in chain.ts.
 
-import type { Nonce } from "@leash/core";
+import type { ChainEntryRecord, Nonce, Substrate, SubstrateTx } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { seedWorld, T0, WORLD } from "./fixtures.js";
-import { useHarness } from "./harness.js";
+import { GENESIS_PREV_HASH, makeChainEntry, seedWorld, WORLD } from "./fixtures.js";
+import { expectSubstrateError, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 const { session1: S1, session2: S2 } = WORLD;
 
+/** The next entry after the head, spending `nonce` (null: none) for `sessionId`. */
+export async function nextEntry(
+  tx: SubstrateTx,
+  sessionId: string | null,
+  nonce: Nonce | null,
+): Promise<ChainEntryRecord> {
+  const head = await tx.chain.head();
+  return makeChainEntry(head === null ? 0 : head.seq + 1, head?.entry_hash ?? GENESIS_PREV_HASH, {
+    session_id: sessionId,
+    ...(nonce === null ? {} : { nonce }),
+  });
+}
+
+/** Appends the next entry, spending `nonce` for `sessionId`, in the transaction `tx`. */
+export async function spendIn(tx: SubstrateTx, sessionId: string, nonce: Nonce): Promise<ChainEntryRecord> {
+  const entry = await nextEntry(tx, sessionId, nonce);
+  await tx.chain.append(entry);
+  return entry;
+}
+
+/** Appends the next entry, spending `nonce` for `sessionId`, in a transaction of its own. */
+export function spend(sub: Substrate, sessionId: string, nonce: Nonce): Promise<ChainEntryRecord> {
+  return sub.transaction((tx) => spendIn(tx, sessionId, nonce));
+}
+
 export function nonceStoreContract(opts: SubstrateContractOptions): void {
   describe("nonces", () => {
-    it("add returns true the first time and false (changing nothing) the second time", async () => {
+    it("an appended entry spends its nonce; a second spend fails with conflict and appends nothing", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
-      expect(await sub.transaction((tx) => tx.nonces.add(S1, "n1", T0))).toBe(true);
-      expect(await sub.transaction((tx) => tx.nonces.add(S1, "n1", T0 + 1))).toBe(false);
-      expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(1);
-      // Within one transaction too: the second add sees the first.
-      const inOne = await sub.transaction(async (tx) => [
-        await tx.nonces.add(S1, "n2", T0),
-        await tx.nonces.add(S1, "n2", T0),
-      ]);
-      expect(inOne).toEqual([true, false]);
-      expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(2);
+      expect(await sub.transaction((tx) => tx.nonces.has(S1, "n1"))).toBe(false);
+      const first = await spend(sub, S1, "n1");
+      expect(await sub.transaction((tx) => tx.nonces.has(S1, "n1"))).toBe(true);
+      await sub.transaction(async (tx) => {
+        await expectSubstrateError(tx.chain.append(await nextEntry(tx, S1, "n1")), "conflict");
+        // The refused entry took nothing: the next seq is still free for an entry without a nonce.
+        expect(await tx.chain.head()).toEqual({ seq: first.seq, entry_hash: first.entry_hash });
+        expect(await tx.chain.count()).toBe(1);
+      });
+      // Within one transaction too: the second append sees the first.
+      await expect(
+        sub.transaction(async (tx) => {
+          await spendIn(tx, S1, "n2");
+          await tx.chain.append(await nextEntry(tx, S1, "n2"));
+        }),
+      ).rejects.toMatchObject({ code: "conflict" });
+      const after = await sub.transaction(async (tx) => ({
+        count: await tx.nonces.count(S1),
+        n2: await tx.nonces.has(S1, "n2"),
+        entries: await tx.chain.count(),
+      }));
+      expect(after).toEqual({ count: 1, n2: false, entries: 1 });
     });
 
-    it("has answering false, then add in the same transaction: true, and a second add false", async () => {
+    it("range gives each entry back with the nonce it was appended with, and none without", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
-      await sub.transaction((tx) => tx.nonces.add(S1, "n0", T0));
-      const answers = await sub.transaction(async (tx) => [
-        await tx.nonces.has(S1, "n1"),
-        await tx.nonces.add(S1, "n1", T0),
-        await tx.nonces.has(S1, "n1"),
-        await tx.nonces.add(S1, "n1", T0 + 1),
-        await tx.nonces.has(S1, "n0"),
-        await tx.nonces.add(S1, "n0", T0 + 1),
-      ]);
-      expect(answers).toEqual([false, true, true, false, true, false]);
-      expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(2);
+      const written = await sub.transaction(async (tx) => {
+        const a = await spendIn(tx, S1, 7);
+        const b = await nextEntry(tx, S1, null);
+        await tx.chain.append(b);
+        const c = await spendIn(tx, S2, "7");
+        // An explicit null is no nonce either.
+        const d = { ...(await nextEntry(tx, null, null)), nonce: null };
+        await tx.chain.append(d);
+        return [a, b, c, d];
+      });
+      const back = await sub.transaction((tx) => tx.chain.range(0, 10));
+      expect(back.map((e) => e.nonce ?? null)).toEqual([7, null, "7", null]);
+      expect(typeof back[0]?.nonce).toBe("number");
+      expect(typeof back[2]?.nonce).toBe("string");
+      expect(back.slice(0, 3)).toEqual(written.slice(0, 3));
     });
 
-    it("has and count reflect exactly the nonces added", async () => {
+    it("refuses an entry with a nonce but no session, appending nothing", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      const outcome = await sub
+        .transaction(async (tx) => {
+          const entry = await nextEntry(tx, null, "n1");
+          await tx.chain.append({ ...entry, nonce: "n1" });
+        })
+        .then(
+          () => "appended",
+          (error: unknown) => error,
+        );
+      expect(outcome).toBeInstanceOf(TypeError);
+      expect(await sub.transaction((tx) => tx.chain.count())).toBe(0);
+    });
+
+    it("has and count reflect exactly the nonces spent", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
       expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(0);
       expect(await sub.transaction((tx) => tx.nonces.has(S1, "a"))).toBe(false);
       await sub.transaction(async (tx) => {
-        for (const n of ["a", "b", 3]) await tx.nonces.add(S1, n, T0);
+        for (const n of ["a", "b", 3]) await spendIn(tx, S1, n);
+        // Entries without a nonce spend none.
+        await tx.chain.append(await nextEntry(tx, S1, null));
       });
       const seen = await sub.transaction(async (tx) => ({
         a: await tx.nonces.has(S1, "a"),
@@ -58,6 +116,28 @@ export function nonceStoreContract(opts: SubstrateContractOptions): void {
         count: await tx.nonces.count(S1),
       }));
       expect(seen).toEqual({ a: true, b: true, three: true, c: false, count: 3 });
+    });
+
+    it("a rolled-back append spends nothing: the nonce is free again", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const boom = new Error("rolled back");
+      await expect(
+        sub.transaction(async (tx) => {
+          await spendIn(tx, S1, "n1");
+          // Seen inside the transaction that spent it …
+          expect(await tx.nonces.has(S1, "n1")).toBe(true);
+          expect(await tx.nonces.count(S1)).toBe(1);
+          throw boom;
+        }),
+      ).rejects.toBe(boom);
+      // … and gone with it.
+      expect(
+        await sub.transaction(async (tx) => [await tx.nonces.has(S1, "n1"), await tx.nonces.count(S1)]),
+      ).toEqual([false, 0]);
+      const again = await spend(sub, S1, "n1");
+      expect(again.seq).toBe(0);
+      expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(1);
     });
 
     it('the number 7 and the string "7" are different nonces (also 0/"0", 1.5/"1.5", -1/"-1")', async () => {
@@ -70,21 +150,23 @@ export function nonceStoreContract(opts: SubstrateContractOptions): void {
         [-1, "-1"],
       ];
       for (const [num, str] of pairs) {
-        expect(await sub.transaction((tx) => tx.nonces.add(S1, num, T0))).toBe(true);
+        await spend(sub, S1, num);
         expect(await sub.transaction((tx) => tx.nonces.has(S1, str))).toBe(false);
-        expect(await sub.transaction((tx) => tx.nonces.add(S1, str, T0))).toBe(true);
-        expect(await sub.transaction((tx) => tx.nonces.add(S1, num, T0))).toBe(false);
-        expect(await sub.transaction((tx) => tx.nonces.add(S1, str, T0))).toBe(false);
+        await spend(sub, S1, str);
+        for (const n of [num, str]) {
+          await expect(spend(sub, S1, n)).rejects.toMatchObject({ code: "conflict" });
+        }
       }
       expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(pairs.length * 2);
+      expect(await sub.transaction((tx) => tx.chain.count())).toBe(pairs.length * 2);
     });
 
     it("nonces are scoped to their session", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);
-      expect(await sub.transaction((tx) => tx.nonces.add(S1, "shared", T0))).toBe(true);
+      await spend(sub, S1, "shared");
       expect(await sub.transaction((tx) => tx.nonces.has(S2, "shared"))).toBe(false);
-      expect(await sub.transaction((tx) => tx.nonces.add(S2, "shared", T0))).toBe(true);
+      await spend(sub, S2, "shared");
       expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(1);
       expect(await sub.transaction((tx) => tx.nonces.count(S2))).toBe(1);
     });
@@ -101,14 +183,9 @@ export function nonceStoreContract(opts: SubstrateContractOptions): void {
         "",
       ];
       await sub.transaction(async (tx) => {
-        for (const n of nonces) expect(await tx.nonces.add(S1, n, Number.MAX_SAFE_INTEGER)).toBe(true);
+        for (const n of nonces) await spendIn(tx, S1, n);
       });
-      const again = await sub.transaction(async (tx) => {
-        const results: boolean[] = [];
-        for (const n of nonces) results.push(await tx.nonces.add(S1, n, T0));
-        return results;
-      });
-      expect(again).toEqual(nonces.map(() => false));
+      for (const n of nonces) await expect(spend(sub, S1, n)).rejects.toMatchObject({ code: "conflict" });
       // Near-misses must not match: a LIKE pattern, a truncation, an off-by-one integer.
       const misses = await sub.transaction(async (tx) => [
         await tx.nonces.has(S1, "ünï-😀-'\"-\\-%"),
@@ -117,6 +194,8 @@ export function nonceStoreContract(opts: SubstrateContractOptions): void {
       ]);
       expect(misses).toEqual([false, false, false]);
       expect(await sub.transaction((tx) => tx.nonces.count(S1))).toBe(nonces.length);
+      const back = await sub.transaction((tx) => tx.chain.range(0, 100));
+      expect(back.map((e) => e.nonce)).toEqual(nonces);
     });
   });
 }

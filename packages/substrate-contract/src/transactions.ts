@@ -13,6 +13,7 @@ import {
   WORLD,
 } from "./fixtures.js";
 import { byKey, expectSubstrateError, raceWindow, twoHandles, useHarness } from "./harness.js";
+import { spendIn } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 /** Everything a test can observe about the world, read in one transaction. */
@@ -29,6 +30,7 @@ async function snapshot(sub: Substrate) {
     hitl: byKey(await tx.hitl.list({}), (r) => r.request_id),
     nonces: [await tx.nonces.count(WORLD.session1), await tx.nonces.count(WORLD.session2)],
     seen: [await tx.nonces.has(WORLD.session1, "n-old"), await tx.nonces.has(WORLD.session1, "n-new")],
+    chain: await tx.chain.range(0, 100),
   }));
 }
 
@@ -38,11 +40,11 @@ async function seedWithRows(sub: Substrate): Promise<void> {
   await sub.transaction(async (tx) => {
     await tx.budgets.insertReservation(makeReservation("r-old"));
     await tx.hitl.insert(makeHitlRequest("h-old"));
-    await tx.nonces.add(WORLD.session1, "n-old", T0);
+    await spendIn(tx, WORLD.session1, "n-old");
   });
 }
 
-/** Writes to every store: an insert and an update each, and a nonce. */
+/** Writes to every store: an insert and an update each, and entries spending a nonce each. */
 async function writeEverywhere(tx: SubstrateTx): Promise<void> {
   await tx.sessions.insert(makeSession("s-new"));
   await tx.sessions.update(makeSession(WORLD.session1, { call_count: 100, status: "TERMINATED" }));
@@ -52,8 +54,8 @@ async function writeEverywhere(tx: SubstrateTx): Promise<void> {
   await tx.budgets.updateReservation(makeReservation("r-old", { status: "SETTLED", actual_usd: "0.2" }));
   await tx.hitl.insert(makeHitlRequest("h-new"));
   await tx.hitl.update(makeHitlRequest("h-old", { status: "DECIDED", decision: "approve" }));
-  expect(await tx.nonces.add(WORLD.session1, "n-new", T0)).toBe(true);
-  expect(await tx.nonces.add(WORLD.session2, 42, T0)).toBe(true);
+  await spendIn(tx, WORLD.session1, "n-new");
+  await spendIn(tx, WORLD.session2, 42);
 }
 
 export function transactionContract(opts: SubstrateContractOptions): void {
@@ -110,7 +112,7 @@ export function transactionContract(opts: SubstrateContractOptions): void {
       await expectSubstrateError(
         sub.transaction(async (tx) => {
           await tx.sessions.insert(makeSession("s-first"));
-          await tx.nonces.add(WORLD.session1, "n-first", T0);
+          await spendIn(tx, WORLD.session1, "n-first");
           await tx.budgets.updateAccount(makeAccount(WORLD.orgAccount, { spent_usd: "1" }));
           await tx.sessions.insert(makeSession(WORLD.session1));
         }),
@@ -119,9 +121,10 @@ export function transactionContract(opts: SubstrateContractOptions): void {
       const after = await sub.transaction(async (tx) => ({
         first: await tx.sessions.get("s-first"),
         nonce: await tx.nonces.has(WORLD.session1, "n-first"),
+        entries: await tx.chain.count(),
         spent: (await tx.budgets.getAccount(WORLD.orgAccount))?.spent_usd,
       }));
-      expect(after).toEqual({ first: null, nonce: false, spent: "0" });
+      expect(after).toEqual({ first: null, nonce: false, entries: 0, spent: "0" });
       await sub.transaction((tx) => tx.sessions.insert(makeSession("s-first")));
       expect(await sub.transaction((tx) => tx.sessions.get("s-first"))).toEqual(makeSession("s-first"));
     });
@@ -177,9 +180,13 @@ export function transactionContract(opts: SubstrateContractOptions): void {
       expect(await snapshot(b)).toEqual(await snapshot(a));
       const fromB = await b.transaction(async (tx) => ({
         session: await tx.sessions.get("s-new"),
-        nonceAgain: await tx.nonces.add(WORLD.session1, "n-new", T0),
+        nonce: await tx.nonces.has(WORLD.session1, "n-new"),
       }));
-      expect(fromB).toEqual({ session: makeSession("s-new"), nonceAgain: false });
+      expect(fromB).toEqual({ session: makeSession("s-new"), nonce: true });
+      await expectSubstrateError(
+        b.transaction((tx) => spendIn(tx, WORLD.session1, "n-new")),
+        "conflict",
+      );
     });
 
     it("another handle sees all of a concurrent transaction's writes or none of them", async () => {

@@ -13,6 +13,7 @@ import {
   WORLD,
 } from "./fixtures.js";
 import { useHarness } from "./harness.js";
+import { spendIn } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 /** Decimal strings the port promises back byte for byte: trailing zeros, many digits, beyond int64 micro-units. */
@@ -214,7 +215,7 @@ export function valuesContract(opts: SubstrateContractOptions): void {
         await tx.budgets.insertAccount(account);
         await tx.budgets.insertReservation(reservation);
         await tx.hitl.insert(request);
-        expect(await tx.nonces.add("s-big", MAX_SAFE_NS, MAX_SAFE_NS)).toBe(true);
+        await spendIn(tx, "s-big", MAX_SAFE_NS);
       });
       const back = await sub.transaction(async (tx) => ({
         session: await tx.sessions.get("s-big"),

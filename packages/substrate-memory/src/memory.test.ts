@@ -81,7 +81,7 @@ describe("memory substrate", () => {
       leaked = tx;
     });
     expect(await codeOf(leaked!.sessions.insert(session("late")))).toBe("closed");
-    expect(await codeOf(leaked!.nonces.add("late", 1, 1))).toBe("closed");
+    expect(await codeOf(leaked!.nonces.has("late", 1))).toBe("closed");
     expect(await codeOf(leaked!.chain.head())).toBe("closed");
     expect(
       await codeOf(leaked!.outbox.enqueue({ seq: 0, entry_id: "e", session_id: null, created_ns: 1 })),

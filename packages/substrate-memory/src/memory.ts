@@ -232,13 +232,6 @@ class MemoryTransaction {
         this.#live();
         return nonces.has(sessionId, nonceKey(nonce));
       },
-      add: async (sessionId: string, nonce: Nonce, atNs: number) => {
-        this.#live();
-        const key = nonceKey(nonce);
-        if (nonces.has(sessionId, key)) return false;
-        nonces.add(sessionId, key, atNs);
-        return true;
-      },
       count: async (sessionId: string) => {
         this.#live();
         return nonces.count(sessionId);
@@ -335,6 +328,7 @@ class MemoryTransaction {
   // Transactions on one data set run one at a time, so the head is locked simply by being inside one.
   #chainStore(): ChainStore {
     const chain = this.#chain;
+    const nonces = this.#nonces;
     return {
       head: async () => {
         this.#live();
@@ -347,7 +341,21 @@ class MemoryTransaction {
         // Only the next seq is accepted: an earlier one is taken, a later one would leave a gap.
         if (entry.seq !== chain.length) throw chainConflict(entry.seq, chain.length - 1);
         if (chain.hasEntryId(entry.entry_id)) throw conflict("chain entry", entry.entry_id);
-        chain.push(copy(entry));
+        const nonce = entry.nonce ?? null;
+        const key = nonce === null ? null : nonceKey(nonce);
+        if (key !== null) {
+          if (entry.session_id === null) throw new TypeError("a chain entry with a nonce needs a session_id");
+          if (nonces.has(entry.session_id, key)) {
+            throw new SubstrateError(
+              "conflict",
+              `nonce ${JSON.stringify(nonce)} (${typeof nonce}) is already spent in session ${JSON.stringify(entry.session_id)}`,
+            );
+          }
+        }
+        // Stored without the field when it has no nonce, so range gives back what was appended.
+        const { nonce: _omit, ...rest } = entry;
+        chain.push(copy(nonce === null ? rest : { ...rest, nonce }));
+        if (key !== null) nonces.add(entry.session_id as string, key, entry.seq);
       },
       range: async (fromSeq, limit) => {
         this.#live();

@@ -17,7 +17,7 @@ export interface DataSet {
   readonly accounts: Map<string, BudgetAccount>;
   readonly reservations: Map<string, Reservation>;
   readonly hitl: Map<string, HitlRequest>;
-  /** session id → nonce key (see `nonceKey`) → the `atNs` it was recorded at. */
+  /** The chain's nonce index: session id → nonce key (see `nonceKey`) → seq of the entry that spent it. */
   readonly nonces: Map<string, Map<string, number>>;
   /** The committed chain: entry `seq` sits at index `seq`, because append only ever takes the next seq. */
   readonly chain: ChainEntryRecord[];
@@ -90,7 +90,10 @@ export class OverlayTable<T> {
   }
 }
 
-/** The nonce sets seen through a transaction; nonces are only ever added, never removed. */
+/**
+ * The chain's nonce index seen through a transaction; appends only ever add to it, so a rollback is
+ * dropping `#writes` with the overlay, exactly as the entries that carried them are dropped.
+ */
 export class OverlayNonces {
   readonly #base: Map<string, Map<string, number>>;
   readonly #writes = new Map<string, Map<string, number>>();
@@ -103,13 +106,13 @@ export class OverlayNonces {
     return (this.#writes.get(sessionId)?.has(key) ?? false) || (this.#base.get(sessionId)?.has(key) ?? false);
   }
 
-  add(sessionId: string, key: string, atNs: number): void {
+  add(sessionId: string, key: string, seq: number): void {
     let added = this.#writes.get(sessionId);
     if (added === undefined) {
       added = new Map();
       this.#writes.set(sessionId, added);
     }
-    added.set(key, atNs);
+    added.set(key, seq);
   }
 
   /** Exact because `add` is only called for keys `has` denied, so the two sets never overlap. */
@@ -124,7 +127,7 @@ export class OverlayNonces {
         committed = new Map();
         this.#base.set(sessionId, committed);
       }
-      for (const [key, atNs] of added) committed.set(key, atNs);
+      for (const [key, seq] of added) committed.set(key, seq);
     }
   }
 }

@@ -99,21 +99,6 @@ export function multiRowStatements(t: TableNames): MultiRowStatements {
       columns.map((c) => String(values[c])).join("\u0000");
   const entries: Array<[string, MultiRow]> = [
     [
-      "nonces.add",
-      {
-        statement: statement(
-          "nonces.add(multi)",
-          `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns)
-SELECT * FROM unnest(${unnest(["text", "text", "bigint"])})
-RETURNING session_id, nonce_json`,
-        ),
-        columns: 3,
-        key: keyOf(0, 1),
-        returned: (row) => `${String(row.session_id)}\u0000${String(row.nonce_json)}`,
-        update: false,
-      },
-    ],
-    [
       "outbox.enqueue",
       {
         statement: statement(
@@ -184,10 +169,11 @@ RETURNING reservation_id`,
 /**
  * Contiguous chain appends as one statement: the head is checked against the first, every row is
  * inserted, and the head moves to the last one written. Unlike the multi-row inserts above it keeps
- * ON CONFLICT: entry ids of one batch may clash with each other, and which transaction's entry would
- * clash when they all ran again one by one depends on their order; skipped here, the clashing row
- * is pinned on its own transaction (its check fails, and with it the batch before COMMIT; the
- * others run again).
+ * ON CONFLICT: entry ids (and spent nonces) of one batch may clash with each other, and which
+ * transaction's entry would clash when they all ran again one by one depends on their order;
+ * skipped here, the clashing row is pinned on its own transaction (its check fails, and with it the
+ * batch before COMMIT; the others run again). A nonce found in the read-only nonce table skips its
+ * row the same way.
  */
 export function multiAppendStatement(t: TableNames): Statement {
   return statement(
@@ -195,10 +181,12 @@ export function multiAppendStatement(t: TableNames): Statement {
     `WITH head AS (
   SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
 ), added AS (
-  INSERT INTO ${t.chain} (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns)
-  SELECT u.* FROM unnest(${unnest(["bigint", "text", "text", "text", "text", "text", "text", "text", "text", "bigint"])})
-    AS u(seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns), head
+  INSERT INTO ${t.chain} (seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns, nonce)
+  SELECT u.* FROM unnest(${unnest(["bigint", "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "text"])})
+    AS u(seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns, nonce), head
   WHERE coalesce(head.seq, -1) = ($1::bigint[])[1] - 1
+    AND (u.nonce IS NULL OR NOT EXISTS
+      (SELECT FROM ${t.nonces} AS n WHERE n.session_id = u.session_id AND n.nonce_json = u.nonce))
   ON CONFLICT DO NOTHING
   RETURNING seq, entry_hash
 ), moved AS (
@@ -403,14 +391,15 @@ export class BatchWrites {
       for (const entry of list) this.#sendOne(entry);
       return;
     }
-    const columns = Array.from({ length: 10 }, (_, c) => list.map((e) => e.values[c]));
+    const columns = Array.from({ length: 11 }, (_, c) => list.map((e) => e.values[c]));
     this.counted(list.length);
     const owners = [...new Set(list.map((e) => e.owner))];
     const answer = this.#query(this.chainAppend.multi, columns).then(
       (result) => {
         const row = result.rows[0] as { heads: unknown; head_seq: unknown; added: string[] } | undefined;
         const added = new Set(row?.added ?? []);
-        // The head matched the first entry when anything was added: a row left out clashed by id.
+        // The head matched the first entry when anything was added: a row left out clashed by id
+        // or by nonce (spent unknown: the single form's answer would say which).
         const headMatched = added.size > 0;
         for (const entry of list) {
           const seq = String(entry.values[0]);
@@ -420,6 +409,7 @@ export class BatchWrites {
                 heads: row?.heads ?? 0,
                 head_seq: headMatched ? Number(seq) - 1 : (row?.head_seq ?? null),
                 moved: 0,
+                spent: null,
               };
           const problem = entry.verify(resultOf(1, [single]));
           if (problem !== null) entry.owner.fail(problem);

@@ -4,13 +4,16 @@ import type { ChainEntryRecord, ChainStore } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
+  decodeNonce,
   decodeOptionalInt,
   encodeBody,
   encodeInt,
   encodeLimit,
+  encodeOptionalNonce,
   encodeOptionalText,
   encodeText,
 } from "./codec.js";
+import { nonceKey } from "./nonces.js";
 import type { Statements } from "./sql.js";
 import type { BatchMemory, TxContext } from "./tx.js";
 
@@ -25,6 +28,16 @@ export interface ChainRow {
   kind: string;
   session_id: string | null;
   created_ns: unknown;
+  /** The spent nonce's JSON text (codec.ts), or null. */
+  nonce: string | null;
+}
+
+/** What the chain store asks of the transaction's nonce store, to append a spending entry without waiting. */
+export interface SpentNonces {
+  /** This transaction asked `has` about the pair and was told it is unspent. */
+  answeredUnspent(key: string): boolean;
+  /** This transaction appended an entry spending the pair. */
+  spend(key: string): void;
 }
 
 export function chainEntryFromRow(row: ChainRow): ChainEntryRecord {
@@ -39,6 +52,8 @@ export function chainEntryFromRow(row: ChainRow): ChainEntryRecord {
     kind: row.kind,
     session_id: row.session_id,
     created_ns: decodeInt(row.created_ns, "created_ns"),
+    // Only an entry that spends one has the field, so an entry reads back as it was appended.
+    ...(row.nonce === null || row.nonce === undefined ? {} : { nonce: decodeNonce(row.nonce) }),
   };
 }
 
@@ -54,6 +69,7 @@ function toParams(entry: ChainEntryRecord): unknown[] {
     encodeText(entry.kind, "kind"),
     encodeOptionalText(entry.session_id, "session_id"),
     encodeInt(entry.created_ns, "created_ns"),
+    encodeOptionalNonce(entry.nonce),
   ];
 }
 
@@ -66,7 +82,7 @@ function missingHead(): SubstrateError {
 
 type Head = { seq: number; entry_hash: string } | null;
 
-type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown };
+type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown; spent?: boolean | null };
 
 /** What the append statement's one answer row says went wrong, or null when the entry went in. */
 function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): SubstrateError | null {
@@ -83,7 +99,17 @@ function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): 
       `chain seq ${entry.seq} is not the next one (${head}): appending it would leave a gap`,
     );
   }
-  return new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
+  const nonce = entry.nonce ?? null;
+  if (nonce === null || result.spent === false) {
+    return new SubstrateError("conflict", `chain entry ${JSON.stringify(entry.entry_id)} already exists`);
+  }
+  const spent = `nonce ${JSON.stringify(nonce)} (${typeof nonce}) is already spent in session ${JSON.stringify(entry.session_id)}`;
+  return new SubstrateError(
+    "conflict",
+    result.spent === true
+      ? spent
+      : `chain entry ${JSON.stringify(entry.entry_id)} already exists, or ${spent}`,
+  );
 }
 
 export class PostgresChainStore implements ChainStore {
@@ -106,6 +132,8 @@ export class PostgresChainStore implements ChainStore {
   constructor(
     private readonly tx: TxContext,
     private readonly sql: Statements["chain"],
+    /** The transaction's nonce store, told of the nonces appended entries spend. */
+    private readonly nonces: SpentNonces,
     /** What earlier transactions of the same batch left locked and known (see BatchMemory). */
     memory?: BatchMemory,
   ) {
@@ -139,25 +167,37 @@ export class PostgresChainStore implements ChainStore {
   }
 
   async append(entry: ChainEntryRecord): Promise<void> {
+    const params = toParams(entry);
+    const nonceJson = params[10] as string | null;
+    if (nonceJson !== null && entry.session_id === null) {
+      throw new TypeError("a chain entry with a nonce needs a session_id");
+    }
+    const key = nonceJson === null ? null : nonceKey(entry.session_id as string, nonceJson);
     // With the head read (and locked) by this transaction and this entry right after it, only an
-    // id clash could stop the append: send it without waiting, its answer checked before COMMIT.
-    const certain = this.known !== null && (this.known.head?.seq ?? -1) === entry.seq - 1;
+    // id clash could stop the append, or a nonce this transaction was told is unspent being spent
+    // after all (the caller holds the session's lock: the engine's case): send it without waiting,
+    // its answer checked before COMMIT, which the clash then fails with "conflict".
+    const certain =
+      this.known !== null &&
+      (this.known.head?.seq ?? -1) === entry.seq - 1 &&
+      (key === null || this.nonces.answeredUnspent(key));
     this.appends++;
     this.known = null;
     this.headEntry = null;
     if (certain) {
-      const params = toParams(entry);
       // Before the first await: the outbox's enqueue, issued in the same turn, must see it.
       this.appendedSeqs.add(entry.seq);
       await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
+      if (key !== null) this.nonces.spend(key);
       // The head row stays locked by this transaction, so the head is now this entry for it.
       this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
       this.headEntry = { ...entry };
       return;
     }
-    const { rows } = await this.tx.query<AppendRow>(this.sql.append, toParams(entry));
+    const { rows } = await this.tx.query<AppendRow>(this.sql.append, params);
     const problem = appendProblem(rows[0], entry);
     if (problem !== null) throw problem;
+    if (key !== null) this.nonces.spend(key);
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {

@@ -2,6 +2,7 @@
 // losses, the batch lock between handles, and the stores' saved round trips. Nothing here is mocked.
 import type { ChainEntryRecord, Substrate, SubstrateTx } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import { spendIn } from "@leash/substrate-contract";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
 import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
@@ -40,6 +41,12 @@ const chainEntry = (seq: number, over: Partial<ChainEntryRecord> = {}): ChainEnt
   created_ns: T0,
   ...over,
 });
+
+/** Appends the next entry, spending `nonce` for `sessionId` (the port's only way to spend one). */
+async function spend(tx: SubstrateTx, sessionId: string, nonce: string | number): Promise<true> {
+  await spendIn(tx, sessionId, nonce);
+  return true;
+}
 
 /** What the counters moved by while `work` ran. */
 async function counted<T>(
@@ -144,7 +151,7 @@ describe("group commit", () => {
         (tx) => tx.sessions.insert(session("s1")),
         async (tx) => {
           await tx.sessions.insert(session("s2"));
-          expect(await tx.nonces.add("s2", "n", T0)).toBe(true);
+          await spend(tx, "s2", "n");
           throw boom;
         },
         async (tx) => {
@@ -206,18 +213,18 @@ describe("group commit", () => {
       inOneBatch(sub, [
         async (tx) => {
           calls[0]!++;
-          return tx.nonces.add("s1", "n1", T0);
+          return spend(tx, "s1", "n1");
         },
         async (tx) => {
           calls[1]!++;
           const row = (await tx.budgets.getAccount("a"))!;
           // Caught and swallowed: the batch is retried all the same.
           await tx.budgets.updateAccount({ ...row, spent_usd: "1" }).catch(() => undefined);
-          return tx.nonces.add("s1", "n2", T0);
+          return spend(tx, "s1", "n2");
         },
         async (tx) => {
           calls[2]!++;
-          return tx.nonces.add("s1", "n3", T0);
+          return spend(tx, "s1", "n3");
         },
       ]),
     );
@@ -242,7 +249,7 @@ describe("group commit", () => {
     const result = await inOneBatch(sub, [
       async (tx) => {
         calls[0]!++;
-        return tx.nonces.add("s1", "n1", T0);
+        return spend(tx, "s1", "n1");
       },
       async (tx) => {
         calls[1]!++;
@@ -268,11 +275,11 @@ describe("group commit", () => {
     const result = await inOneBatch(sub, [
       async (tx) => {
         calls[0]!++;
-        return tx.nonces.add("s1", "n1", T0);
+        return spend(tx, "s1", "n1");
       },
       async (tx) => {
         calls[1]!++;
-        return tx.nonces.add("s1", "n2", T0);
+        return spend(tx, "s1", "n2");
       },
     ]);
     expect(result.map((r) => r.status)).toEqual(["fulfilled", "fulfilled"]);
@@ -452,14 +459,14 @@ describe("round trips the stores save", () => {
         // The server refuses this JSONB, but the update was already vouched for by the row lock.
         await tx.sessions.update({ ...s1, state: { x: "\u0000" } });
         afterUpdate = "went on";
-        await tx.nonces.add("s1", "n", T0);
+        await tx.nonces.has("s1", "n");
       })
       .then(
         () => expect.fail("expected a rejection"),
         (e: unknown) => e as SubstrateError,
       );
     expect(afterUpdate).toBe("went on");
-    // The failure reported is the update's own, not the aborted-transaction error of the add after it.
+    // The failure reported is the update's own, not the aborted-transaction error of the read after it.
     expect(error.code).toBe("corrupt");
     expect(error.message).toMatch(/^sessions\.update/);
     expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(0);
@@ -566,7 +573,7 @@ describe("round trips the stores save", () => {
   });
 });
 
-/** Makes account updates (or, deferred, nonce inserts at COMMIT) raise SQLSTATE 40001 the first `times` times. */
+/** Makes account updates (or, deferred, chain inserts at COMMIT) raise SQLSTATE 40001 the first `times` times. */
 async function failTimes(schema: string, times: number, deferred = false): Promise<void> {
   await admin.query(`CREATE SEQUENCE "${schema}".fail_seq`);
   await admin.query(`CREATE FUNCTION "${schema}".fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -578,7 +585,7 @@ BEGIN
 END $$`);
   await admin.query(
     deferred
-      ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".leash_nonces
+      ? `CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON "${schema}".leash_chain
 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`
       : `CREATE TRIGGER fail_first BEFORE UPDATE ON "${schema}".leash_budget_accounts
 FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
@@ -886,6 +893,9 @@ describe("a batch's deferred writes, sent together", () => {
         chainEntry(seq, {
           entry_id: over.entryId ?? `e${seq}`,
           prev_hash: head?.entry_hash ?? "0".repeat(64),
+          // The nonce it found unspent: the append may go out unanswered (see chain.ts).
+          session_id: id,
+          nonce: "n",
         }),
       );
       await tx.outbox.enqueue({ seq, entry_id: `e${seq}`, session_id: id, created_ns: T0 });
@@ -952,7 +962,6 @@ describe("a batch's deferred writes, sent together", () => {
     // The first decision's writes go out at once (the server has nothing else to do); the other
     // five gather while it works, and each kind then travels in one statement.
     for (const kind of [
-      "nonces_add",
       "reservations_insert",
       "accounts_update",
       "sessions_update",

@@ -176,6 +176,19 @@ export const MIGRATIONS: readonly Migration[] = [
       `ALTER TABLE ${t.accounts} ADD COLUMN at_seq bigint`,
     ],
   },
+  {
+    version: 7,
+    // The nonce an entry spends (an ALLOW decision's), as a column of the entry: one row per decision
+    // instead of an entry plus a nonce row. The partial unique index refuses a second spend (the
+    // append's ON CONFLICT turns that into "nothing inserted") and answers NonceStore. The nonce
+    // table stays, read-only: nonces recorded there before still count as spent (NonceStore reads
+    // both; an append refuses one found there). The SQLite substrate's version 7 mirrors it.
+    description: "nonces on chain entries (the nonce table kept read-only)",
+    statements: (t) => [
+      `ALTER TABLE ${t.chain} ADD COLUMN nonce text`,
+      `CREATE UNIQUE INDEX leash_chain_nonces ON ${t.chain} (session_id, nonce) WHERE nonce IS NOT NULL`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

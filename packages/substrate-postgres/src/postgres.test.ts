@@ -5,6 +5,7 @@ import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 import type { BudgetAccount, ChainEntryRecord, HitlRequest, SessionRecord, Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import { spendIn } from "@leash/substrate-contract";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
 import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
@@ -103,21 +104,27 @@ describe("row locks", () => {
     expect((await b.transaction((tx) => tx.budgets.getAccount("hot")))?.spent_usd).toBe("100");
   });
 
-  it("exactly one of 50 concurrent transactions over two pools adds a nonce", {
+  it("exactly one of 50 concurrent transactions over two pools spends a nonce; the rest fail with conflict", {
     timeout: 30_000,
   }, async () => {
     const schema = freshSchema();
     const [a, b] = [await openMigrated(schema), await openMigrated(schema)];
-    const results = await Promise.all(
+    const results = await Promise.allSettled(
       Array.from({ length: 50 }, (_, i) =>
         (i % 2 ? a : b).transaction(async (tx) => {
+          // Half of them ask first, as the engine does (their append may then go out unanswered).
+          if (i % 4 < 2) await tx.nonces.has("s1", "n-race");
           await new Promise((resolve) => setTimeout(resolve, i % 3));
-          return tx.nonces.add("s1", "n-race", T0);
+          return spendIn(tx, "s1", "n-race");
         }),
       ),
     );
-    expect(results.filter(Boolean)).toHaveLength(1);
+    expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
+    for (const r of results) {
+      if (r.status === "rejected") expect((r.reason as SubstrateError).code).toBe("conflict");
+    }
     expect(await a.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
+    expect(await a.transaction((tx) => tx.chain.count())).toBe(1);
   });
 
   it("a locked get that finds nothing keeps the id absent: a concurrent insert waits for it", async () => {
@@ -172,13 +179,13 @@ describe("row locks", () => {
       const results = await sub.transaction((tx) =>
         Promise.all([
           tx.sessions.insert(session("s1")),
-          tx.nonces.add("s1", "n1", T0),
+          tx.chain.append(entry(0, ZEROS, { nonce: "n1" })),
           tx.budgets.insertAccount(account("a")),
           tx.sessions.get("s1"),
           tx.nonces.count("s1"),
         ]),
       );
-      expect(results.slice(1)).toEqual([true, undefined, session("s1"), 1]);
+      expect(results.slice(1)).toEqual([undefined, undefined, session("s1"), 1]);
       await new Promise((resolve) => setImmediate(resolve));
       expect(warnings.filter((m) => /client\.query/.test(m))).toEqual([]);
     } finally {
@@ -186,16 +193,19 @@ describe("row locks", () => {
     }
   });
 
-  it("a nonce added by a transaction that rolls back can be added again", async () => {
+  it("a nonce spent by a transaction that rolls back can be spent again", async () => {
     const sub = await openMigrated(freshSchema());
     const boom = new Error("boom");
     await expect(
       sub.transaction(async (tx) => {
-        expect(await tx.nonces.add("s1", "n", T0)).toBe(true);
+        expect(await tx.nonces.has("s1", "n")).toBe(false);
+        await spendIn(tx, "s1", "n");
+        expect(await tx.nonces.has("s1", "n")).toBe(true);
         throw boom;
       }),
     ).rejects.toBe(boom);
-    expect(await sub.transaction((tx) => tx.nonces.add("s1", "n", T0))).toBe(true);
+    expect((await sub.transaction((tx) => spendIn(tx, "s1", "n"))).seq).toBe(0);
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
   });
 
   it("4 child processes doing 100 increments and appends each end at exactly 400, with a gapless chain", {
@@ -402,7 +412,7 @@ FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
     let calls = 0;
     const result = await sub.transaction(async (tx) => {
       calls++;
-      await tx.nonces.add("s1", "n-retry", T0);
+      await spendIn(tx, "s1", "n-retry");
       const row = (await tx.budgets.getAccount("a"))!;
       await tx.budgets.updateAccount({ ...row, spent_usd: "1" });
       return "done";
@@ -437,13 +447,14 @@ FOR EACH ROW EXECUTE FUNCTION "${schema}".fail_first()`,
   it("retries a serialization failure raised at COMMIT (deferred trigger)", async () => {
     const schema = freshSchema();
     const sub = await openMigrated(schema);
-    await failTimes(schema, "leash_nonces", 1, true);
+    await failTimes(schema, "leash_chain", 1, true);
     let calls = 0;
-    const added = await sub.transaction(async (tx) => {
+    const spent = await sub.transaction(async (tx) => {
       calls++;
-      return tx.nonces.add("s1", "n-commit", T0);
+      return (await spendIn(tx, "s1", "n-commit")).seq;
     });
-    expect({ added, calls }).toEqual({ added: true, calls: 2 });
+    expect({ spent, calls }).toEqual({ spent: 0, calls: 2 });
+    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
   });
 
   it('gives up after maxRetries with code "serialization", keeping the cause', async () => {
@@ -566,9 +577,10 @@ describe("migrations", () => {
     await insertAsVersion5(schema, account("a", { spent_usd: "0.001" }));
     // Version 1 has nonces and reservations as they are today, so their stores already work on it.
     await sub.transaction(async (tx) => {
-      await tx.nonces.add("s1", "n1", T0);
       await tx.budgets.insertReservation(reservation("r1"));
     });
+    // A nonce as versions 1–5 recorded it.
+    await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '"n1"', ${T0})`);
     const hitlBefore = await rejection(sub.transaction((tx) => tx.hitl.list({})));
     expect(hitlBefore.code).toBe("corrupt");
     expect(hitlBefore.message).toMatch(/migrate\(\)/);
@@ -608,7 +620,7 @@ describe("migrations", () => {
     const sub = await open(schema);
     await insertAsVersion5(schema, session("s1", { created_ns: EPOCH_NS }));
     await insertAsVersion5(schema, account("a", { spent_usd: "0.001" }));
-    await sub.transaction((tx) => tx.nonces.add("s1", 7, T0));
+    await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '7', ${T0})`);
     // Written as version 2 laid the table out (the store now writes the columns version 5 added).
     await admin.query(
       `INSERT INTO "${schema}".leash_hitl_requests VALUES ('h1', 's1', 1, 'transfer', '"7"', NULL, 'hitl_all_calls',
@@ -625,13 +637,15 @@ describe("migrations", () => {
     expect(versions.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
     const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
     expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
-    // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them.
+    // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them;
+    // version 6 added the unique index of spent nonces.
     const indexes = await admin.query(
       "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename IN ('leash_chain', 'leash_outbox') ORDER BY indexname",
       [schema],
     );
     expect(indexes.rows.map((r) => r.indexname)).toEqual([
       "leash_chain_entry_id_key",
+      "leash_chain_nonces",
       "leash_chain_pkey",
       "leash_outbox_claim",
       "leash_outbox_pkey",
@@ -691,6 +705,87 @@ describe("migrations", () => {
     });
     await sub.transaction((tx) => tx.hitl.update(answered));
     expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
+  });
+
+  it("migrates a version-5 schema with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
+    const schema = freshSchema();
+    const names = tableNames(schema);
+    const client = await admin.connect();
+    try {
+      expect(await runMigrations(client, names, 5)).toEqual({ from: 0, to: 5 });
+    } finally {
+      client.release();
+    }
+    // What a version-5 engine wrote for two ALLOWs: a nonce row each, and entries without a nonce column.
+    await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '7', ${T0}), ('s1', '"a"', ${T0})`);
+    for (const e of [entry(0, ZEROS), entry(1, entry(0, ZEROS).entry_hash)]) {
+      await admin.query(
+        `INSERT INTO "${schema}".leash_chain VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        [
+          e.seq,
+          e.entry_id,
+          e.entry_hash,
+          e.prev_hash,
+          e.body,
+          e.signature,
+          e.key_id,
+          e.kind,
+          e.session_id,
+          e.created_ns,
+        ],
+      );
+    }
+    await admin.query(`UPDATE "${schema}".leash_chain_head SET seq = 1, entry_hash = $1`, [
+      entry(1, entry(0, ZEROS).entry_hash).entry_hash,
+    ]);
+    const sub = await open(schema);
+    await sub.migrate();
+    const versions = await admin.query(
+      `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
+    );
+    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6]);
+    const seen = await sub.transaction(async (tx) => ({
+      has: [
+        await tx.nonces.has("s1", 7),
+        await tx.nonces.has("s1", "a"),
+        await tx.nonces.has("s1", "7"),
+        await tx.nonces.has("s2", 7),
+      ],
+      count: await tx.nonces.count("s1"),
+      // The old entries read back as they were written: without a nonce.
+      entries: (await tx.chain.range(0, 10)).map((e) => [e.seq, "nonce" in e]),
+    }));
+    expect(seen).toEqual({
+      has: [true, true, false, false],
+      count: 2,
+      entries: [
+        [0, false],
+        [1, false],
+      ],
+    });
+    // A nonce of the old table is spent: appending it again is refused and appends nothing, whether
+    // the transaction asked first (its append then goes out unanswered) or not.
+    for (const nonce of [7, "a"]) {
+      const error = await rejection(sub.transaction((tx) => spendIn(tx, "s1", nonce)));
+      expect([error.code, error.message]).toEqual(["conflict", expect.stringContaining("already spent")]);
+      const asked = await rejection(
+        sub.transaction(async (tx) => {
+          await tx.nonces.has("s1", nonce);
+          return spendIn(tx, "s1", nonce);
+        }),
+      );
+      expect(asked.code).toBe("conflict");
+    }
+    expect(await sub.transaction((tx) => tx.chain.count())).toBe(2);
+    // The string "7" is another nonce; once spent on an entry, it is refused there too.
+    expect((await sub.transaction((tx) => spendIn(tx, "s1", "7"))).seq).toBe(2);
+    expect((await rejection(sub.transaction((tx) => spendIn(tx, "s1", "7")))).code).toBe("conflict");
+    const after = await sub.transaction(async (tx) => ({
+      has: await tx.nonces.has("s1", "7"),
+      count: await tx.nonces.count("s1"),
+      entries: await tx.chain.count(),
+    }));
+    expect(after).toEqual({ has: true, count: 3, entries: 3 });
   });
 
   it("is idempotent and safe from 6 handles at once on an empty schema", { timeout: 30_000 }, async () => {
@@ -889,17 +984,21 @@ describe("values", () => {
   it("keeps nonces apart that a text column would merge: types, U+0000, lone surrogates", async () => {
     const sub = await openMigrated(freshSchema());
     const nonces = [7, "7", "a\u0000b", "a", "\ud800", "\ud801", "\ufffd", 1e21, "1e+21", -0.5];
-    const added = await sub.transaction(async (tx) =>
-      Promise.all(nonces.map((n) => tx.nonces.add("s1", n, T0))),
-    );
-    expect(added).toEqual(nonces.map(() => true));
-    const again = await sub.transaction(async (tx) =>
-      Promise.all(nonces.map((n) => tx.nonces.add("s1", n, T0))),
-    );
-    expect(again).toEqual(nonces.map(() => false));
+    await sub.transaction(async (tx) => {
+      for (const n of nonces) await spendIn(tx, "s1", n);
+    });
+    for (const n of nonces) {
+      expect((await rejection(sub.transaction((tx) => spendIn(tx, "s1", n)))).code).toBe("conflict");
+    }
+    const back = await sub.transaction(async (tx) => ({
+      has: await Promise.all(nonces.map((n) => tx.nonces.has("s1", n))),
+      count: await tx.nonces.count("s1"),
+      stored: (await tx.chain.range(0, 100)).map((e) => e.nonce),
+    }));
+    expect(back).toEqual({ has: nonces.map(() => true), count: nonces.length, stored: nonces });
     await sub.transaction((tx) => tx.hitl.insert(hitl("h", { nonce: "\ud800", successor_nonce: 1e21 })));
-    const back = await sub.transaction((tx) => tx.hitl.get("h"));
-    expect([back?.nonce, back?.successor_nonce]).toEqual(["\ud800", 1e21]);
+    const request = await sub.transaction((tx) => tx.hitl.get("h"));
+    expect([request?.nonce, request?.successor_nonce]).toEqual(["\ud800", 1e21]);
   });
 
   it("two schemas on one caller's pool stay apart (prepared statement names included)", async () => {
@@ -943,7 +1042,7 @@ describe("pools", () => {
         await expect(
           sub.transaction(async (tx) => {
             await tx.nonces.has("s1", "n");
-            await tx.nonces.add("s1", "n", T0);
+            await spendIn(tx, "s1", "n");
             throw boom;
           }),
         ).rejects.toBe(boom);
@@ -1077,8 +1176,6 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
       for (const a of accounts) await tx.budgets.insertAccount(a);
       for (const r of reservations) await tx.budgets.insertReservation(r);
       for (const h of requests) await tx.hitl.insert(h);
-      await tx.nonces.add("s1", 7, T0);
-      await tx.nonces.add("s1", "7", T0);
       for (const e of chain) {
         await tx.chain.append(e);
         await tx.outbox.enqueue({
@@ -1094,6 +1191,8 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
     );
     const outbox = await source.transaction((tx) => tx.outbox.list({}));
     await copyRows(schema, sourceSchema);
+    // The nonces a version-5 engine recorded: rows of leash_nonces (JSON text), not entry columns.
+    await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '7', ${T0}), ('s1', '"7"', ${T0})`);
 
     const sub = await open(schema);
     await sub.migrate();

@@ -43,7 +43,7 @@ const ACCOUNT_COLUMNS =
 const RESERVATION_COLUMNS =
   "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
 const CHAIN_COLUMNS =
-  "seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns";
+  "seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns, nonce";
 const OUTBOX_COLUMNS =
   "seq, entry_id, session_id, status, attempts, claimed_by, lease_until_ns, last_error, created_ns";
 /** A DEAD item made PENDING again (OutboxStore.requeue): free, attempts afresh, its reason kept behind $1. */
@@ -136,17 +136,20 @@ call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id
         `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE status = $1 ORDER BY created_ns, session_id LIMIT $2`,
       ),
     },
+    // Spent nonces: the chain's nonce column (its partial unique index) and the nonce table of
+    // schema versions 1–5, read-only since version 6. Both hold a nonce as its JSON text (codec.ts).
     nonces: {
       // No column (rowCount says whether it exists): nothing for pg to parse but the row count.
-      has: statement("nonces.has", `SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`),
-      // ON CONFLICT makes a concurrent duplicate wait for the first insert's commit and then insert
-      // nothing, without the error that would abort the caller's transaction.
-      add: statement(
-        "nonces.add",
-        `INSERT INTO ${t.nonces} (session_id, nonce_json, recorded_ns) VALUES ($1, $2, $3)
-ON CONFLICT DO NOTHING`,
+      has: statement(
+        "nonces.has",
+        `SELECT FROM ${t.chain} WHERE session_id = $1 AND nonce = $2
+UNION ALL SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`,
       ),
-      count: statement("nonces.count", `SELECT count(*) AS count FROM ${t.nonces} WHERE session_id = $1`),
+      count: statement(
+        "nonces.count",
+        `SELECT (SELECT count(*) FROM ${t.chain} WHERE session_id = $1 AND nonce IS NOT NULL)
+  + (SELECT count(*) FROM ${t.nonces} WHERE session_id = $1) AS count`,
+      ),
     },
     accounts: {
       get: statement(
@@ -211,17 +214,21 @@ WHERE request_id = $1`,
       // the second waits here and then reads the head the first one left.
       head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
       // One round trip: lock the head (already held when the caller read head() first), insert only
-      // the next seq, and move the head only when the insert happened. An earlier seq, a later one
-      // or a taken entry_id inserts nothing and moves nothing, without an error that would abort
-      // the caller's transaction; the answer says which (heads = 0: the head row is missing).
+      // the next seq, and move the head only when the insert happened. An earlier seq, a later one,
+      // a taken entry_id or a spent nonce (the unique index, or a row of the read-only nonce table)
+      // inserts nothing and moves nothing, without an error that would abort the caller's
+      // transaction; the answer says which (heads = 0: the head row is missing; spent, asked only
+      // when nothing moved, whether the nonce is found spent).
       append: statement(
         "chain.append",
         `WITH head AS (
   SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
 ), added AS (
   INSERT INTO ${t.chain} (${CHAIN_COLUMNS})
-  SELECT $1::bigint, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint FROM head
+  SELECT $1::bigint, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint, $11 FROM head
   WHERE coalesce(head.seq, -1) = $1::bigint - 1
+    AND ($11::text IS NULL OR NOT EXISTS
+      (SELECT FROM ${t.nonces} AS n WHERE n.session_id = $9 AND n.nonce_json = $11))
   ON CONFLICT DO NOTHING
   RETURNING seq, entry_hash
 ), moved AS (
@@ -229,7 +236,11 @@ WHERE request_id = $1`,
   WHERE h.id = 1 RETURNING 1
 )
 SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
-  (SELECT count(*) FROM moved) AS moved`,
+  (SELECT count(*) FROM moved) AS moved,
+  CASE WHEN $11::text IS NOT NULL AND NOT EXISTS (SELECT FROM moved) THEN
+    EXISTS (SELECT FROM ${t.chain} AS c WHERE c.session_id = $9 AND c.nonce = $11)
+    OR EXISTS (SELECT FROM ${t.nonces} AS n WHERE n.session_id = $9 AND n.nonce_json = $11)
+  END AS spent`,
       ),
       range: statement(
         "chain.range",

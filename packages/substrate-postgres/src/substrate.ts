@@ -79,13 +79,14 @@ export interface PostgresSubstrateOptions {
    * hands its locks on before that flush). `false`: every transaction gets its own connection and COMMIT.
    * Once `fn` has resolved, its savepoint is released and the next transaction starts without
    * waiting for the answers of its deferred writes (writes whose outcome its locks, or the batch's,
-   * already settle: `nonces.add` of a nonce the batch found absent, `outbox.enqueue` of an entry it
-   * appended after the head it holds, inserts of ids it found absent under their key lock, updates
-   * of rows it holds); they are all checked before COMMIT (see batch-writes.ts). A transaction
+   * already settle: `chain.append` after the head it holds, of an entry whose nonce (if any)
+   * `nonces.has` told it is unspent, `outbox.enqueue` of an entry it appended after the head it holds,
+   * inserts of ids it found absent under their key lock, updates of rows it holds); they are all
+   * checked before COMMIT (see batch-writes.ts). A transaction
    * whose `fn` threw or that already knows a failure is rolled back to its savepoint alone, as
    * above. Should a deferred write turn out failed after its transaction was released (exceptional),
    * nothing of the batch commits: the whole batch is rolled back, that transaction rejects with its
-   * error ("conflict" for a nonce, outbox seq or reservation id taken after all) and the others run
+   * error ("conflict" for a nonce spent, outbox seq or reservation id taken after all) and the others run
    * again in a new batch, so their `fn` is called once more; a late "serialization" failure re-runs
    * the batch as any serialization failure does, and a late "io" failure fails the whole batch.
    * With group commit on, `fn` must not wait for another transaction to finish: in a batch, the
@@ -944,10 +945,10 @@ export class PostgresSubstrate implements Substrate {
 
   private stores(ctx: TxContext, memory?: BatchMemory): SubstrateTx & Remembering {
     const budgets = new PostgresBudgetStore(ctx, this.sql.accounts, this.sql.reservations, memory);
-    const chain = new PostgresChainStore(ctx, this.sql.chain, memory);
+    const nonces = new PostgresNonceStore(ctx, this.sql.nonces, memory);
+    const chain = new PostgresChainStore(ctx, this.sql.chain, nonces, memory);
     const appended = (seq: number) => chain.appendedSeqs.has(seq);
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
-    const nonces = new PostgresNonceStore(ctx, this.sql.nonces, memory);
     return {
       sessions,
       nonces,

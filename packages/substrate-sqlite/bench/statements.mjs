@@ -1,4 +1,4 @@
-// The SQLite floor of one decision (not a test): the six writes, the nonce read and COMMIT that
+// The SQLite floor of one decision (not a test): the five writes, the nonce read and COMMIT that
 // the substrate runs per `bench engine` decision, as bare better-sqlite3 statements, each statement kind timed.
 //
 // No substrate, engine, signature or fsync: what is left is SQLite's own cost on this machine for the
@@ -41,7 +41,6 @@ const sql = {
   begin: db.prepare("BEGIN IMMEDIATE"),
   savepoint: db.prepare("SAVEPOINT leash_tx"),
   nonceHas: db.prepare(DECISION_SQL.nonceHas),
-  nonceAdd: db.prepare(DECISION_SQL.nonceAdd),
   account: db.prepare(DECISION_SQL.accountUpdate),
   reservation: db.prepare(DECISION_SQL.reservationInsert),
   session: db.prepare(DECISION_SQL.sessionUpdateKeepingStatus),
@@ -96,8 +95,7 @@ function decision() {
   const nonce = `s:0.${n}`;
   const at = T0 + n * 1000;
   const entryId = `0192f0c4-0000-7000-8000-${String(n).padStart(12, "0")}`;
-  run("nonceHas", sql.nonceHas, session, nonce);
-  run("nonceAdd", sql.nonceAdd, session, nonce, at);
+  run("nonceHas", sql.nonceHas, { session_id: session, nonce });
   run("account", sql.account, {
     account_id: "agent:bench",
     scope: "agent",
@@ -145,6 +143,7 @@ function decision() {
     kind: "decision",
     session_id: session,
     created_ns: at,
+    nonce,
   });
   run("outbox", sql.outbox, n, entryId, session, at);
 }

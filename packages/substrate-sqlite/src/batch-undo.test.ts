@@ -1,8 +1,10 @@
 // Property test of group commit without savepoints: whatever mix of transactions fails, and when, in
 // a batch, each caller hears its own last run's outcome and the file holds exactly the successful ones.
+
+import { spendIn } from "@leash/substrate-contract";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { freshDbPath, session, T0 } from "../test/support.js";
+import { freshDbPath, session } from "../test/support.js";
 import { openSqliteSubstrate, type SqliteSubstrate } from "./substrate.js";
 
 type Step = "ok" | "fails before writing" | "fails after writing";
@@ -38,7 +40,7 @@ describe("group commit without savepoints", () => {
                 const what = run === 1 ? first : later;
                 if (what === "fails before writing") throw new Error(`${i} before`);
                 await tx.sessions.insert(session(`s${i}`));
-                await tx.nonces.add(`s${i}`, `n${i}`, T0);
+                await spendIn(tx, `s${i}`, `n${i}`);
                 if (what === "fails after writing") throw new Error(`${i} after`);
                 return i;
               }),

@@ -316,6 +316,8 @@ export interface ChainRow {
   kind: string;
   session_id: string | null;
   created_ns: number;
+  /** Type-tagged as encodeNonce; null for an entry that spends none. */
+  nonce: string | null;
 }
 
 /** A lone surrogate: high without low, or low without high. No `u` flag, so it sees UTF-16 code units. */
@@ -346,7 +348,17 @@ export function chainToRow(e: ChainEntryRecord): ChainRow {
     kind: text("kind", e.kind),
     session_id: optionalText("session_id", e.session_id),
     created_ns: checkedInteger("created_ns", e.created_ns),
+    nonce: chainNonce(e),
   };
+}
+
+/** The entry's nonce column; a nonce needs the session it is spent for. */
+function chainNonce(e: ChainEntryRecord): string | null {
+  const nonce = encodeOptionalNonce("nonce", e.nonce);
+  if (nonce !== null && (e.session_id === null || e.session_id === undefined)) {
+    throw new TypeError("a chain entry with a nonce needs a session_id");
+  }
+  return nonce;
 }
 
 /** Rows already have the record's shape; copying keeps a statement's row object out of callers' hands. */
@@ -362,6 +374,8 @@ export function rowToChain(row: ChainRow): ChainEntryRecord {
     kind: row.kind,
     session_id: row.session_id,
     created_ns: row.created_ns,
+    // Only an entry that spends one has the field, so an entry reads back as it was appended.
+    ...(row.nonce === null || row.nonce === undefined ? {} : { nonce: decodeNonce(row.nonce) }),
   };
 }
 

@@ -93,8 +93,10 @@ const VERSION_2_INDEXES = [
   "leash_sessions_by_status",
 ];
 
-// Version 4 dropped leash_chain_by_session and leash_outbox_by_session, which version 3 had made.
+// Version 4 dropped leash_chain_by_session and leash_outbox_by_session, which version 3 had made;
+// version 6 added the unique index of spent nonces.
 const ALL_INDEXES = [
+  "leash_chain_nonces",
   ...VERSION_2_INDEXES.slice(0, 2),
   "leash_outbox_by_status",
   ...VERSION_2_INDEXES.slice(2),
@@ -292,6 +294,83 @@ describe("migrations", () => {
     expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
   });
 
+  it("upgrades a version-5 store with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
+    const path = freshDbPath();
+    const old = new Database(path);
+    old.exec("BEGIN IMMEDIATE");
+    applyMigrations(old, MIGRATIONS.slice(0, 5));
+    old.exec("COMMIT");
+    // What a version-5 engine wrote for two ALLOWs: a leash_nonces row each, and entries without a nonce column.
+    old.prepare(`INSERT INTO leash_nonces VALUES ('s-v5', 'n:7', ${T0}), ('s-v5', 's:a', ${T0})`).run();
+    const insert = old.prepare(
+      `INSERT INTO leash_chain VALUES (?, ?, ?, ?, '{"v":5}', 'sig', 'k1', 'decision', 's-v5', ${T0})`,
+    );
+    insert.run(0, "e0", "aa".repeat(32), "0".repeat(64));
+    insert.run(1, "e1", "bb".repeat(32), "aa".repeat(32));
+    old.close();
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+
+    const sub = await openAt(path);
+    await sub.migrate();
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5, 6]);
+    const seen = await sub.transaction(async (tx) => ({
+      has: [
+        await tx.nonces.has("s-v5", 7),
+        await tx.nonces.has("s-v5", "a"),
+        await tx.nonces.has("s-v5", "7"),
+        await tx.nonces.has("s-other", 7),
+      ],
+      count: await tx.nonces.count("s-v5"),
+      // The old entries read back as they were written: without a nonce.
+      entries: (await tx.chain.range(0, 10)).map((e) => [e.seq, "nonce" in e]),
+    }));
+    expect(seen).toEqual({
+      has: [true, true, false, false],
+      count: 2,
+      entries: [
+        [0, false],
+        [1, false],
+      ],
+    });
+    const next = (seq: number, nonce: number | string) => ({
+      seq,
+      entry_id: `e${seq}`,
+      entry_hash: String(seq).repeat(64).slice(0, 64),
+      prev_hash:
+        seq === 2
+          ? "bb".repeat(32)
+          : String(seq - 1)
+              .repeat(64)
+              .slice(0, 64),
+      body: `{"seq":${seq}}`,
+      signature: "sig",
+      key_id: "k1",
+      kind: "decision",
+      session_id: "s-v5",
+      created_ns: T0 + seq,
+      nonce,
+    });
+    // A nonce of the old table is spent: appending it again is refused and appends nothing.
+    for (const nonce of [7, "a"]) {
+      await expect(sub.transaction((tx) => tx.chain.append(next(2, nonce)))).rejects.toMatchObject({
+        code: "conflict",
+        message: expect.stringContaining("already spent"),
+      });
+    }
+    expect(await sub.transaction((tx) => tx.chain.count())).toBe(2);
+    // The string "7" is another nonce; spent once on an entry, it is refused there too.
+    await sub.transaction((tx) => tx.chain.append(next(2, "7")));
+    await expect(sub.transaction((tx) => tx.chain.append(next(3, "7")))).rejects.toMatchObject({
+      code: "conflict",
+    });
+    const after = await sub.transaction(async (tx) => ({
+      has: await tx.nonces.has("s-v5", "7"),
+      count: await tx.nonces.count("s-v5"),
+      entries: await tx.chain.count(),
+    }));
+    expect(after).toEqual({ has: true, count: 3, entries: 3 });
+  });
+
   it("many handles migrating one fresh file at once all succeed and apply each migration once", async () => {
     const path = freshDbPath();
     const subs = await Promise.all(Array.from({ length: 4 }, () => openAt(path)));
@@ -380,8 +459,6 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
       for (const a of accounts) await tx.budgets.insertAccount(a);
       for (const r of reservations) await tx.budgets.insertReservation(r);
       for (const h of hitl) await tx.hitl.insert(h);
-      await tx.nonces.add("s-1", 7, T0);
-      await tx.nonces.add("s-1", "7", T0);
       for (const entry of chain) {
         await tx.chain.append(entry);
         await tx.outbox.enqueue(outboxItemFor(entry));
@@ -394,6 +471,10 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
       outbox: await tx.outbox.list({}),
     }));
     copyRows(path, sourcePath);
+    // The nonces a version-5 engine recorded: rows of leash_nonces (type-tagged), not entry columns.
+    const raw = new Database(path);
+    raw.prepare(`INSERT INTO leash_nonces VALUES ('s-1', 'n:7', ${T0}), ('s-1', 's:7', ${T0})`).run();
+    raw.close();
     expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
 
     const sub = await openAt(path);

@@ -16,7 +16,8 @@ export interface Migration {
  * - decimal amounts are TEXT, exactly as written (never REAL);
  * - config/state and account lists are JSON TEXT;
  * - nanosecond times and counters are INTEGER (any integral JS number below 2^63 round-trips exactly);
- * - nonces are type-tagged TEXT ("s:" + string, "n:" + String(number)) so 7 and "7" never collide;
+ * - nonces are type-tagged TEXT ("s:" + string, "n:" + String(number)) so 7 and "7" never collide
+ *   (leash_chain.nonce, and the read-only leash_nonces of versions 1–5);
  * - no foreign keys: the engine owns referential rules, and every substrate must behave alike.
  */
 export const MIGRATIONS: readonly Migration[] = [
@@ -166,6 +167,19 @@ export const MIGRATIONS: readonly Migration[] = [
     sql: `
       ALTER TABLE leash_sessions ADD COLUMN at_seq INTEGER;
       ALTER TABLE leash_budget_accounts ADD COLUMN at_seq INTEGER;
+    `,
+  },
+  {
+    // The nonce an entry spends (an ALLOW decision's), as a column of the entry itself: one row per
+    // decision instead of an entry plus a leash_nonces row. The partial unique index is what refuses
+    // a second spend, and what NonceStore reads; entries without a nonce take no index space.
+    // leash_nonces stays, read-only: the nonces written there before this version still count as
+    // spent (NonceStore reads both, and an append refuses a nonce found there). Nothing writes it.
+    version: 7,
+    name: "nonces on chain entries",
+    sql: `
+      ALTER TABLE leash_chain ADD COLUMN nonce TEXT;
+      CREATE UNIQUE INDEX leash_chain_nonces ON leash_chain (session_id, nonce) WHERE nonce IS NOT NULL;
     `,
   },
 ];

@@ -3,6 +3,7 @@
 import { writeFileSync } from "node:fs";
 import type { Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import { makeChainEntry, spendIn } from "@leash/substrate-contract";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { account, freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
@@ -114,11 +115,22 @@ describe("stores", () => {
       await tx.budgets.insertAccount(rows.a);
       await tx.budgets.insertReservation(rows.r);
       await tx.hitl.insert(rows.h);
-      expect(await tx.nonces.add("s1", 7, T0)).toBe(true);
-      expect(await tx.nonces.add("s1", "7", T0)).toBe(true);
-      expect(await tx.nonces.add("s1", 7, T0 + 1)).toBe(false);
-      expect(await tx.nonces.add("s2", 7, T0)).toBe(true);
+      await spendIn(tx, "s1", 7);
+      await spendIn(tx, "s1", "7");
+      await spendIn(tx, "s2", 7);
     });
+    await substrateError(
+      sub.transaction((tx) => spendIn(tx, "s1", 7)),
+      "conflict",
+    );
+    // Stored type-tagged, as leash_nonces held them.
+    const db = new Database(sub.path, { readonly: true });
+    expect(db.prepare("SELECT nonce FROM leash_chain ORDER BY seq").pluck().all()).toEqual([
+      "n:7",
+      "s:7",
+      "n:7",
+    ]);
+    db.close();
     const back = await sub.transaction(async (tx) => ({
       s: await tx.sessions.get("s1"),
       a: await tx.budgets.getAccount("a1"),
@@ -213,7 +225,9 @@ describe("stores", () => {
     await expect(
       sub.transaction((tx) => tx.sessions.insert(session("s1", { created_ns: 1.5 }))),
     ).rejects.toThrow(RangeError);
-    await expect(sub.transaction((tx) => tx.nonces.add("s1", 1, 2 ** 63))).rejects.toThrow(RangeError);
+    await expect(
+      sub.transaction((tx) => tx.chain.append({ ...makeChainEntry(0, "0".repeat(64)), created_ns: 2 ** 63 })),
+    ).rejects.toThrow(RangeError);
     expect(await sub.transaction((tx) => tx.sessions.list())).toEqual([]);
   });
 
@@ -281,14 +295,18 @@ describe("transactions", () => {
     const error = await rejection(
       sub.transaction(async (tx) => {
         await tx.sessions.insert(session("s1"));
-        await tx.nonces.add("s1", 1, T0);
+        await spendIn(tx, "s1", 1);
         throw boom;
       }),
     );
     expect(error).toBe(boom);
     expect(
-      await sub.transaction(async (tx) => [await tx.sessions.get("s1"), await tx.nonces.count("s1")]),
-    ).toEqual([null, 0]);
+      await sub.transaction(async (tx) => [
+        await tx.sessions.get("s1"),
+        await tx.nonces.count("s1"),
+        await tx.chain.count(),
+      ]),
+    ).toEqual([null, 0, 0]);
   });
 
   it("fails a transaction on an unmigrated store with a message that says to migrate", async () => {
@@ -364,7 +382,7 @@ describe("group commit", () => {
       Array.from({ length: 50 }, (_, i) =>
         sub.transaction(async (tx) => {
           await tx.sessions.insert(session(`s${i}`));
-          await tx.nonces.add(`s${i}`, i, T0);
+          await spendIn(tx, `s${i}`, i);
           if (i % 5 === 4) {
             const error = new Error(`tx ${i} fails`);
             errors.set(i, error);

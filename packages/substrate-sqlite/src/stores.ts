@@ -207,25 +207,24 @@ class Sessions implements SessionStore {
   }
 }
 
+/** Spent nonces, read from the chain's nonce column and the read-only leash_nonces (schema.ts, version 6). */
 class Nonces implements NonceStore {
   constructor(readonly tx: SqliteTx) {}
 
   async has(sessionId: string, nonce: Nonce): Promise<boolean> {
     const key = encodeNonce(nonce);
-    const row = this.tx.exec("nonces.has", (st) => st(DECISION_SQL.nonceHas).get(sessionId, key));
+    const row = this.tx.exec("nonces.has", (st) =>
+      st(DECISION_SQL.nonceHas).get({ session_id: sessionId, nonce: key }),
+    );
     return row !== undefined;
-  }
-
-  async add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean> {
-    const key = encodeNonce(nonce);
-    const at = checkedInteger("atNs", atNs);
-    const { changes } = this.tx.exec("nonces.add", (st) => st(DECISION_SQL.nonceAdd).run(sessionId, key, at));
-    return changes === 1;
   }
 
   async count(sessionId: string): Promise<number> {
     const row = this.tx.exec("nonces.count", (st) =>
-      st("SELECT COUNT(*) AS n FROM leash_nonces WHERE session_id = ?").get(sessionId),
+      st(
+        `SELECT (SELECT COUNT(*) FROM leash_chain WHERE session_id = @session_id AND nonce IS NOT NULL)
+           + (SELECT COUNT(*) FROM leash_nonces WHERE session_id = @session_id) AS n`,
+      ).get({ session_id: sessionId }),
     ) as { n: number };
     return row.n;
   }
@@ -401,7 +400,15 @@ class Chain implements ChainStore {
       if (row.seq !== headSeq + 1) throw chainConflict(row.seq, headSeq);
       const { changes } = st(DECISION_SQL.chainInsert).run(row);
       if (changes === 0) {
-        throw new SubstrateError("conflict", `chain entry ${JSON.stringify(row.entry_id)} already exists`);
+        const spent =
+          row.nonce !== null &&
+          st(DECISION_SQL.nonceHas).get({ session_id: row.session_id, nonce: row.nonce }) !== undefined;
+        throw new SubstrateError(
+          "conflict",
+          spent
+            ? `nonce ${JSON.stringify(entry.nonce)} (${typeof entry.nonce}) is already spent in session ${JSON.stringify(row.session_id)}`
+            : `chain entry ${JSON.stringify(row.entry_id)} already exists`,
+        );
       }
       this.tx.rows.head = { seq: row.seq, entry_hash: row.entry_hash };
     });

@@ -1,5 +1,5 @@
-// Child process for multiprocess.test.ts: migrates, then increments one shared account, claims shared nonces
-// and appends to the shared chain. It asserts nothing; it prints what it saw as JSON and the parent checks the totals. Runs the built dist.
+// Child process for multiprocess.test.ts: migrates, then increments one shared account, and appends to the
+// shared chain entries that spend shared nonces. It asserts nothing; it prints what it saw as JSON and the parent checks the totals. Runs the built dist.
 import { createHash } from "node:crypto";
 import { openSqliteSubstrate } from "../dist/index.js";
 
@@ -46,8 +46,9 @@ async function caller() {
       account.spent_usd = String(BigInt(account.spent_usd) + 1n);
       account.updated_ns = NS + i;
       await tx.budgets.updateAccount(account);
-      // All workers claim the same nonces 0..n-1: across processes each must be accepted exactly once.
-      const won = await tx.nonces.add("shared-session", i, NS + i);
+      // All workers claim the same nonces 0..n-1 (an entry spends one when it was unseen): across
+      // processes each must be spent exactly once.
+      const won = !(await tx.nonces.has("shared-session", i));
       // And all append to one chain: head() must hold off every other process until this commits.
       const head = await tx.chain.head();
       await new Promise((resolve) => setImmediate(resolve));
@@ -62,8 +63,9 @@ async function caller() {
         signature: "-",
         key_id: "k",
         kind: "decision",
-        session_id: null,
+        session_id: "shared-session",
         created_ns: NS + i,
+        ...(won ? { nonce: i } : {}),
       });
       return won;
     });

@@ -1,6 +1,8 @@
 // The audit ports: where the hash-chained log and its outbox live inside a substrate transaction.
 // Storage only: hashing, signing and verifying belong to @leash/chain, delivery to @leash/relay.
 
+import type { Nonce } from "../types.js";
+
 /**
  * One stored chain entry. `body` is the exact canonical JSON that was hashed and signed; the other
  * fields are copies of what it says, kept as columns so stores can index and filter them.
@@ -23,6 +25,13 @@ export interface ChainEntryRecord {
   kind: string;
   session_id: string | null;
   created_ns: number;
+  /**
+   * The nonce this entry spends for its session (an ALLOW decision's nonce), or null/absent. The
+   * store keeps it as an indexed column: it is how `NonceStore.has` knows a nonce is used, so that
+   * a session's used nonces are a projection of its entries, not a table of their own. An entry
+   * with a nonce MUST have a `session_id`. The number 7 and the string "7" are different nonces.
+   */
+  nonce?: Nonce | null;
 }
 
 export interface ChainStore {
@@ -32,9 +41,18 @@ export interface ChainStore {
    * both append after the same entry.
    */
   head(): Promise<{ seq: number; entry_hash: string } | null>;
-  /** MUST fail with SubstrateError "conflict" when `seq` is taken; MUST move the head to this entry. */
+  /**
+   * MUST fail with SubstrateError "conflict" when `seq` is taken; MUST move the head to this entry.
+   * With a `nonce`, MUST fail with SubstrateError "conflict" (appending nothing) when the session
+   * has spent that nonce already — an entry of the session carrying it, or a row of the nonce table
+   * an older schema wrote (NonceStore) — so two transactions can never both spend one nonce; and
+   * MUST reject an entry with a nonce but a null `session_id` (TypeError), appending nothing.
+   */
   append(entry: ChainEntryRecord): Promise<void>;
-  /** Entries with seq >= fromSeq in ascending order, at most `limit`. */
+  /**
+   * Entries with seq >= fromSeq in ascending order, at most `limit`. Each carries the `nonce` it was
+   * appended with; an entry appended without one comes back without the field.
+   */
   range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]>;
   /** Number of stored entries. */
   count(): Promise<number>;

@@ -25,7 +25,7 @@ export interface SessionRecord {
   organization_id: string;
   status: SessionStatus;
   config: Config;
-  /** Decision state without `seen_nonces` (those live in the NonceStore: unbounded). */
+  /** Decision state without `seen_nonces` (those are the chain entries' nonces: see NonceStore). */
   state: State;
   /** Monotonic call counter assigned by the engine (spec §4.3 call_number). */
   call_count: number;
@@ -62,14 +62,21 @@ export interface SessionStore {
   list(filter?: { status?: SessionStatus; limit?: number }): Promise<SessionRecord[]>;
 }
 
+/**
+ * The nonces a session has spent, read from where they are recorded: the `nonce` column of its chain
+ * entries (ChainEntryRecord.nonce, indexed), plus the rows a store's nonce table held before that
+ * column existed (kept, read-only). Nothing writes through this port: a nonce is spent by appending
+ * the entry that carries it, which `ChainStore.append` refuses when it was spent already. Both
+ * methods MUST answer from this transaction's own appends too, and MUST NOT count a nonce twice.
+ */
 export interface NonceStore {
-  has(sessionId: string, nonce: Nonce): Promise<boolean>;
   /**
-   * Records a nonce. MUST return false (and change nothing) when it was already recorded for the
-   * session, so that two concurrent transactions can never both accept one nonce. The number 7 and
-   * the string "7" are different nonces.
+   * Whether the session has spent the nonce: an entry of the session carries it (appended in this
+   * transaction or committed), or an older schema's nonce row holds it. The number 7 and the string
+   * "7" are different nonces.
    */
-  add(sessionId: string, nonce: Nonce, atNs: number): Promise<boolean>;
+  has(sessionId: string, nonce: Nonce): Promise<boolean>;
+  /** How many nonces the session has spent (entries carrying one, plus the older schema's rows). */
   count(sessionId: string): Promise<number>;
 }
 

@@ -61,6 +61,13 @@ export interface Projection {
   sessions: Map<string, SessionRecord>;
   /** Seen nonces by session, keyed by nonceKey (7 and "7" are different nonces). */
   nonces: Map<string, Map<string, Nonce>>;
+  /**
+   * The nonce each decision entry spent, by its stream position (its seq on a chain replayed from
+   * entry 0): what the store's indexed nonce column of that entry must hold (null for every other).
+   */
+  spent: Map<number, Nonce>;
+  /** How many entries were folded (positions 0 … folded − 1). */
+  folded: number;
   ledger: ReplayLedger;
   hitl: Map<string, HitlRequest>;
 }
@@ -211,7 +218,14 @@ function readParams(text: string): unknown {
 }
 
 export function emptyProjection(): Projection {
-  return { sessions: new Map(), nonces: new Map(), ledger: new ReplayLedger(), hitl: new Map() };
+  return {
+    sessions: new Map(),
+    nonces: new Map(),
+    spent: new Map(),
+    folded: 0,
+    ledger: new ReplayLedger(),
+    hitl: new Map(),
+  };
 }
 
 /** Folds entries one at a time; `replayChain` drives it over a whole chain. */
@@ -243,6 +257,7 @@ export class ChainReplayer {
 
   /** Folds one entry. @throws Mismatch when what it records does not follow from the entries before. */
   async apply(index: number, kind: string, data: Data, nowNs: number): Promise<void> {
+    this.projection.folded = Math.max(this.projection.folded, index + 1);
     switch (kind) {
       case "session_registered":
         return this.#registered(data, nowNs);
@@ -470,7 +485,10 @@ export class ChainReplayer {
     let reservationId: string | null = null;
     let remainingAfter = remainingBefore;
     if (decision.verdict === "ALLOW") {
-      if (hasNonce) seenNonces.set(nonceKey(nonce), nonce);
+      if (hasNonce) {
+        seenNonces.set(nonceKey(nonce), nonce);
+        this.projection.spent.set(index, nonce);
+      }
       if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
         decision = OVERRUN;
       } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
