@@ -57,8 +57,8 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     L(["evaluate", "--session", session, "--tool", "search", "--nonce", nonce, ...flags]);
 
   it("migrate creates the schema once, then has nothing to do", async () => {
-    // Each store numbers its own migrations; both are at version 5 now.
-    const version = 5;
+    // Each store numbers its own migrations; both are at version 6 now.
+    const version = 6;
     const first = await L(["migrate"]);
     expect(first.stderr).toBe("");
     expect(first.stdout).toBe(`created the Leash schema (version ${version}) in ${store.url}\n`);
