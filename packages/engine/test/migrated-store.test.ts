@@ -61,6 +61,10 @@ async function copyRows(into: StoreLocation, from: OpenedStore): Promise<void> {
         .join(", ");
       db.exec(`INSERT INTO main.${table} (${columns}) SELECT ${columns} FROM source.${table}`);
     }
+    // Version 5 recorded a spent nonce as a row of leash_nonces (the entry has no column for it).
+    db.exec(
+      "INSERT INTO main.leash_nonces (session_id, nonce, recorded_ns) SELECT session_id, nonce, created_ns FROM source.leash_chain WHERE nonce IS NOT NULL",
+    );
     db.exec("DETACH DATABASE source");
     db.close();
     return;
@@ -84,6 +88,11 @@ async function copyRows(into: StoreLocation, from: OpenedStore): Promise<void> {
         `INSERT INTO "${into.schema}".${table} (${columns}) SELECT ${columns} FROM "${from.schema}".${table}`,
       );
     }
+    // Version 5 recorded a spent nonce as a row of leash_nonces (the entry has no column for it).
+    await client.query(
+      `INSERT INTO "${into.schema}".leash_nonces (session_id, nonce_json, recorded_ns)
+       SELECT session_id, nonce, created_ns FROM "${from.schema}".leash_chain WHERE nonce IS NOT NULL`,
+    );
   });
 }
 
@@ -154,9 +163,11 @@ describe.each(SQL_KINDS)("a %s store written at schema version 5, migrated", (ki
     await substrate.migrate();
 
     const migrated = await everything(substrate, [`session:${budgeted.session_id}`], nonces);
-    // Stamps did not exist before: null on every migrated session and account, all else as written.
+    // Stamps did not exist before: null on every migrated session and account, all else as written;
+    // the nonces entries spent are rows of the old nonce table there, not entry columns.
     const unstamped = {
       ...written,
+      chain: written.chain.map(({ nonce: _spent, ...entry }) => entry),
       sessions: written.sessions.map((s) => ({ ...s, at_seq: null })),
       accounts: written.accounts.map((a) => (a === null ? null : ({ ...a, at_seq: null } as BudgetAccount))),
     };
