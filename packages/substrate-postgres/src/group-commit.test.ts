@@ -939,8 +939,9 @@ END $$`);
 
 describe("a batch's deferred writes, sent together", () => {
   /**
-   * What an engine decision does, on session `id`: reads, then five writes the batch may hold back.
-   * After `warm` in the same batch every read is answered from the batch's memory, so it sends nothing.
+   * What an engine decision does, on session `id`: reads, then four writes the batch may hold back
+   * (its entry spends the nonce). After `warm` in the same batch every read is answered from the
+   * batch's memory, so it sends nothing.
    */
   const decision =
     (id: string, over: { entryId?: string } = {}): Fn =>
