@@ -684,55 +684,113 @@ describe("outbox.enqueue of an entry this transaction appended after the head it
   });
 });
 
-describe("nonces.add of a nonce the batch found absent", () => {
-  /** Records (s1, n1) behind Leash's back, as no Leash transaction can while a batch holds its lock. */
-  const attempt = (schema: string) => async (tx: SubstrateTx) => {
-    await tx.sessions.insert(session("s1"));
-    const seen = await tx.nonces.has("s1", "n1");
-    await admin.query(
-      `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s1', '"n1"', 1)`,
-    );
-    return { seen, added: await tx.nonces.add("s1", "n1", T0) };
-  };
+/** Spends `nonce` for `sessionId` on an entry written by hand, past the head lock: a writer the batch cannot see. */
+async function spentBehindTheLock(
+  schema: string,
+  seq: number,
+  sessionId: string,
+  nonce: string,
+): Promise<void> {
+  await admin.query(
+    `INSERT INTO "${schema}".leash_chain VALUES ($1, $2, 'h', 'p', '{}', 's', 'k', 'decision', $3, ${T0}, $4)
+ON CONFLICT DO NOTHING`,
+    [seq, `e-hand-${seq}`, sessionId, JSON.stringify(nonce)],
+  );
+}
 
-  it('in a batch, is sent without waiting and answers true; recorded after all, the transaction fails with "conflict"', async () => {
-    const schema = freshSchema();
-    const sub = await openMigrated(schema);
-    const [result] = await inOneBatch(sub, [attempt(schema)]);
-    expect(result!.status).toBe("rejected");
-    expect(((result as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
+describe("chain.append of a nonce has() found unspent", () => {
+  for (const groupCommit of [undefined, false] as const) {
+    const mode = groupCommit === false ? "group commit off" : "group commit on";
+    it(`is sent without waiting; a nonce spent meanwhile still fails the transaction with "conflict" and stores none of it (${mode})`, async () => {
+      const schema = freshSchema();
+      const sub = await openMigrated(schema, groupCommit === false ? { groupCommit } : {});
+      await sub.transaction((tx) => spend(tx, "s1", "n1"));
+      let after = "";
+      const error = await sub
+        .transaction(async (tx) => {
+          await tx.sessions.insert(session("s1"));
+          expect(await tx.nonces.has("s1", "n2")).toBe(false);
+          const head = (await tx.chain.head())!;
+          // Spent by another writer after has() answered: the append inserts nothing, which only its answer tells.
+          await spentBehindTheLock(schema, 100, "s1", "n2");
+          await tx.chain.append(
+            chainEntry(head.seq + 1, { prev_hash: head.entry_hash, session_id: "s1", nonce: "n2" }),
+          );
+          after = "appended";
+        })
+        .then(
+          () => expect.fail("expected a rejection"),
+          (e: unknown) => e as SubstrateError,
+        );
+      expect(after).toBe("appended");
+      expect(error.code).toBe("conflict");
+      expect(error.message).toMatch(/already spent/);
+      expect(
+        await sub.transaction(async (tx) => ({
+          nonces: await tx.nonces.count("s1"),
+          chain: (await tx.chain.range(0, 200)).map((e) => [e.seq, e.nonce]),
+          head: (await tx.chain.head())?.seq,
+          sessions: await tx.sessions.list(),
+        })),
+      ).toEqual({
+        nonces: 2,
+        chain: [
+          [0, "n1"],
+          [100, "n2"],
+        ],
+        head: 0,
+        sessions: [],
+      });
+    });
+  }
+
+  it('a nonce not asked about waits for its answer: "conflict" at the call, which the transaction may catch', async () => {
+    const sub = await openMigrated(freshSchema());
+    await sub.transaction((tx) => spend(tx, "s1", "n1"));
+    const outcome = await sub.transaction(async (tx) => {
+      const head = (await tx.chain.head())!;
+      const error = await tx.chain
+        .append(chainEntry(head.seq + 1, { prev_hash: head.entry_hash, session_id: "s1", nonce: "n1" }))
+        .then(
+          () => null,
+          (e: unknown) => (e as SubstrateError).code,
+        );
+      await spend(tx, "s1", "n2");
+      return error;
+    });
+    expect(outcome).toBe("conflict");
     expect(
-      await sub.transaction(async (tx) => ({
-        nonces: await tx.nonces.count("s1"),
-        sessions: await tx.sessions.list(),
-      })),
-    ).toEqual({ nonces: 1, sessions: [] });
+      await sub.transaction(async (tx) => (await tx.chain.range(0, 10)).map((e) => [e.seq, e.nonce])),
+    ).toEqual([
+      [0, "n1"],
+      [1, "n2"],
+    ]);
   });
 
-  it("outside a batch, waits for its answer: false, as the port says, and the transaction goes on", async () => {
-    const schema = freshSchema();
-    const sub = await openMigrated(schema, { groupCommit: false });
-    expect(await sub.transaction(attempt(schema))).toEqual({ seen: false, added: false });
-    expect(await sub.transaction((tx) => tx.nonces.count("s1"))).toBe(1);
-  });
-
-  it("in a batch, a fresh nonce is stored; later transactions answer has and add from what the batch knows", async () => {
+  it("in a batch, a fresh nonce is spent; later transactions answer has from what the batch knows", async () => {
     const sub = await openMigrated(freshSchema());
     const { result, names } = await statementNames(() =>
       inOneBatch(sub, [
-        async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.add("s1", 7, T0)],
-        async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.add("s1", 7, T0)],
+        async (tx) => [await tx.nonces.has("s1", 7), await spend(tx, "s1", 7)],
+        async (tx) => [
+          await tx.nonces.has("s1", 7),
+          await spend(tx, "s1", 7).catch((e: unknown) => (e as SubstrateError).code),
+        ],
       ]),
     );
     expect(result).toEqual([
       { status: "fulfilled", value: [false, true] },
-      { status: "fulfilled", value: [true, false] },
+      { status: "fulfilled", value: [true, "conflict"] },
     ]);
-    // The second transaction's has() came from the batch's memory; its add() asked the server.
+    // The second transaction's has() came from the batch's memory; its append asked the server.
     expect(names.filter((n) => n.includes("nonces_has"))).toHaveLength(1);
     expect(
-      await sub.transaction(async (tx) => [await tx.nonces.has("s1", 7), await tx.nonces.has("s1", "7")]),
-    ).toEqual([true, false]);
+      await sub.transaction(async (tx) => [
+        await tx.nonces.has("s1", 7),
+        await tx.nonces.has("s1", "7"),
+        await tx.chain.count(),
+      ]),
+    ).toEqual([true, false, 1]);
   });
 });
 
@@ -763,7 +821,7 @@ END $$`);
         async (tx) => {
           secondStarted = performance.now();
           await tx.nonces.has("fast", "n1");
-          return tx.nonces.add("fast", "n1", T0);
+          return spend(tx, "fast", "n1");
         },
       ]),
     );
@@ -791,12 +849,12 @@ END $$`);
         calls[1]!++;
         await tx.sessions.insert(session("s2"));
         expect(await tx.nonces.has("s2", "n")).toBe(false);
-        // Recorded behind Leash's back, after the batch found it absent: a clash that aborts
-        // nothing, found only when the add's answer arrives.
-        await admin.query(
-          `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s2', '"n"', 1)`,
-        );
-        return tx.nonces.add("s2", "n", T0 + 1);
+        const head = await tx.chain.head();
+        // Spent meanwhile by another writer, after has() answered: a clash that aborts nothing,
+        // found only when the append's answer arrives.
+        await spentBehindTheLock(schema, 100, "s2", "n");
+        await tx.chain.append(chainEntry((head?.seq ?? -1) + 1, { session_id: "s2", nonce: "n" }));
+        return true;
       },
       async (tx) => {
         calls[2]!++;
@@ -804,7 +862,9 @@ END $$`);
       },
     ]);
     expect(result.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
-    expect(((result[1] as PromiseRejectedResult).reason as SubstrateError).code).toBe("conflict");
+    const reason = (result[1] as PromiseRejectedResult).reason as SubstrateError;
+    expect(reason.code).toBe("conflict");
+    expect(reason.message).toMatch(/already spent/);
     expect(calls).toEqual([2, 1, 2]);
     const ids = await sub.transaction(async (tx) => (await tx.sessions.list()).map((s) => s.session_id));
     expect(ids.sort()).toEqual(["s1", "s3"]);
@@ -847,7 +907,10 @@ END $$`);
           calls[2]!++;
           // Meets the transaction s2's update aborted; swallowing that does not make it the culprit.
           await tx.sessions.insert(session("s5")).catch(() => undefined);
-          await tx.nonces.add("s5", "n", T0).catch(() => undefined);
+          await tx.nonces
+            .has("s5", "n")
+            .then(() => spend(tx, "s5", "n"))
+            .catch(() => undefined);
           return "inserted";
         },
         // Still queued when the failure comes out: it runs once, in the next batch.
@@ -876,8 +939,9 @@ END $$`);
 
 describe("a batch's deferred writes, sent together", () => {
   /**
-   * What an engine decision does, on session `id`: reads, then five writes the batch may hold back.
-   * After `warm` in the same batch every read is answered from the batch's memory, so it sends nothing.
+   * What an engine decision does, on session `id`: reads, then four writes the batch may hold back
+   * (its entry spends the nonce). After `warm` in the same batch every read is answered from the
+   * batch's memory, so it sends nothing.
    */
   const decision =
     (id: string, over: { entryId?: string } = {}): Fn =>
@@ -885,7 +949,6 @@ describe("a batch's deferred writes, sent together", () => {
       const [s, seen] = await Promise.all([tx.sessions.get(id), tx.nonces.has(id, "n")]);
       const [acct, head] = await Promise.all([tx.budgets.getAccount("a"), tx.chain.head()]);
       if (seen) throw new Error("replayed");
-      await tx.nonces.add(id, "n", T0);
       await tx.budgets.updateAccount({ ...acct!, spent_usd: String(BigInt(acct!.spent_usd) + 1n) });
       await tx.sessions.update({ ...s!, call_count: s!.call_count + 1 });
       const seq = (head?.seq ?? -1) + 1;
@@ -973,8 +1036,19 @@ describe("a batch's deferred writes, sent together", () => {
         kind,
       ).toHaveLength(1);
     }
-    // accounts.update: five writes of one row become one.
-    expect(sub.stats.multiRowWrites - before).toBe(4 * 5 + 1 + 3);
+    // Five decisions' sessions, chain entries (with their nonces) and outbox items; accounts.update:
+    // five writes of one row become one; the three reservations.
+    expect(sub.stats.multiRowWrites - before).toBe(3 * 5 + 1 + 3);
+    // Each entry spent its session's nonce.
+    expect(
+      await sub.transaction(async (tx) => ({
+        entries: (await tx.chain.range(0, 10)).map((e) => [e.session_id, e.nonce]),
+        has: await Promise.all(Array.from({ length: 6 }, (_, i) => tx.nonces.has(`s${i}`, "n"))),
+      })),
+    ).toEqual({
+      entries: Array.from({ length: 6 }, (_, i) => [`s${i}`, "n"]),
+      has: Array.from({ length: 6 }, () => true),
+    });
   });
 
   it("a transaction takes its savepoint only to send a statement, after the writes held for those before it", async () => {
@@ -1000,44 +1074,63 @@ describe("a batch's deferred writes, sent together", () => {
     expect((await stored(sub)).calls).toEqual({ s0: 5 });
   });
 
-  it("a row refused inside a multi-row insert fails it as a whole: each transaction runs again alone, and only the one whose row was taken fails", async () => {
-    const schema = freshSchema();
-    const sub = await openMigrated(schema);
-    await sub.transaction(async (tx) => {
-      await tx.budgets.insertAccount(account("a", { spent_usd: "0" }));
-      for (let i = 0; i < 5; i++) await tx.sessions.insert(session(`s${i}`));
-    });
-    // s2's nonce recorded behind Leash's back once the batch has found it absent (the warm-up runs
-    // again alone, where the row is already there).
-    const record = () =>
-      admin.query(
-        `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s2', '"n"', 1)
+  for (const [where, hand] of [
+    ["in the read-only nonce table", false],
+    ["on an entry written by hand", true],
+  ] as const) {
+    it(`a nonce refused inside a multi-row append (spent behind the batch's lock, ${where}) fails only its transaction; the others commit after running again`, async () => {
+      const schema = freshSchema();
+      const sub = await openMigrated(schema);
+      await sub.transaction(async (tx) => {
+        await tx.budgets.insertAccount(account("a", { spent_usd: "0" }));
+        for (let i = 0; i < 5; i++) await tx.sessions.insert(session(`s${i}`));
+      });
+      // s2's nonce spent behind Leash's back once the batch has found it unspent (the warm-up runs
+      // again in the next batch, where it is there already).
+      const record = () =>
+        hand
+          ? spentBehindTheLock(schema, 100, "s2", "n")
+          : admin.query(
+              `INSERT INTO "${schema}".leash_nonces (session_id, nonce_json, recorded_ns) VALUES ('s2', '"n"', 1)
 ON CONFLICT DO NOTHING`,
-      );
-    const calls = [0, 0, 0, 0, 0];
-    const tally = (i: number): Fn => {
-      const run = decision(`s${i}`);
-      return (tx) => {
-        calls[i]!++;
-        return run(tx);
+            );
+      const calls = [0, 0, 0, 0, 0];
+      const tally = (i: number): Fn => {
+        const run = decision(`s${i}`);
+        return (tx) => {
+          calls[i]!++;
+          return run(tx);
+        };
       };
-    };
-    const result = await inOneBatch(sub, [warm(5, record), ...Array.from({ length: 5 }, (_, i) => tally(i))]);
-    expect(result.map((r) => r.status)).toEqual([
-      "fulfilled",
-      "fulfilled",
-      "fulfilled",
-      "rejected",
-      "fulfilled",
-      "fulfilled",
-    ]);
-    // Alone, s2 finds its nonce recorded.
-    expect(((result[3] as PromiseRejectedResult).reason as Error).message).toBe("replayed");
-    expect(calls).toEqual([2, 2, 2, 2, 2]);
-    const after = await stored(sub);
-    expect(after.calls).toEqual({ s0: 1, s1: 1, s2: 0, s3: 1, s4: 1 });
-    expect(after).toMatchObject({ spent: "4", chain: [0, 1, 2, 3], outbox: [0, 1, 2, 3], head: 3 });
-  });
+      const result = await inOneBatch(sub, [
+        warm(5, record),
+        ...Array.from({ length: 5 }, (_, i) => tally(i)),
+      ]);
+      expect(result.map((r) => r.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      // Its append found the nonce spent, after its savepoint was released: it fails alone, and the
+      // batch, rolled back as a whole, runs again without it.
+      const reason = (result[3] as PromiseRejectedResult).reason as SubstrateError;
+      expect(reason.code).toBe("conflict");
+      expect(reason.message).toMatch(/nonce "n" \(string\) is already spent in session "s2"/);
+      expect(calls).toEqual([2, 2, 1, 2, 2]);
+      const after = await stored(sub);
+      expect(after.calls).toEqual({ s0: 1, s1: 1, s2: 0, s3: 1, s4: 1 });
+      expect(after).toMatchObject({
+        spent: "4",
+        chain: hand ? [0, 1, 2, 3, 100] : [0, 1, 2, 3],
+        outbox: [0, 1, 2, 3],
+        head: 3,
+      });
+      expect(await sub.transaction((tx) => tx.nonces.count("s2"))).toBe(1);
+    });
+  }
 
   it("a chain entry refused inside a multi-row append (its id taken) fails only its transaction", async () => {
     const sub = await world(4);

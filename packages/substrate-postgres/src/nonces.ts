@@ -16,6 +16,8 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
   private readonly added = new Set<string>();
   /** Pairs `has` answered false for: an append spending one need not wait for its answer (chain.ts). */
   private readonly unspent = new Set<string>();
+  /** In a batch: what `has` found on the server (key: nonceKey), handed on by rememberIn. */
+  private readonly found = new Map<string, boolean>();
 
   constructor(
     private readonly tx: TxContext,
@@ -26,7 +28,7 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
   async has(sessionId: string, nonce: Nonce): Promise<boolean> {
     const params = [encodeText(sessionId, "session_id"), encodeNonce(nonce)];
     if (this.memory !== undefined) {
-      // What the batch read ahead under its lock, or recorded itself since: nobody else can add to it.
+      // What the batch found or spent itself under its lock: nobody else can spend one meanwhile.
       const key = nonceKey(params[0]!, params[1]!);
       const known = this.added.has(key) || this.memory.nonces.get(key);
       if (known !== undefined) {
@@ -36,8 +38,10 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
       }
     }
     const { rowCount } = await this.tx.query(this.sql.has, params);
-    const spent = (rowCount !== null && rowCount > 0) || this.added.has(nonceKey(params[0]!, params[1]!));
-    if (!spent) this.unspent.add(nonceKey(params[0]!, params[1]!));
+    const key = nonceKey(params[0]!, params[1]!);
+    const spent = (rowCount !== null && rowCount > 0) || this.added.has(key);
+    if (!spent) this.unspent.add(key);
+    if (this.memory !== undefined) this.found.set(key, spent);
     return spent;
   }
 
@@ -50,8 +54,12 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
     this.unspent.delete(key);
   }
 
-  /** Hands the nonces this transaction spent to the batch's next transactions (once its savepoint is released). */
+  /**
+   * Hands what this transaction found and spent to the batch's next transactions (once its
+   * savepoint is released), so they ask the server again about none of it.
+   */
   rememberIn(memory: BatchMemory): void {
+    for (const [key, spent] of this.found) memory.nonces.set(key, spent);
     for (const key of this.added) memory.nonces.set(key, true);
   }
 

@@ -579,7 +579,7 @@ describe("migrations", () => {
     await sub.transaction(async (tx) => {
       await tx.budgets.insertReservation(reservation("r1"));
     });
-    // A nonce as versions 1–5 recorded it.
+    // A nonce as versions 1–6 recorded it.
     await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '"n1"', ${T0})`);
     const hitlBefore = await rejection(sub.transaction((tx) => tx.hitl.list({})));
     expect(hitlBefore.code).toBe("corrupt");
@@ -638,7 +638,7 @@ describe("migrations", () => {
     const head = await admin.query(`SELECT id, seq, entry_hash FROM "${schema}".leash_chain_head`);
     expect(head.rows).toEqual([{ id: 1, seq: null, entry_hash: null }]);
     // Version 3 made the per-session indexes of the chain and the outbox; version 4 dropped them;
-    // version 6 added the unique index of spent nonces.
+    // version 7 added the unique index of spent nonces.
     const indexes = await admin.query(
       "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename IN ('leash_chain', 'leash_outbox') ORDER BY indexname",
       [schema],
@@ -707,16 +707,16 @@ describe("migrations", () => {
     expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
   });
 
-  it("migrates a version-5 schema with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
+  it("migrates a version-6 schema (the last without the nonce column) with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
     const schema = freshSchema();
     const names = tableNames(schema);
     const client = await admin.connect();
     try {
-      expect(await runMigrations(client, names, 5)).toEqual({ from: 0, to: 5 });
+      expect(await runMigrations(client, names, 6)).toEqual({ from: 0, to: 6 });
     } finally {
       client.release();
     }
-    // What a version-5 engine wrote for two ALLOWs: a nonce row each, and entries without a nonce column.
+    // What a version-6 engine wrote for two ALLOWs: a nonce row each, and entries without a nonce column.
     await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '7', ${T0}), ('s1', '"a"', ${T0})`);
     for (const e of [entry(0, ZEROS), entry(1, entry(0, ZEROS).entry_hash)]) {
       await admin.query(
@@ -743,7 +743,7 @@ describe("migrations", () => {
     const versions = await admin.query(
       `SELECT version FROM "${schema}".leash_schema_version ORDER BY version`,
     );
-    expect(versions.rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(versions.rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
     const seen = await sub.transaction(async (tx) => ({
       has: [
         await tx.nonces.has("s1", 7),

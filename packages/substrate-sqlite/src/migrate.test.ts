@@ -94,7 +94,7 @@ const VERSION_2_INDEXES = [
 ];
 
 // Version 4 dropped leash_chain_by_session and leash_outbox_by_session, which version 3 had made;
-// version 6 added the unique index of spent nonces.
+// version 7 added the unique index of spent nonces.
 const ALL_INDEXES = [
   "leash_chain_nonces",
   ...VERSION_2_INDEXES.slice(0, 2),
@@ -294,13 +294,13 @@ describe("migrations", () => {
     expect(await sub.transaction((tx) => tx.hitl.get("h-v4"))).toEqual(answered);
   });
 
-  it("upgrades a version-5 store with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
+  it("upgrades a version-6 store (the last without the nonce column) with nonce rows and entries: old nonces still count as spent and are refused again", async () => {
     const path = freshDbPath();
     const old = new Database(path);
     old.exec("BEGIN IMMEDIATE");
-    applyMigrations(old, MIGRATIONS.slice(0, 5));
+    applyMigrations(old, MIGRATIONS.slice(0, 6));
     old.exec("COMMIT");
-    // What a version-5 engine wrote for two ALLOWs: a leash_nonces row each, and entries without a nonce column.
+    // What a version-6 engine wrote for two ALLOWs: a leash_nonces row each, and entries without a nonce column.
     old.prepare(`INSERT INTO leash_nonces VALUES ('s-v5', 'n:7', ${T0}), ('s-v5', 's:a', ${T0})`).run();
     const insert = old.prepare(
       `INSERT INTO leash_chain VALUES (?, ?, ?, ?, '{"v":5}', 'sig', 'k1', 'decision', 's-v5', ${T0})`,
@@ -308,11 +308,11 @@ describe("migrations", () => {
     insert.run(0, "e0", "aa".repeat(32), "0".repeat(64));
     insert.run(1, "e1", "bb".repeat(32), "aa".repeat(32));
     old.close();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5]);
+    expect(versions(path)).toEqual([1, 2, 3, 4, 5, 6]);
 
     const sub = await openAt(path);
     await sub.migrate();
-    expect(versions(path)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(versions(path)).toEqual(ALL_VERSIONS);
     const seen = await sub.transaction(async (tx) => ({
       has: [
         await tx.nonces.has("s-v5", 7),
