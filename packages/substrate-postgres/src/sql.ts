@@ -137,7 +137,7 @@ call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id
       ),
     },
     // Spent nonces: the chain's nonce column (its partial unique index) and the nonce table of
-    // schema versions 1–5, read-only since version 6. Both hold a nonce as its JSON text (codec.ts).
+    // schema versions 1–6, read-only since version 7. Both hold a nonce as its JSON text (codec.ts).
     nonces: {
       // No column (rowCount says whether it exists): nothing for pg to parse but the row count.
       has: statement(

@@ -2,7 +2,7 @@
 // Text only: stores.ts prepares and runs them; bench/statements.mjs runs the same text bare to time SQLite alone.
 
 export const DECISION_SQL = {
-  // A nonce is spent when an entry of the session carries it, or (stores from before schema version 6)
+  // A nonce is spent when an entry of the session carries it, or (stores from before schema version 7)
   // a leash_nonces row holds it; both are primary-key-like probes.
   nonceHas: `SELECT 1 FROM leash_chain WHERE session_id = @session_id AND nonce = @nonce
          UNION ALL SELECT 1 FROM leash_nonces WHERE session_id = @session_id AND nonce = @nonce`,

@@ -17,7 +17,7 @@ export interface Migration {
  * - config/state and account lists are JSON TEXT;
  * - nanosecond times and counters are INTEGER (any integral JS number below 2^63 round-trips exactly);
  * - nonces are type-tagged TEXT ("s:" + string, "n:" + String(number)) so 7 and "7" never collide
- *   (leash_chain.nonce, and the read-only leash_nonces of versions 1–5);
+ *   (leash_chain.nonce, and the read-only leash_nonces of versions 1–6);
  * - no foreign keys: the engine owns referential rules, and every substrate must behave alike.
  */
 export const MIGRATIONS: readonly Migration[] = [

@@ -207,7 +207,7 @@ class Sessions implements SessionStore {
   }
 }
 
-/** Spent nonces, read from the chain's nonce column and the read-only leash_nonces (schema.ts, version 6). */
+/** Spent nonces, read from the chain's nonce column and the read-only leash_nonces (schema.ts, version 7). */
 class Nonces implements NonceStore {
   constructor(readonly tx: SqliteTx) {}
 
