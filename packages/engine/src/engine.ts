@@ -322,16 +322,20 @@ export function createEngine(options: EngineOptions): Engine {
    * (the last try, after a substrate's retries).
    */
   const projection = new Projection();
-  async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>): Promise<T> {
+  async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>, judged?: () => void): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
     if (!trust.trusted) await trust.ready();
     let ptx: ProjectionTx | undefined;
     try {
       const value = await substrate.transaction(async (tx) => {
+        // A substrate's retry starts afresh: the try before never reached the store.
+        if (ptx !== undefined) projection.failed(ptx);
         ptx = projection.begin(tx);
         await ptx.open();
         const result = await fn(ptx);
         await ptx.flush();
+        projection.judged(ptx);
+        judged?.();
         return result;
       });
       projection.committed(ptx!);
@@ -355,7 +359,7 @@ export function createEngine(options: EngineOptions): Engine {
    */
   type Evaluated = Awaited<ReturnType<typeof evaluateIn>>;
   type Waiting = { request: EvaluateRequest; malformed: string | null };
-  function evaluateBatch(items: readonly Waiting[]): Promise<Outcome<Evaluated>[]> {
+  function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
     return inProjection(async (ptx) => {
       await ptx.prefetchNonces(noncesOf(items));
       const out: Outcome<Evaluated>[] = [];
@@ -370,7 +374,7 @@ export function createEngine(options: EngineOptions): Engine {
         }
       }
       return out;
-    });
+    }, judged);
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
 

@@ -34,12 +34,24 @@ const SESSIONS_MAX = 50_000;
 const nonceKey = (sessionId: string, nonce: Nonce) =>
   `${sessionId}\u0000${typeof nonce === "number" ? "n" : "s"}:${String(nonce)}`;
 
+function sameHead(a: ChainHead | null | undefined, b: ChainHead | null): boolean {
+  if (a === undefined) return false;
+  if (a === null || b === null) return a === b;
+  return a.seq === b.seq && a.entry_hash === b.entry_hash;
+}
+
 /** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
 export class Projection {
   readonly sessions = new Map<string, SessionRecord>();
   readonly accounts = new Map<string, BudgetAccount>();
   /** The chain head when the cached rows were last known to be the store's; undefined: unknown. */
   head: ChainHead | null | undefined = undefined;
+  /**
+   * Transactions whose function has finished and whose COMMIT is still on its way, oldest first. The
+   * next transaction reads their rows as the store's when the head it finds is the newest one's (its
+   * writes are then in the store, committed or in the same open transaction); otherwise it ignores them.
+   */
+  readonly pending: ProjectionTx[] = [];
 
   /** Opens an overlay over `tx` (the caller then calls `open` first thing in the transaction). */
   begin(tx: SubstrateTx): ProjectionTx {
@@ -52,8 +64,19 @@ export class Projection {
     this.head = undefined;
   }
 
+  /** The transaction's function has finished; its COMMIT is on its way. */
+  judged(ptx: ProjectionTx): void {
+    this.pending.push(ptx);
+  }
+
+  #settle(ptx: ProjectionTx): void {
+    const at = this.pending.indexOf(ptx);
+    if (at !== -1) this.pending.splice(at, 1);
+  }
+
   /** After COMMIT: the overlay's rows become the projection, as of its last head. */
   committed(ptx: ProjectionTx): void {
+    this.#settle(ptx);
     if (this.sessions.size > SESSIONS_MAX) this.sessions.clear();
     for (const [id, row] of ptx.sessionRows) this.sessions.set(id, row);
     for (const [id, row] of ptx.accountRows) this.accounts.set(id, row);
@@ -62,6 +85,7 @@ export class Projection {
 
   /** A transaction failed: what it read or wrote cannot be trusted to be the store's. */
   failed(ptx: ProjectionTx): void {
+    this.#settle(ptx);
     for (const id of ptx.sessionRows.keys()) this.sessions.delete(id);
     this.accounts.clear();
     this.head = undefined;
@@ -101,6 +125,8 @@ export class ProjectionTx implements SubstrateTx {
   #writes = 0;
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
+  /** The pending transactions (newest first) whose rows this one reads as the store's (see Projection.pending). */
+  #layers: readonly ProjectionTx[] = [];
 
   readonly sessions: SessionStore;
   readonly budgets: BudgetStore;
@@ -120,7 +146,10 @@ export class ProjectionTx implements SubstrateTx {
     const self = this;
     this.sessions = {
       async get(id) {
-        const row = self.sessionRows.get(id) ?? self.projection.sessions.get(id);
+        const row =
+          self.sessionRows.get(id) ??
+          self.#layered((l) => l.sessionRows.get(id)) ??
+          self.projection.sessions.get(id);
         if (row !== undefined) {
           self.sessionRows.set(id, row);
           return { ...row };
@@ -155,7 +184,10 @@ export class ProjectionTx implements SubstrateTx {
     };
     this.budgets = {
       async getAccount(id) {
-        const row = self.accountRows.get(id) ?? self.projection.accounts.get(id);
+        const row =
+          self.accountRows.get(id) ??
+          self.#layered((l) => l.accountRows.get(id)) ??
+          self.projection.accounts.get(id);
         if (row !== undefined) {
           self.accountRows.set(id, row);
           return { ...row };
@@ -247,6 +279,11 @@ export class ProjectionTx implements SubstrateTx {
   async open(): Promise<void> {
     const head = await this.tx.chain.head();
     this.#head = head;
+    const newest = this.projection.pending.at(-1);
+    if (newest !== undefined && sameHead(newest.currentHead, head)) {
+      this.#layers = [...this.projection.pending].reverse();
+      return;
+    }
     const known = this.projection.head;
     if (known === undefined) {
       this.projection.sessions.clear();
@@ -270,6 +307,14 @@ export class ProjectionTx implements SubstrateTx {
       return;
     }
     this.projection.fold(tail);
+  }
+
+  #layered<V>(read: (layer: ProjectionTx) => V | undefined): V | undefined {
+    for (const layer of this.#layers) {
+      const row = read(layer);
+      if (row !== undefined) return row;
+    }
+    return undefined;
   }
 
   /** Asks the store about many nonces at once (one round trip on a pipelining store). */

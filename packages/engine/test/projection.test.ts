@@ -194,6 +194,53 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     expect(entries.filter((e) => e.kind === "decision")).toHaveLength(2);
   });
 
+  it("judges the next batch while the one before waits for its COMMIT, on the rows that batch wrote", async () => {
+    store = await openStore(kind);
+    const inner = store.substrate;
+    const events: string[] = [];
+    let n = 0;
+    // The store as it is, with every COMMIT taking 30 ms longer to be reported (a slow disk's fsync).
+    const slow = Object.create(inner) as Substrate;
+    slow.transaction = (<T>(fn: (tx: SubstrateTx) => Promise<T>) => {
+      const id = ++n;
+      return inner
+        .transaction(async (tx) => {
+          events.push(`judge ${id}`);
+          return fn(tx);
+        })
+        .then(async (value) => {
+          await new Promise((resolve) => setTimeout(resolve, 30));
+          events.push(`durable ${id}`);
+          return value;
+        });
+    }) as Substrate["transaction"];
+    const engine = createEngine({ substrate: slow, signer: KEY.signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    events.length = 0;
+    const call = (i: number) =>
+      engine.evaluate({
+        session_id: s.session_id,
+        tool_name: `t${i}`,
+        params: { i },
+        estimated_cost_usd: 0.1,
+      });
+    const first = call(1);
+    await new Promise((resolve) => setTimeout(resolve, 5)); // the first batch is waiting for its COMMIT
+    const later = await Promise.all([call(2), call(3)]);
+    const results = [await first, ...later];
+    // The second batch was judged before the first was durable, and saw its call and its hold.
+    const kinds = events.map((e) => e.split(" ")[0]);
+    expect(kinds).toEqual(["judge", "judge", "durable", "durable"]);
+    const [a, b] = events.map((e) => e.split(" ")[1]);
+    expect(events.slice(2)).toEqual([`durable ${a}`, `durable ${b}`]);
+    expect(results.map((r) => r.call_number)).toEqual([1, 2, 3]);
+    expect(results.map((r) => r.budget_remaining_usd)).toEqual(["0.9", "0.8", "0.7"]);
+    const session = await engine.getSession(s.session_id);
+    expect(session).toMatchObject({ call_count: 3, budget_remaining_usd: "0.7" });
+    const entries = await inner.transaction((tx) => tx.chain.range(0, 100));
+    expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({ ok: true });
+  });
+
   it("with maxBatch 1 gives every call its own transaction", async () => {
     store = await openStore(kind);
     const { substrate, counts, reset } = counting(store.substrate);
