@@ -42,6 +42,12 @@ export interface ReserveInput {
    * pass a chain read in another transaction: its amounts would be stale.
    */
   accounts?: readonly BudgetAccount[];
+  /**
+   * The caller knows `reservation_id` was never used (the engine's ids are call numbers, which only
+   * grow): no replay can be meant, so the store is not asked for one first. The insert still refuses
+   * an id that exists, failing the transaction (fail closed).
+   */
+  fresh?: boolean;
 }
 
 export type ReserveResult =
@@ -75,8 +81,10 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   if (key !== null) requireId(key, "idempotency_key");
   const amount = toMoney(input.amount_usd);
 
-  const existing = await budgets.getReservation(input.reservation_id);
-  if (existing !== null) return replayReserve(budgets, existing, input, amount);
+  if (input.fresh !== true) {
+    const existing = await budgets.getReservation(input.reservation_id);
+    if (existing !== null) return replayReserve(budgets, existing, input, amount);
+  }
 
   const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
   if (chain[0]?.account_id !== input.account_id) {

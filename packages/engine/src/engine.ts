@@ -748,6 +748,7 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
           ttlNs,
           accounts,
+          fresh: true, // call numbers only grow, and this one is the session's next
         });
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {

@@ -123,6 +123,8 @@ export class ProjectionTx implements SubstrateTx {
   readonly #journal: Undo[] = [];
   /** Statements that reached the store and change it. */
   #writes = 0;
+  /** Appends sent and not yet waited for (see `appended` in the constructor). */
+  #appends: Promise<void>[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
   /** The pending transactions (newest first) whose rows this one reads as the store's (see Projection.pending). */
@@ -142,6 +144,15 @@ export class ProjectionTx implements SubstrateTx {
     const write = <T>(p: Promise<T>): Promise<T> => {
       this.#writes++;
       return p;
+    };
+    // Appends whose only possible failure is a clash that must fail the whole transaction anyway (a
+    // taken seq, entry id, spent nonce or hold id): not waited for one by one, so a store that
+    // pipelines statements sends a batch's appends together; `flush` waits for them all.
+    const appended = (p: Promise<void>): Promise<void> => {
+      this.#writes++;
+      p.catch(() => undefined); // surfaced by flush
+      this.#appends.push(p);
+      return Promise.resolve();
     };
     const self = this;
     this.sessions = {
@@ -213,7 +224,7 @@ export class ProjectionTx implements SubstrateTx {
         self.accountRows.set(id, { ...account });
         self.#dirtyAccounts.add(id);
       },
-      insertReservation: (reservation) => write(tx.budgets.insertReservation(reservation)),
+      insertReservation: (reservation) => appended(tx.budgets.insertReservation(reservation)),
       getReservation: (id) => tx.budgets.getReservation(id),
       updateReservation: (reservation) => write(tx.budgets.updateReservation(reservation)),
       listExpired: (nowNs, limit) => tx.budgets.listExpired(nowNs, limit),
@@ -248,7 +259,7 @@ export class ProjectionTx implements SubstrateTx {
         });
         self.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
         if (spent !== null) self.#seenNonces.set(spent, true);
-        return write(tx.chain.append(entry));
+        return appended(tx.chain.append(entry));
       },
       range: (fromSeq, limit) => tx.chain.range(fromSeq, limit),
       count: () => tx.chain.count(),
@@ -262,7 +273,7 @@ export class ProjectionTx implements SubstrateTx {
     };
     const outbox = tx.outbox;
     this.outbox = {
-      enqueue: (item) => write(outbox.enqueue(item)),
+      enqueue: (item) => appended(outbox.enqueue(item)),
       claim: (options) => write(outbox.claim(options)),
       ack: (relayId, seqs) => write(outbox.ack(relayId, seqs)),
       fail: (...args) => write(outbox.fail(...args)),
@@ -352,6 +363,9 @@ export class ProjectionTx implements SubstrateTx {
    * chain position they now reflect: this transaction's last entry.
    */
   async flush(): Promise<void> {
+    const appends = this.#appends;
+    this.#appends = [];
+    await Promise.all(appends);
     if (this.#dirtySessions.size === 0 && this.#dirtyAccounts.size === 0) return;
     const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
     const writes: Promise<void>[] = [];
