@@ -92,8 +92,8 @@ export class Projection {
   }
 
   /**
-   * Drops what entries appended since `head` by other writers may have changed. Returns false when
-   * the tail is too long to read (the caller then starts afresh).
+   * Drops what entries appended since `head` by other writers may have changed: the sessions they
+   * name (every session for an entry without one) and every cached account.
    */
   fold(entries: readonly ChainEntryRecord[]): void {
     for (const entry of entries) {
