@@ -22,6 +22,8 @@ import {
   type SubstrateCapabilities,
   SubstrateError,
   type SubstrateTx,
+  type WriteBatch,
+  writeBatchByRows,
 } from "@leash/core";
 import {
   createDataSet,
@@ -159,14 +161,15 @@ class MemoryTransaction {
     this.#nonces = new OverlayNonces(data.nonces);
     this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
     this.#outbox = new OverlayTable(data.outbox);
-    this.stores = Object.freeze({
+    const rows = {
       sessions: this.#sessionStore(),
       nonces: this.#nonceStore(),
       budgets: this.#budgetStore(),
       hitl: this.#hitlStore(),
       chain: this.#chainStore(),
       outbox: this.#outboxStore(),
-    });
+    };
+    this.stores = Object.freeze({ ...rows, writeBatch: (batch: WriteBatch) => writeBatchByRows(rows, batch) });
   }
 
   commit(): void {

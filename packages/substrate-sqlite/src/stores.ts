@@ -20,8 +20,9 @@ import type {
   SessionStatus,
   SessionStore,
   SubstrateTx,
+  WriteBatch,
 } from "@leash/core";
-import { SubstrateError } from "@leash/core";
+import { SubstrateError, writeBatchByRows } from "@leash/core";
 import type Database from "better-sqlite3";
 import {
   type AccountRow,
@@ -92,6 +93,11 @@ export class SqliteTx implements SubstrateTx {
     this.hitl = new Hitl(this);
     this.chain = new Chain(this);
     this.outbox = new Outbox(this);
+  }
+
+  // Row by row: on SQLite a statement is a library call in this process, not a round trip.
+  writeBatch(batch: WriteBatch): Promise<void> {
+    return writeBatchByRows(this, batch);
   }
 
   /**

@@ -74,14 +74,17 @@ export interface OutboxItem {
   created_ns: number;
 }
 
+/** What queuing an entry's outbox item takes (the rest of an OutboxItem starts as PENDING, unleased). */
+export interface OutboxEnqueue {
+  seq: number;
+  entry_id: string;
+  session_id: string | null;
+  created_ns: number;
+}
+
 export interface OutboxStore {
   /** Called in the transaction that appends the entry. MUST fail "conflict" when seq is already queued. */
-  enqueue(item: {
-    seq: number;
-    entry_id: string;
-    session_id: string | null;
-    created_ns: number;
-  }): Promise<void>;
+  enqueue(item: OutboxEnqueue): Promise<void>;
   /**
    * Leases up to `limit` PENDING items, lowest seq first, whose lease is free or expired, to `relayId`
    * until nowNs + leaseNs, and increments their attempts. Two relays MUST never hold the same item at

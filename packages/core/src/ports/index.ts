@@ -1,3 +1,4 @@
 export * from "./audit.js";
 export * from "./clock.js";
 export * from "./substrate.js";
+export * from "./write-batch.js";

@@ -3,10 +3,10 @@
 
 import { LeashBaseError } from "../errors/leash-error.js";
 import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
-import type { ChainStore, OutboxStore } from "./audit.js";
+import type { ChainEntryRecord, ChainStore, OutboxEnqueue, OutboxStore } from "./audit.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v5" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v6" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
@@ -178,6 +178,24 @@ export interface HitlStore {
   list(filter: { sessionId?: string; status?: HitlRequestStatus }): Promise<HitlRequest[]>;
 }
 
+/**
+ * What a batch of decisions writes, handed to the store in one call (SubstrateTx.writeBatch): the
+ * chain entries with their outbox items and new budget holds, and the snapshot rows (sessions and
+ * budget accounts) as they stand after them.
+ */
+export interface WriteBatch {
+  /** Appended in this order, each as ChainStore.append would (contiguous seqs after the head). */
+  readonly entries: readonly ChainEntryRecord[];
+  /** Queued in this order, each as OutboxStore.enqueue would. */
+  readonly outbox: readonly OutboxEnqueue[];
+  /** Inserted in this order, each as BudgetStore.insertReservation would. */
+  readonly reservations: readonly Reservation[];
+  /** Existing rows written over, each as SessionStore.update would; one row per session. */
+  readonly sessions: readonly SessionRecord[];
+  /** Existing rows written over, each as BudgetStore.updateAccount would; one row per account. */
+  readonly accounts: readonly BudgetAccount[];
+}
+
 /** The stores a transaction hands out; all reads and writes through them commit or roll back together. */
 export interface SubstrateTx {
   readonly sessions: SessionStore;
@@ -186,6 +204,20 @@ export interface SubstrateTx {
   readonly hitl: HitlStore;
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
+  /**
+   * Writes a batch as the single calls would, in the order entries, outbox, reservations,
+   * sessions, accounts, and resolves once every write is done: reads that follow see them all. It
+   * is one call so a store can send each kind as one statement (PostgreSQL: one multi-row statement
+   * a kind, one round trip in all) instead of one per row.
+   * - MUST reject with the error the first failing single call would give (SubstrateError
+   *   "conflict" for a taken seq, entry id, spent nonce, queued seq or hold id; "not_found" for a
+   *   session or account that does not exist; TypeError for an entry with a nonce but no session).
+   * - After it rejects, the transaction MUST NOT commit: the caller lets `fn` fail, and none of the
+   *   batch's writes (nor any other of the transaction's) is kept. Before that, which of its writes
+   *   a read would see is unspecified.
+   * - An empty batch writes nothing and resolves.
+   */
+  writeBatch(batch: WriteBatch): Promise<void>;
 }
 
 /**
