@@ -19,11 +19,15 @@ import type {
   HitlStore,
   Nonce,
   NonceStore,
+  OutboxEnqueue,
   OutboxStore,
+  Reservation,
   SessionRecord,
   SessionStore,
   SubstrateTx,
+  WriteBatch,
 } from "@leash/core";
+import { writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
 
 /** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
@@ -111,8 +115,10 @@ type Undo = () => void;
 
 /**
  * A SubstrateTx for one transaction: sessions and budget accounts come from the projection (read
- * through on a miss) and are written back by `flush`; everything else passes through, counted, so
- * the batch knows whether a failed call left writes behind (`writesSince`).
+ * through on a miss); they, the chain entries, their outbox items and new holds are written by
+ * `flush`, in one SubstrateTx.writeBatch call (one statement a kind on PostgreSQL). Everything else
+ * passes through, after the writes held so far (it may read them), counted, so the batch knows
+ * whether a failed call left writes behind (`writesSince`).
  */
 export class ProjectionTx implements SubstrateTx {
   /** Rows as this transaction knows them (read or written), to become the projection at COMMIT. */
@@ -123,8 +129,10 @@ export class ProjectionTx implements SubstrateTx {
   readonly #journal: Undo[] = [];
   /** Statements that reached the store and change it. */
   #writes = 0;
-  /** Appends sent and not yet waited for (see `appended` in the constructor). */
-  #appends: Promise<void>[] = [];
+  /** Entries, outbox items and holds written since the last flush, in order (the batch's appends). */
+  #entries: ChainEntryRecord[] = [];
+  #outboxItems: OutboxEnqueue[] = [];
+  #holds: Reservation[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
   /** The pending transactions (newest first) whose rows this one reads as the store's (see Projection.pending). */
@@ -141,17 +149,24 @@ export class ProjectionTx implements SubstrateTx {
     private readonly projection: Projection,
     readonly tx: SubstrateTx,
   ) {
-    const write = <T>(p: Promise<T>): Promise<T> => {
+    // Statements that change the store; held appends go first, since they may read or touch them.
+    const write = async <T>(send: () => Promise<T>): Promise<T> => {
+      await this.#sendHeld();
       this.#writes++;
-      return p;
+      return send();
     };
-    // Appends whose only possible failure is a clash that must fail the whole transaction anyway (a
-    // taken seq, entry id, spent nonce or hold id): not waited for one by one, so a store that
-    // pipelines statements sends a batch's appends together; `flush` waits for them all.
-    const appended = (p: Promise<void>): Promise<void> => {
+    const read = async <T>(send: () => Promise<T>): Promise<T> => {
+      await this.#sendHeld();
+      return send();
+    };
+    // A clash of an append (a taken seq, entry id, spent nonce, queued seq or hold id) fails the
+    // whole transaction anyway: it is learnt when the batch is written, not at the call.
+    const hold = <T>(list: T[], row: T): Promise<void> => {
       this.#writes++;
-      p.catch(() => undefined); // surfaced by flush
-      this.#appends.push(p);
+      list.push(row);
+      this.#journal.push(() => {
+        list.pop();
+      });
       return Promise.resolve();
     };
     const self = this;
@@ -170,7 +185,7 @@ export class ProjectionTx implements SubstrateTx {
         return read === null ? null : { ...read };
       },
       insert(record) {
-        return write(tx.sessions.insert(record)).then(() => {
+        return write(() => tx.sessions.insert(record)).then(() => {
           self.sessionRows.set(record.session_id, { ...record });
         });
       },
@@ -191,7 +206,7 @@ export class ProjectionTx implements SubstrateTx {
         return tx.sessions.list(filter);
       },
       // Liveness, not projection: the store keeps it apart from the snapshot (SessionStore.touch).
-      touch: (id, atNs) => write(tx.sessions.touch(id, atNs)),
+      touch: (id, atNs) => write(() => tx.sessions.touch(id, atNs)),
     };
     this.budgets = {
       async getAccount(id) {
@@ -208,7 +223,7 @@ export class ProjectionTx implements SubstrateTx {
         return read === null ? null : { ...read };
       },
       insertAccount(account) {
-        return write(tx.budgets.insertAccount(account)).then(() => {
+        return write(() => tx.budgets.insertAccount(account)).then(() => {
           self.accountRows.set(account.account_id, { ...account });
         });
       },
@@ -224,18 +239,18 @@ export class ProjectionTx implements SubstrateTx {
         self.accountRows.set(id, { ...account });
         self.#dirtyAccounts.add(id);
       },
-      insertReservation: (reservation) => appended(tx.budgets.insertReservation(reservation)),
-      getReservation: (id) => tx.budgets.getReservation(id),
-      updateReservation: (reservation) => write(tx.budgets.updateReservation(reservation)),
-      listExpired: (nowNs, limit) => tx.budgets.listExpired(nowNs, limit),
-      listReservations: (filter) => tx.budgets.listReservations(filter),
+      insertReservation: (reservation) => hold(self.#holds, { ...reservation }),
+      getReservation: (id) => read(() => tx.budgets.getReservation(id)),
+      updateReservation: (reservation) => write(() => tx.budgets.updateReservation(reservation)),
+      listExpired: (nowNs, limit) => read(() => tx.budgets.listExpired(nowNs, limit)),
+      listReservations: (filter) => read(() => tx.budgets.listReservations(filter)),
     };
     this.nonces = {
       has(sessionId, nonce) {
         const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
         return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
       },
-      count: (sessionId) => tx.nonces.count(sessionId),
+      count: (sessionId) => read(() => tx.nonces.count(sessionId)),
     };
     this.chain = {
       async head() {
@@ -243,6 +258,9 @@ export class ProjectionTx implements SubstrateTx {
         return self.#head === null ? null : { ...self.#head };
       },
       append(entry) {
+        if (entry.nonce !== undefined && entry.nonce !== null && entry.session_id === null) {
+          return Promise.reject(new TypeError("a chain entry with a nonce needs a session_id"));
+        }
         const before = self.#head;
         // An entry that spends a nonce (ChainEntryRecord.nonce) makes it seen for the rest of the batch.
         const spent =
@@ -259,28 +277,45 @@ export class ProjectionTx implements SubstrateTx {
         });
         self.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
         if (spent !== null) self.#seenNonces.set(spent, true);
-        return appended(tx.chain.append(entry));
+        return hold(self.#entries, { ...entry });
       },
-      range: (fromSeq, limit) => tx.chain.range(fromSeq, limit),
-      count: () => tx.chain.count(),
+      // Entries before the first held one are the store's already (the chain id's genesis read).
+      range: (fromSeq, limit) =>
+        self.#entries.length === 0 || fromSeq + limit <= self.#entries[0]!.seq
+          ? tx.chain.range(fromSeq, limit)
+          : read(() => tx.chain.range(fromSeq, limit)),
+      count: () => read(() => tx.chain.count()),
     };
     const hitl = tx.hitl;
     this.hitl = {
-      insert: (request) => write(hitl.insert(request)),
-      get: (id) => hitl.get(id),
-      update: (request) => write(hitl.update(request)),
-      list: (filter) => hitl.list(filter),
+      insert: (request) => write(() => hitl.insert(request)),
+      get: (id) => read(() => hitl.get(id)),
+      update: (request) => write(() => hitl.update(request)),
+      list: (filter) => read(() => hitl.list(filter)),
     };
     const outbox = tx.outbox;
     this.outbox = {
-      enqueue: (item) => appended(outbox.enqueue(item)),
-      claim: (options) => write(outbox.claim(options)),
-      ack: (relayId, seqs) => write(outbox.ack(relayId, seqs)),
-      fail: (...args) => write(outbox.fail(...args)),
-      requeue: (options) => write(outbox.requeue(options)),
-      list: (filter) => outbox.list(filter),
-      counts: () => outbox.counts(),
+      enqueue: (item) => hold(self.#outboxItems, { ...item }),
+      claim: (options) => write(() => outbox.claim(options)),
+      ack: (relayId, seqs) => write(() => outbox.ack(relayId, seqs)),
+      fail: (...args) => write(() => outbox.fail(...args)),
+      requeue: (options) => write(() => outbox.requeue(options)),
+      list: (filter) => read(() => outbox.list(filter)),
+      counts: () => read(() => outbox.counts()),
     };
+  }
+
+  /** Writes a batch through this overlay: its rows join the ones held for `flush`. */
+  writeBatch(batch: WriteBatch): Promise<void> {
+    return writeBatchByRows(this, batch);
+  }
+
+  /** Sends the held appends (and the rows changed so far) before a statement that may read them. */
+  #sendHeld(): Promise<void> {
+
+    return this.#entries.length + this.#outboxItems.length + this.#holds.length === 0
+      ? Promise.resolve()
+      : this.flush();
   }
 
   /**
@@ -363,26 +398,31 @@ export class ProjectionTx implements SubstrateTx {
    * chain position they now reflect: this transaction's last entry.
    */
   async flush(): Promise<void> {
-    const appends = this.#appends;
-    this.#appends = [];
-    await Promise.all(appends);
-    if (this.#dirtySessions.size === 0 && this.#dirtyAccounts.size === 0) return;
+    const entries = this.#entries;
+    const outbox = this.#outboxItems;
+    const reservations = this.#holds;
+    const unchanged = this.#dirtySessions.size === 0 && this.#dirtyAccounts.size === 0;
+    if (unchanged && entries.length + outbox.length + reservations.length === 0) return;
+    this.#entries = [];
+    this.#outboxItems = [];
+    this.#holds = [];
     const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
-    const writes: Promise<void>[] = [];
+    const sessions: SessionRecord[] = [];
     for (const id of this.#dirtySessions) {
       const row = { ...this.sessionRows.get(id)!, at_seq: atSeq };
       this.sessionRows.set(id, row);
-      writes.push(this.tx.sessions.update({ ...row }));
+      sessions.push({ ...row });
     }
+    const accounts: BudgetAccount[] = [];
     for (const id of this.#dirtyAccounts) {
       const row = { ...this.accountRows.get(id)!, at_seq: atSeq };
       this.accountRows.set(id, row);
-      writes.push(this.tx.budgets.updateAccount({ ...row }));
+      accounts.push({ ...row });
     }
-    this.#writes += writes.length;
+    this.#writes++;
     this.#dirtySessions.clear();
     this.#dirtyAccounts.clear();
     this.#journal.length = 0;
-    await Promise.all(writes);
+    await this.tx.writeBatch({ entries, outbox, reservations, sessions, accounts });
   }
 }

@@ -42,6 +42,11 @@ function counting(inner: Substrate) {
         nonces: tx.nonces,
         hitl: tx.hitl,
         outbox: tx.outbox,
+        writeBatch: (batch) => {
+          counts.sessionUpdates += batch.sessions.length;
+          counts.accountUpdates += batch.accounts.length;
+          return tx.writeBatch(batch);
+        },
       });
     })) as Substrate["transaction"];
   const reset = () => {

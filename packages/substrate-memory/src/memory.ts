@@ -169,7 +169,10 @@ class MemoryTransaction {
       chain: this.#chainStore(),
       outbox: this.#outboxStore(),
     };
-    this.stores = Object.freeze({ ...rows, writeBatch: (batch: WriteBatch) => writeBatchByRows(rows, batch) });
+    this.stores = Object.freeze({
+      ...rows,
+      writeBatch: (batch: WriteBatch) => writeBatchByRows(rows, batch),
+    });
   }
 
   commit(): void {

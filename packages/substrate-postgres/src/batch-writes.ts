@@ -226,9 +226,27 @@ export class BatchWrites {
     private readonly savepoint: string,
     /** Told how many rows each multi-row statement carries, for the substrate's counters. */
     private readonly counted: (rows: number) => void,
-    /** Sends a savepoint statement whose answer the batch checks before COMMIT. */
-    private readonly control: (text: string) => void,
+    /**
+     * Sends a savepoint statement whose answer the batch checks before COMMIT; null for a
+     * transaction of its own (see `solo`), which takes no savepoints: should it fail, it rolls back whole.
+     */
+    private readonly control: ((text: string) => void) | null,
   ) {}
+
+  /**
+   * The held-back writes of a transaction run by itself (no batch): the same grouping into one
+   * statement a kind, without savepoints. What it buys: SubstrateTx.writeBatch's rows of a kind go
+   * out as one statement, and other deferred writes wait for the next statement to go with it.
+   */
+  static solo(
+    client: PoolClient,
+    prepared: boolean,
+    multi: MultiRowStatements,
+    chainAppend: { single: string; multi: Statement },
+    counted: (rows: number) => void,
+  ): BatchWrites {
+    return new BatchWrites(client, prepared, multi, chainAppend, "", counted, null);
+  }
 
   add(entry: Entry): void {
     this.#entries.push(entry);
@@ -245,7 +263,7 @@ export class BatchWrites {
    * own held-back writes go out inside it, so that statement sees them.
    */
   beforeSend(owner: TxContext): void {
-    if (this.#savepointOf !== owner) {
+    if (this.control !== null && this.#savepointOf !== owner) {
       // It has sent nothing yet, so everything here not its own belongs to released transactions.
       const others = this.#entries.filter((e) => e.owner !== owner);
       this.#entries = this.#entries.filter((e) => e.owner === owner);
@@ -264,7 +282,7 @@ export class BatchWrites {
    */
   endTransaction(owner: TxContext, ok: boolean): void {
     if (!ok) this.drop(owner);
-    if (this.#savepointOf === owner) {
+    if (this.control !== null && this.#savepointOf === owner) {
       this.#savepointOf = null;
       this.control(
         ok

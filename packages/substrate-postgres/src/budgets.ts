@@ -196,19 +196,39 @@ export class PostgresBudgetStore implements BudgetStore {
     this.known.clear();
     const missing = () =>
       new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
-    if (this.heldAccounts.has(account.account_id)) {
-      await this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
-      // Locked by this transaction, the row now holds exactly what was written (money is stored as
-      // the text given); should the write fail, so does the transaction, and this is forgotten.
-      this.known.set(account.account_id, { ...account, at_seq: account.at_seq ?? null });
-      return;
-    }
+    if (this.heldAccounts.has(account.account_id)) return this.#updateHeld(account, params);
     const { rowCount } = await this.tx.query(this.accounts.update, params);
     if (rowCount === 0) throw missing();
   }
 
+  /**
+   * Updates without waiting for the answer, whatever this transaction knows of the row: a row it
+   * holds locked (updateAccount), or one of SubstrateTx.writeBatch, which waits for every answer
+   * before it resolves. A missing row, checked in the answer, fails the transaction.
+   */
+  updateAccountHeld(account: BudgetAccount): Promise<void> {
+    this.accountWrites++;
+    this.known.clear();
+    return this.#updateHeld(account, accountParams(account));
+  }
+
+  async #updateHeld(account: BudgetAccount, params: unknown[]): Promise<void> {
+    const missing = () =>
+      new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
+    await this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+    // Locked by this transaction, the row now holds exactly what was written (money is stored as
+    // the text given); should the write fail, so does the transaction, and this is forgotten.
+    this.heldAccounts.add(account.account_id);
+    this.known.set(account.account_id, { ...account, at_seq: account.at_seq ?? null });
+  }
+
   insertReservation(reservation: Reservation): Promise<void> {
     return this.reservationRows.insert(reservation);
+  }
+
+  /** A hold of SubstrateTx.writeBatch: inserted without waiting (KeyedRows.insertHeld). */
+  insertReservationHeld(reservation: Reservation): Promise<void> {
+    return this.reservationRows.insertHeld(reservation);
   }
 
   getReservation(reservationId: string): Promise<Reservation | null> {

@@ -85,6 +85,14 @@ type Head = { seq: number; entry_hash: string } | null;
 type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown; spent?: boolean | null };
 
 /** What the append statement's one answer row says went wrong, or null when the entry went in. */
+/** The spent-nonce key of an entry (TypeError for a nonce without a session), or null without a nonce. */
+function nonceKeyOf(entry: ChainEntryRecord, params: readonly unknown[]): string | null {
+  const nonceJson = params[10] as string | null;
+  if (nonceJson === null) return null;
+  if (entry.session_id === null) throw new TypeError("a chain entry with a nonce needs a session_id");
+  return nonceKey(entry.session_id, nonceJson);
+}
+
 function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): SubstrateError | null {
   if (result === undefined || decodeInt(result.heads, "heads") === 0) return missingHead();
   if (decodeInt(result.moved, "moved") === 1) return null;
@@ -168,11 +176,7 @@ export class PostgresChainStore implements ChainStore {
 
   async append(entry: ChainEntryRecord): Promise<void> {
     const params = toParams(entry);
-    const nonceJson = params[10] as string | null;
-    if (nonceJson !== null && entry.session_id === null) {
-      throw new TypeError("a chain entry with a nonce needs a session_id");
-    }
-    const key = nonceJson === null ? null : nonceKey(entry.session_id as string, nonceJson);
+    const key = nonceKeyOf(entry, params);
     // With the head read (and locked) by this transaction and this entry right after it, only an
     // id clash could stop the append, or a nonce this transaction was told is unspent being spent
     // after all (the caller holds the session's lock: the engine's case): send it without waiting,
@@ -181,23 +185,36 @@ export class PostgresChainStore implements ChainStore {
       this.known !== null &&
       (this.known.head?.seq ?? -1) === entry.seq - 1 &&
       (key === null || this.nonces.answeredUnspent(key));
+    if (certain) return this.appendHeld(entry, params, key);
     this.appends++;
     this.known = null;
     this.headEntry = null;
-    if (certain) {
-      // Before the first await: the outbox's enqueue, issued in the same turn, must see it.
-      this.appendedSeqs.add(entry.seq);
-      await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
-      if (key !== null) this.nonces.spend(key);
-      // The head row stays locked by this transaction, so the head is now this entry for it.
-      this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
-      this.headEntry = { ...entry };
-      return;
-    }
     const { rows } = await this.tx.query<AppendRow>(this.sql.append, params);
     const problem = appendProblem(rows[0], entry);
     if (problem !== null) throw problem;
     if (key !== null) this.nonces.spend(key);
+  }
+
+  /**
+   * Appends without waiting for the answer (TxContext.defer): for an append whose outcome the
+   * transaction's locks settle, or one of SubstrateTx.writeBatch, which waits for every answer
+   * before it resolves. A failed check of the answer fails the transaction.
+   */
+  async appendHeld(
+    entry: ChainEntryRecord,
+    params: unknown[] = toParams(entry),
+    key: string | null = nonceKeyOf(entry, params),
+  ): Promise<void> {
+    this.appends++;
+    this.known = null;
+    this.headEntry = null;
+    // Before the first await: the outbox's enqueue, issued in the same turn, must see it.
+    this.appendedSeqs.add(entry.seq);
+    await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
+    if (key !== null) this.nonces.spend(key);
+    // The head row stays locked by this transaction, so the head is now this entry for it.
+    this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
+    this.headEntry = { ...entry };
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {

@@ -47,13 +47,25 @@ export class KeyedRows<T, Row extends QueryResultRow> {
     const id = spec.idOf(record);
     const params = [...spec.params(record), tx.rowKey(spec.table, id)];
     const conflict = () => new SubstrateError("conflict", `${spec.noun} ${id} already exists`);
-    if (this.#absent.delete(id)) {
-      this.#held.add(id);
-      return tx.defer(spec.statements.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
-    }
+    if (this.#absent.delete(id)) return this.insertHeld(record);
     const { rowCount } = await tx.query(spec.statements.insert, params);
     if (rowCount === 0) throw conflict();
     this.#held.add(id);
+  }
+
+  /**
+   * Inserts without waiting for the answer, whatever this transaction knows of the id: for an id
+   * found absent under its key lock (insert), or a row of SubstrateTx.writeBatch, which waits for
+   * every answer before it resolves. A clash, checked in the answer, fails the transaction.
+   */
+  insertHeld(record: T): Promise<void> {
+    const { spec, tx } = this;
+    const id = spec.idOf(record);
+    const params = [...spec.params(record), tx.rowKey(spec.table, id)];
+    const conflict = () => new SubstrateError("conflict", `${spec.noun} ${id} already exists`);
+    this.#absent.delete(id);
+    this.#held.add(id);
+    return tx.defer(spec.statements.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
   }
 
   async get(rawId: string): Promise<T | null> {

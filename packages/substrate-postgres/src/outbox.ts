@@ -1,6 +1,6 @@
 // The outbox store on leash_outbox: entries waiting for a relay, leased with FOR UPDATE SKIP LOCKED.
 // Delivery, backoff and sinks are @leash/relay's; here only who holds which item, and until when.
-import type { OutboxItem, OutboxStatus, OutboxStore } from "@leash/core";
+import type { OutboxEnqueue, OutboxItem, OutboxStatus, OutboxStore } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
@@ -39,6 +39,18 @@ function fromRow(row: OutboxRow): OutboxItem {
   };
 }
 
+function enqueueParams(item: OutboxEnqueue): unknown[] {
+  return [
+    encodeInt(item.seq, "seq"),
+    encodeText(item.entry_id, "entry_id"),
+    encodeOptionalText(item.session_id, "session_id"),
+    encodeInt(item.created_ns, "created_ns"),
+  ];
+}
+
+const alreadyQueued = (item: OutboxEnqueue) =>
+  new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
+
 // "Holds the lease" in ack and fail: still PENDING and still claimed by this relay. The lease end is
 // not checked (they take no clock): an expired lease no other relay has taken over is still its own.
 export class PostgresOutboxStore implements OutboxStore {
@@ -55,19 +67,20 @@ export class PostgresOutboxStore implements OutboxStore {
    * their entry, so none can hold that seq. Should one hold it after all (an item queued without
    * its entry), the transaction fails with "conflict" before it commits, though not at this call.
    */
-  async enqueue(item: { seq: number; entry_id: string; session_id: string | null; created_ns: number }) {
-    const params = [
-      encodeInt(item.seq, "seq"),
-      encodeText(item.entry_id, "entry_id"),
-      encodeOptionalText(item.session_id, "session_id"),
-      encodeInt(item.created_ns, "created_ns"),
-    ];
-    const conflict = () => new SubstrateError("conflict", `outbox item ${item.seq} is already queued`);
-    if (this.appended(item.seq)) {
-      return this.tx.defer(this.sql.enqueue, params, (r) => (r.rowCount === 0 ? conflict() : null));
-    }
+  async enqueue(item: OutboxEnqueue) {
+    const params = enqueueParams(item);
+    if (this.appended(item.seq)) return this.enqueueHeld(item, params);
     const { rowCount } = await this.tx.query(this.sql.enqueue, params);
-    if (rowCount === 0) throw conflict();
+    if (rowCount === 0) throw alreadyQueued(item);
+  }
+
+  /**
+   * Queues without waiting for the answer (TxContext.defer): the item of an entry this transaction
+   * appended (enqueue), or one of SubstrateTx.writeBatch, which waits for every answer before it
+   * resolves. A taken seq, checked in the answer, fails the transaction.
+   */
+  enqueueHeld(item: OutboxEnqueue, params: unknown[] = enqueueParams(item)): Promise<void> {
+    return this.tx.defer(this.sql.enqueue, params, (r) => (r.rowCount === 0 ? alreadyQueued(item) : null));
   }
 
   async claim(options: {

@@ -184,6 +184,21 @@ export class PostgresSessionStore implements SessionStore {
     this.keepUpdated(record, params, heartbeat);
   }
 
+  /**
+   * Updates without waiting for the answer, whatever this transaction knows of the row: a row of
+   * SubstrateTx.writeBatch, which waits for every answer before it resolves. A missing row, checked
+   * in the answer, fails the transaction; the UPDATE locks the row.
+   */
+  updateHeld(record: SessionRecord): Promise<void> {
+    const params = updateParams(record);
+    const id = record.session_id;
+    const missing = () => new SubstrateError("not_found", `session ${id} does not exist`);
+    const heartbeat = (this.local.get(id) ?? this.memory?.sessions.get(id))?.fields.last_heartbeat_ns;
+    this.held.add(id);
+    this.keepUpdated(record, params, heartbeat);
+    return this.tx.defer(this.sql.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+  }
+
   /** Remembers an updated row with the stored heartbeat; a row whose heartbeat is unknown is not remembered. */
   private keepUpdated(
     record: SessionRecord,

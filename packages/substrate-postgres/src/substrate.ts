@@ -467,6 +467,18 @@ export class PostgresSubstrate implements Substrate {
     );
   }
 
+  private soloWrites(client: PoolClient): BatchWrites {
+    return BatchWrites.solo(
+      client,
+      this.prepared,
+      this.multi,
+      { single: this.sql.chain.append.op, multi: this.multiAppend },
+      (rows) => {
+        this.counters.multiRowWrites += rows;
+      },
+    );
+  }
+
   /** Runs a transaction by itself, as one that found no batch running would. */
   private runAlone(job: Job): void {
     this.solos++;
@@ -518,7 +530,9 @@ export class PostgresSubstrate implements Substrate {
       broken = error;
     };
     client.on("error", onError);
-    const ctx = this.context(client);
+    // Pipelined, deferred writes wait to go out a kind at a time (BatchWrites.solo); flushed before COMMIT.
+    const writes = isPipelined(client) ? this.soloWrites(client) : undefined;
+    const ctx = this.context(client, writes);
     try {
       if (isPipelined(client)) corkThisTurn(client);
       const begin = client.query(this.beginSolo);
@@ -547,6 +561,7 @@ export class PostgresSubstrate implements Substrate {
         return { ok: false, error, retry: false };
       }
       ctx.finished = true;
+      writes?.flush();
       await ctx.drain();
       await ctx.settleBegin();
       if (ctx.failure !== null) {
@@ -949,13 +964,31 @@ export class PostgresSubstrate implements Substrate {
     const chain = new PostgresChainStore(ctx, this.sql.chain, nonces, memory);
     const appended = (seq: number) => chain.appendedSeqs.has(seq);
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
+    const outbox = new PostgresOutboxStore(ctx, this.sql.outbox, appended);
     return {
       sessions,
       nonces,
       budgets,
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
       chain,
-      outbox: new PostgresOutboxStore(ctx, this.sql.outbox, appended),
+      outbox,
+      // Every row goes out without waiting (held back, on a pipelined connection, to go out a kind
+      // at a time: BatchWrites), then every answer is waited for, so it fails here, not at COMMIT.
+      writeBatch: async (batch) => {
+        for (const entry of batch.entries) {
+          if (entry.nonce !== undefined && entry.nonce !== null && entry.session_id === null) {
+            throw new TypeError("a chain entry with a nonce needs a session_id");
+          }
+        }
+        const sent: Promise<void>[] = [];
+        for (const entry of batch.entries) sent.push(chain.appendHeld(entry));
+        for (const item of batch.outbox) sent.push(outbox.enqueueHeld(item));
+        for (const reservation of batch.reservations) sent.push(budgets.insertReservationHeld(reservation));
+        for (const session of batch.sessions) sent.push(sessions.updateHeld(session));
+        for (const account of batch.accounts) sent.push(budgets.updateAccountHeld(account));
+        await Promise.all(sent);
+        await ctx.settleWrites("writeBatch");
+      },
       rememberIn: (into) => {
         budgets.rememberIn(into);
         chain.rememberIn(into);

@@ -289,6 +289,23 @@ export class TxContext {
     await this.tail;
   }
 
+  /**
+   * Sends this transaction's held-back writes now (see BatchWrites) and waits for the answer of every
+   * statement it issued; rejects with the first failure, so a caller learns at its call what a
+   * deferred write would otherwise tell only at COMMIT (SubstrateTx.writeBatch).
+   */
+  async settleWrites(op: string): Promise<void> {
+    await this.tail;
+    this.assertUsable(op);
+    if (this.pendingBegin !== null) await this.settleBegin();
+    if (this.failure === null) {
+      if (this.pipelined) corkThisTurn(this.client);
+      this.writes?.beforeSend(this);
+    }
+    await this.answers();
+    if (this.failure !== null) throw this.failure;
+  }
+
   /** Resolves once every statement issued so far has been answered; transaction() awaits it before COMMIT. */
   async drain(): Promise<void> {
     await this.tail;

@@ -5,7 +5,10 @@
 import type { SubstrateTx, WriteBatch } from "./substrate.js";
 
 /** Writes `batch` through `stores` row by row; rejects with the first failing call's error. */
-export async function writeBatchByRows(stores: Omit<SubstrateTx, "writeBatch">, batch: WriteBatch): Promise<void> {
+export async function writeBatchByRows(
+  stores: Omit<SubstrateTx, "writeBatch">,
+  batch: WriteBatch,
+): Promise<void> {
   for (const entry of batch.entries) await stores.chain.append(entry);
   for (const item of batch.outbox) await stores.outbox.enqueue(item);
   for (const reservation of batch.reservations) await stores.budgets.insertReservation(reservation);
