@@ -40,3 +40,4 @@ export { snapshotStampsContract } from "./stamps.js";
 export { defineSubstrateContract } from "./suite.js";
 export { transactionContract } from "./transactions.js";
 export { DECIMAL_SAMPLES, valuesContract } from "./values.js";
+export { writeBatchContract } from "./write-batch.js";

@@ -8,7 +8,7 @@ import { expectSubstrateError, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
 /** Stamps a store must give back exactly: none yet, the first entry, and positions far beyond 2^53. */
-const STAMPS = [null, 0, 1, MAX_SAFE_NS, 2 ** 62, 2 ** 63 - 1024] as const;
+export const STAMPS = [null, 0, 1, MAX_SAFE_NS, 2 ** 62, 2 ** 63 - 1024] as const;
 
 const heartbeatOf = (sub: Substrate, id: string) =>
   sub.transaction(async (tx) => (await tx.sessions.get(id))?.last_heartbeat_ns);

@@ -16,6 +16,7 @@ import { sessionStoreContract } from "./sessions.js";
 import { snapshotStampsContract } from "./stamps.js";
 import { transactionContract } from "./transactions.js";
 import { valuesContract } from "./values.js";
+import { writeBatchContract } from "./write-batch.js";
 
 /**
  * Registers `describe("substrate contract: <name>")` with every section of the suite. Call it at the top
@@ -33,6 +34,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     hitlStoreContract(opts);
     chainStoreContract(opts);
     outboxStoreContract(opts);
+    writeBatchContract(opts);
     valuesContract(opts);
     transactionContract(opts);
     concurrencyContract(opts);
