@@ -361,7 +361,7 @@ export function createEngine(options: EngineOptions): Engine {
   type Waiting = { request: EvaluateRequest; malformed: string | null };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
     return inProjection(async (ptx) => {
-      await ptx.prefetchNonces(noncesOf(items));
+      await Promise.all([ptx.prefetchNonces(noncesOf(items)), warm(ptx, items)]);
       const out: Outcome<Evaluated>[] = [];
       for (const { request, malformed } of items) {
         const mark = ptx.mark();
@@ -377,6 +377,31 @@ export function createEngine(options: EngineOptions): Engine {
     }, judged);
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
+
+  /**
+   * Reads the batch's sessions and their budget accounts together, before the first call is judged:
+   * what the projection lacks (after another writer's entries, say) then costs a few round trips a
+   * batch on a pipelining store, not a few a call. Errors are left to the calls themselves.
+   */
+  async function warm(ptx: ProjectionTx, items: readonly Waiting[]): Promise<void> {
+    const ids = new Set<string>();
+    for (const { request, malformed } of items) {
+      if (malformed === null && typeof request.session_id === "string" && request.session_id !== "") {
+        ids.add(request.session_id);
+      }
+    }
+    if (ids.size < 2) return;
+    await Promise.all(
+      [...ids]
+        .map(async (id) => {
+          const session = await ptx.sessions.get(id);
+          if (session !== null && budgetEnabled(session.config)) {
+            await accountChain(ptx, sessionAccountId(session.config, session));
+          }
+        })
+        .map((read) => read.catch(() => undefined)),
+    );
+  }
 
   function checkSessionId(sessionId: unknown): asserts sessionId is string {
     if (typeof sessionId !== "string" || sessionId === "") {

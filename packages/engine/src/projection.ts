@@ -135,6 +135,7 @@ export class ProjectionTx implements SubstrateTx {
   #holds: Reservation[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
+  readonly #readingAccounts = new Map<string, Promise<BudgetAccount | null>>();
   /** The pending transactions (newest first) whose rows this one reads as the store's (see Projection.pending). */
   #layers: readonly ProjectionTx[] = [];
 
@@ -218,9 +219,20 @@ export class ProjectionTx implements SubstrateTx {
           self.accountRows.set(id, row);
           return { ...row };
         }
-        const read = await tx.budgets.getAccount(id);
-        if (read !== null) self.accountRows.set(id, read);
-        return read === null ? null : { ...read };
+        // Calls of a batch read shared accounts (agent, organization) at once: one read serves them.
+        let reading = self.#readingAccounts.get(id);
+        if (reading === undefined) {
+          reading = tx.budgets
+            .getAccount(id)
+            .then((read) => {
+              if (read !== null && !self.accountRows.has(id)) self.accountRows.set(id, read);
+              return read;
+            })
+            .finally(() => self.#readingAccounts.delete(id));
+          self.#readingAccounts.set(id, reading);
+        }
+        const read = await reading;
+        return read === null ? null : { ...(self.accountRows.get(id) ?? read) };
       },
       insertAccount(account) {
         return write(() => tx.budgets.insertAccount(account)).then(() => {
@@ -312,7 +324,6 @@ export class ProjectionTx implements SubstrateTx {
 
   /** Sends the held appends (and the rows changed so far) before a statement that may read them. */
   #sendHeld(): Promise<void> {
-
     return this.#entries.length + this.#outboxItems.length + this.#holds.length === 0
       ? Promise.resolve()
       : this.flush();

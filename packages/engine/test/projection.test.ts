@@ -152,6 +152,64 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     expect((await b.getSession(s2.session_id)).state.circuit_tripped).toBe(true);
   });
 
+  it("reads the sessions a batch lacks together, and an account they share once", async () => {
+    store = await openStore(kind);
+    const { substrate, counts, reset } = counting(store.substrate);
+    const config = { budget_usd: 10, budget_scope: "agent" as const }; // one account for the agent's sessions
+    const other = createEngine({ substrate: await store.another(), signer: KEY.signer, rng: () => 0.5 });
+    const sessions = [];
+    for (let i = 0; i < 3; i++) sessions.push(await other.register({ agent_id: "bot", config }));
+    await other.evaluate({
+      session_id: sessions[0]!.session_id,
+      tool_name: "t",
+      params: {},
+      estimated_cost_usd: 0.1,
+    });
+    // An engine that has read nothing yet (as after another writer's entries: what they name is dropped).
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const wrapped = Object.create(substrate) as Substrate;
+    wrapped.transaction = (<T>(fn: (tx: SubstrateTx) => Promise<T>) =>
+      substrate.transaction((tx) => {
+        const sessionStore = Object.create(tx.sessions) as SubstrateTx["sessions"];
+        sessionStore.get = async (id) => {
+          mostInFlight = Math.max(mostInFlight, ++inFlight);
+          try {
+            return await tx.sessions.get(id);
+          } finally {
+            inFlight--;
+          }
+        };
+        return fn(
+          Object.assign(Object.create(tx) as SubstrateTx, {
+            sessions: sessionStore,
+            writeBatch: tx.writeBatch.bind(tx),
+          }),
+        );
+      })) as Substrate["transaction"];
+    const engine = createEngine({ substrate: wrapped, signer: KEY.signer, rng: () => 0.5 });
+    await engine.open();
+    reset();
+    const results = await Promise.all(
+      sessions.flatMap(({ session_id }) =>
+        [1, 2].map((i) =>
+          engine.evaluate({ session_id, tool_name: "t", params: { i }, estimated_cost_usd: 0.1 }),
+        ),
+      ),
+    );
+    expect(results.map((r) => r.verdict)).toEqual(Array(6).fill("ALLOW"));
+    expect(counts).toMatchObject({ transactions: 1, sessionGets: 3, accountGets: 1, accountUpdates: 1 });
+    expect(mostInFlight).toBe(3);
+    expect(results.map((r) => r.budget_remaining_usd).sort()).toEqual([
+      "9.3",
+      "9.4",
+      "9.5",
+      "9.6",
+      "9.7",
+      "9.8",
+    ]);
+  });
+
   it("stamps each session and account row with the seq of the last entry it reflects", async () => {
     store = await openStore(kind);
     const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, rng: () => 0.5 });

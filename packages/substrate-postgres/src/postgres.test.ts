@@ -1103,7 +1103,7 @@ describe("options", () => {
     expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
       "postgres",
       { multiProcess: true, durable: true },
-      "leash-substrate-v5",
+      "leash-substrate-v6",
     ]);
   });
 });
