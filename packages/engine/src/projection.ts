@@ -29,6 +29,7 @@ import type {
 } from "@leash/core";
 import { writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
+import { RowOverlay } from "./row-overlay.js";
 
 /** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
 const FOLD_MAX = 512;
@@ -82,15 +83,15 @@ export class Projection {
   committed(ptx: ProjectionTx): void {
     this.#settle(ptx);
     if (this.sessions.size > SESSIONS_MAX) this.sessions.clear();
-    for (const [id, row] of ptx.sessionRows) this.sessions.set(id, row);
-    for (const [id, row] of ptx.accountRows) this.accounts.set(id, row);
+    for (const [id, row] of ptx.sessionRows.rows) this.sessions.set(id, row);
+    for (const [id, row] of ptx.accountRows.rows) this.accounts.set(id, row);
     this.head = ptx.currentHead;
   }
 
   /** A transaction failed: what it read or wrote cannot be trusted to be the store's. */
   failed(ptx: ProjectionTx): void {
     this.#settle(ptx);
-    for (const id of ptx.sessionRows.keys()) this.sessions.delete(id);
+    for (const id of ptx.sessionRows.rows.keys()) this.sessions.delete(id);
     this.accounts.clear();
     this.head = undefined;
   }
@@ -121,11 +122,9 @@ type Undo = () => void;
  * whether a failed call left writes behind (`writesSince`).
  */
 export class ProjectionTx implements SubstrateTx {
-  /** Rows as this transaction knows them (read or written), to become the projection at COMMIT. */
-  readonly sessionRows = new Map<string, SessionRecord>();
-  readonly accountRows = new Map<string, BudgetAccount>();
-  readonly #dirtySessions = new Set<string>();
-  readonly #dirtyAccounts = new Set<string>();
+  /** Sessions and accounts as this transaction knows them, to become the projection at COMMIT. */
+  readonly sessionRows: RowOverlay<SessionRecord>;
+  readonly accountRows: RowOverlay<BudgetAccount>;
   readonly #journal: Undo[] = [];
   /** Statements that reached the store and change it. */
   #writes = 0;
@@ -135,9 +134,6 @@ export class ProjectionTx implements SubstrateTx {
   #holds: Reservation[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
-  readonly #readingAccounts = new Map<string, Promise<BudgetAccount | null>>();
-  /** The pending transactions (newest first) whose rows this one reads as the store's (see Projection.pending). */
-  #layers: readonly ProjectionTx[] = [];
 
   readonly sessions: SessionStore;
   readonly budgets: BudgetStore;
@@ -170,38 +166,25 @@ export class ProjectionTx implements SubstrateTx {
       });
       return Promise.resolve();
     };
+    const journal = (undo: Undo) => {
+      this.#journal.push(undo);
+    };
+    const sessionRows = new RowOverlay(projection.sessions, (id) => tx.sessions.get(id), journal);
+    const accountRows = new RowOverlay(projection.accounts, (id) => tx.budgets.getAccount(id), journal);
+    this.sessionRows = sessionRows;
+    this.accountRows = accountRows;
+    // An insert is a statement of its own (it may clash); once it reached the store, the row is known.
+    const insert = <R extends { at_seq: number | null }>(
+      rows: RowOverlay<R>,
+      id: string,
+      row: R,
+      send: () => Promise<void>,
+    ) => write(send).then(() => rows.known(id, row));
     const self = this;
     this.sessions = {
-      async get(id) {
-        const row =
-          self.sessionRows.get(id) ??
-          self.#layered((l) => l.sessionRows.get(id)) ??
-          self.projection.sessions.get(id);
-        if (row !== undefined) {
-          self.sessionRows.set(id, row);
-          return { ...row };
-        }
-        const read = await tx.sessions.get(id);
-        if (read !== null) self.sessionRows.set(id, read);
-        return read === null ? null : { ...read };
-      },
-      insert(record) {
-        return write(() => tx.sessions.insert(record)).then(() => {
-          self.sessionRows.set(record.session_id, { ...record });
-        });
-      },
-      async update(record) {
-        const id = record.session_id;
-        const before = self.sessionRows.get(id);
-        const wasDirty = self.#dirtySessions.has(id);
-        self.#journal.push(() => {
-          if (before === undefined) self.sessionRows.delete(id);
-          else self.sessionRows.set(id, before);
-          if (!wasDirty) self.#dirtySessions.delete(id);
-        });
-        self.sessionRows.set(id, { ...record });
-        self.#dirtySessions.add(id);
-      },
+      get: (id) => sessionRows.get(id),
+      insert: (record) => insert(sessionRows, record.session_id, record, () => tx.sessions.insert(record)),
+      update: async (record) => sessionRows.update(record.session_id, record),
       async list(filter) {
         await self.flush();
         return tx.sessions.list(filter);
@@ -210,47 +193,10 @@ export class ProjectionTx implements SubstrateTx {
       touch: (id, atNs) => write(() => tx.sessions.touch(id, atNs)),
     };
     this.budgets = {
-      async getAccount(id) {
-        const row =
-          self.accountRows.get(id) ??
-          self.#layered((l) => l.accountRows.get(id)) ??
-          self.projection.accounts.get(id);
-        if (row !== undefined) {
-          self.accountRows.set(id, row);
-          return { ...row };
-        }
-        // Calls of a batch read shared accounts (agent, organization) at once: one read serves them.
-        let reading = self.#readingAccounts.get(id);
-        if (reading === undefined) {
-          reading = tx.budgets
-            .getAccount(id)
-            .then((read) => {
-              if (read !== null && !self.accountRows.has(id)) self.accountRows.set(id, read);
-              return read;
-            })
-            .finally(() => self.#readingAccounts.delete(id));
-          self.#readingAccounts.set(id, reading);
-        }
-        const read = await reading;
-        return read === null ? null : { ...(self.accountRows.get(id) ?? read) };
-      },
-      insertAccount(account) {
-        return write(() => tx.budgets.insertAccount(account)).then(() => {
-          self.accountRows.set(account.account_id, { ...account });
-        });
-      },
-      async updateAccount(account) {
-        const id = account.account_id;
-        const before = self.accountRows.get(id);
-        const wasDirty = self.#dirtyAccounts.has(id);
-        self.#journal.push(() => {
-          if (before === undefined) self.accountRows.delete(id);
-          else self.accountRows.set(id, before);
-          if (!wasDirty) self.#dirtyAccounts.delete(id);
-        });
-        self.accountRows.set(id, { ...account });
-        self.#dirtyAccounts.add(id);
-      },
+      getAccount: (id) => accountRows.get(id),
+      insertAccount: (account) =>
+        insert(accountRows, account.account_id, account, () => tx.budgets.insertAccount(account)),
+      updateAccount: async (account) => accountRows.update(account.account_id, account),
       insertReservation: (reservation) => hold(self.#holds, { ...reservation }),
       getReservation: (id) => read(() => tx.budgets.getReservation(id)),
       updateReservation: (reservation) => write(() => tx.budgets.updateReservation(reservation)),
@@ -338,7 +284,9 @@ export class ProjectionTx implements SubstrateTx {
     this.#head = head;
     const newest = this.projection.pending.at(-1);
     if (newest !== undefined && sameHead(newest.currentHead, head)) {
-      this.#layers = [...this.projection.pending].reverse();
+      const layers = [...this.projection.pending].reverse();
+      this.sessionRows.layerOver(layers.map((l) => l.sessionRows));
+      this.accountRows.layerOver(layers.map((l) => l.accountRows));
       return;
     }
     const known = this.projection.head;
@@ -364,14 +312,6 @@ export class ProjectionTx implements SubstrateTx {
       return;
     }
     this.projection.fold(tail);
-  }
-
-  #layered<V>(read: (layer: ProjectionTx) => V | undefined): V | undefined {
-    for (const layer of this.#layers) {
-      const row = read(layer);
-      if (row !== undefined) return row;
-    }
-    return undefined;
   }
 
   /** Asks the store about many nonces at once (one round trip on a pipelining store). */
@@ -412,27 +352,15 @@ export class ProjectionTx implements SubstrateTx {
     const entries = this.#entries;
     const outbox = this.#outboxItems;
     const reservations = this.#holds;
-    const unchanged = this.#dirtySessions.size === 0 && this.#dirtyAccounts.size === 0;
+    const unchanged = !this.sessionRows.dirty && !this.accountRows.dirty;
     if (unchanged && entries.length + outbox.length + reservations.length === 0) return;
     this.#entries = [];
     this.#outboxItems = [];
     this.#holds = [];
     const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
-    const sessions: SessionRecord[] = [];
-    for (const id of this.#dirtySessions) {
-      const row = { ...this.sessionRows.get(id)!, at_seq: atSeq };
-      this.sessionRows.set(id, row);
-      sessions.push({ ...row });
-    }
-    const accounts: BudgetAccount[] = [];
-    for (const id of this.#dirtyAccounts) {
-      const row = { ...this.accountRows.get(id)!, at_seq: atSeq };
-      this.accountRows.set(id, row);
-      accounts.push({ ...row });
-    }
+    const sessions = this.sessionRows.writeBack(atSeq);
+    const accounts = this.accountRows.writeBack(atSeq);
     this.#writes++;
-    this.#dirtySessions.clear();
-    this.#dirtyAccounts.clear();
     this.#journal.length = 0;
     await this.tx.writeBatch({ entries, outbox, reservations, sessions, accounts });
   }

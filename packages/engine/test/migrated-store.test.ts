@@ -2,9 +2,7 @@
 // row reads back as written, the chain verifies, and the engine decides on the sessions it finds there.
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import type { BudgetAccount, Substrate } from "@leash/core";
-import { runMigrations, tableNames } from "@leash/substrate-postgres";
-import { MIGRATIONS } from "@leash/substrate-sqlite";
-import { freshLocation, manualClock, type StoreLocation, withPg } from "@leash/test-stores";
+import { freshLocation, manualClock, type StoreLocation, storeAtVersion, withPg } from "@leash/test-stores";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createEngine } from "../src/index.js";
@@ -20,48 +18,11 @@ afterEach(async () => {
   for (const done of cleanup.splice(0).reverse()) await done();
 });
 
-/** A store at version 5 and nothing after, at a fresh location. */
-async function versionFiveStore(kind: (typeof SQL_KINDS)[number]): Promise<StoreLocation> {
-  const location = freshLocation(kind, { label: "enginemigrate" });
-  if (location.path !== null) {
-    const db = new Database(location.path);
-    db.exec("BEGIN IMMEDIATE");
-    db.exec(
-      "CREATE TABLE leash_schema_version (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at_ms INTEGER NOT NULL) STRICT",
-    );
-    for (const migration of MIGRATIONS.filter((m) => m.version <= VERSION_5)) {
-      db.exec(migration.sql);
-      db.prepare("INSERT INTO leash_schema_version VALUES (?, ?, 0)").run(migration.version, migration.name);
-    }
-    db.exec("COMMIT");
-    db.close();
-  } else {
-    await withPg(async (client) => {
-      const result = await runMigrations(client, tableNames(location.schema!), VERSION_5);
-      expect(result).toEqual({ from: 0, to: VERSION_5 });
-    });
-  }
-  return location;
-}
-
-/** Copies every row of `from` into `into`, column by column of `into`'s (older) tables. */
-async function copyRows(into: StoreLocation, from: OpenedStore): Promise<void> {
+/** Version 5 recorded a spent nonce as a row of leash_nonces (the entry has no column for it). */
+async function recordSpentNonces(into: StoreLocation, from: OpenedStore): Promise<void> {
   if (into.path !== null) {
     const db = new Database(into.path);
     db.prepare("ATTACH DATABASE ? AS source").run(from.path);
-    const tables = db
-      .prepare(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name LIKE 'leash_%' AND name != 'leash_schema_version'",
-      )
-      .pluck()
-      .all() as string[];
-    for (const table of tables) {
-      const columns = (db.prepare(`PRAGMA main.table_info(${table})`).all() as Array<{ name: string }>)
-        .map((c) => c.name)
-        .join(", ");
-      db.exec(`INSERT INTO main.${table} (${columns}) SELECT ${columns} FROM source.${table}`);
-    }
-    // Version 5 recorded a spent nonce as a row of leash_nonces (the entry has no column for it).
     db.exec(
       "INSERT INTO main.leash_nonces (session_id, nonce, recorded_ns) SELECT session_id, nonce, created_ns FROM source.leash_chain WHERE nonce IS NOT NULL",
     );
@@ -69,31 +30,12 @@ async function copyRows(into: StoreLocation, from: OpenedStore): Promise<void> {
     db.close();
     return;
   }
-  await withPg(async (client) => {
-    const { rows: tables } = await client.query<{ table_name: string }>(
-      `SELECT table_name FROM information_schema.tables
-       WHERE table_schema = $1 AND table_name LIKE 'leash_%' AND table_name <> 'leash_schema_version'`,
-      [into.schema],
-    );
-    for (const { table_name: table } of tables) {
-      const { rows } = await client.query<{ column_name: string }>(
-        `SELECT column_name FROM information_schema.columns
-         WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER' ORDER BY ordinal_position`,
-        [into.schema, table],
-      );
-      const columns = rows.map((r) => r.column_name).join(", ");
-      // The chain head row exists from version 3 on: replaced by the source's.
-      await client.query(`DELETE FROM "${into.schema}".${table}`);
-      await client.query(
-        `INSERT INTO "${into.schema}".${table} (${columns}) SELECT ${columns} FROM "${from.schema}".${table}`,
-      );
-    }
-    // Version 5 recorded a spent nonce as a row of leash_nonces (the entry has no column for it).
-    await client.query(
+  await withPg((client) =>
+    client.query(
       `INSERT INTO "${into.schema}".leash_nonces (session_id, nonce_json, recorded_ns)
        SELECT session_id, nonce, created_ns FROM "${from.schema}".leash_chain WHERE nonce IS NOT NULL`,
-    );
-  });
+    ),
+  );
 }
 
 /** Every row a test can read back through the port (nonces by the ones the workload used). */
@@ -152,13 +94,14 @@ describe.each(SQL_KINDS)("a %s store written at schema version 5, migrated", (ki
     expect(written.hitl).toHaveLength(1);
     expect(written.accounts[0]).not.toBeNull();
 
-    const location = await versionFiveStore(kind);
+    const location = freshLocation(kind, { label: "enginemigrate" });
     let substrate: Substrate | undefined;
     cleanup.push(async () => {
       await substrate?.close();
       await location.remove();
     });
-    await copyRows(location, source);
+    await storeAtVersion(location, VERSION_5, source);
+    await recordSpentNonces(location, source);
     substrate = await location.open();
     await substrate.migrate();
 

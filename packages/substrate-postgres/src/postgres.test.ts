@@ -6,6 +6,9 @@ import { fileURLToPath } from "node:url";
 import type { BudgetAccount, ChainEntryRecord, HitlRequest, SessionRecord, Substrate } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import { spendIn } from "@leash/substrate-contract";
+// Not in package.json: @leash/test-stores depends on this package, and turbo refuses the cycle a
+// devDependency back would make; tests resolve it through the root vitest config's alias to its source.
+import { storeAtVersion } from "@leash/test-stores";
 import { Pool } from "pg";
 import { describe, expect, it } from "vitest";
 import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/support.js";
@@ -1107,41 +1110,11 @@ describe("options", () => {
     ]);
   });
 });
-/** Copies every row of schema `from` (at the current version) into `into`, column by column of `into`'s tables. */
-async function copyRows(into: string, from: string): Promise<void> {
-  const { rows: tables } = await admin.query<{ table_name: string }>(
-    `SELECT table_name FROM information_schema.tables
-     WHERE table_schema = $1 AND table_name LIKE 'leash_%' AND table_name <> 'leash_schema_version'`,
-    [into],
-  );
-  for (const { table_name: table } of tables) {
-    const { rows } = await admin.query<{ column_name: string }>(
-      `SELECT column_name FROM information_schema.columns
-       WHERE table_schema = $1 AND table_name = $2 AND is_generated = 'NEVER' ORDER BY ordinal_position`,
-      [into, table],
-    );
-    const columns = rows.map((r) => r.column_name).join(", ");
-    // The head row exists from version 3 on: replaced by the source's.
-    await admin.query(`DELETE FROM "${into}".${table}`);
-    await admin.query(
-      `INSERT INTO "${into}".${table} (${columns}) SELECT ${columns} FROM "${from}".${table}`,
-    );
-  }
-}
-
 describe("migrating a store written at version 5 (before the snapshot stamps)", () => {
   it("keeps every row of every table equal, with at_seq null on sessions and accounts", async () => {
-    // The v5 store: the migrations as they stood at version 5, nothing after.
-    const schema = freshSchema();
-    const client = await admin.connect();
-    try {
-      expect(await runMigrations(client, tableNames(schema), 5)).toEqual({ from: 0, to: 5 });
-    } finally {
-      client.release();
-    }
-
     // Rows of every kind, written through the port into a current store, then copied into the v5
-    // layout (the columns the two share), as the build before this one would have written them.
+    // layout (the migrations as they stood at version 5, nothing after; the columns the two share), as
+    // the build before this one would have written them.
     const sourceSchema = freshSchema();
     const source = await openMigrated(sourceSchema);
     const sessions = [
@@ -1190,7 +1163,8 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
       tx.outbox.claim({ relayId: "relay-1", limit: 1, nowNs: T0, leaseNs: 1000 }),
     );
     const outbox = await source.transaction((tx) => tx.outbox.list({}));
-    await copyRows(schema, sourceSchema);
+    const schema = freshSchema();
+    await storeAtVersion({ path: null, schema }, 5, { path: null, schema: sourceSchema });
     // The nonces a version-5 engine recorded: rows of leash_nonces (JSON text), not entry columns.
     await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '7', ${T0}), ('s1', '"7"', ${T0})`);
 

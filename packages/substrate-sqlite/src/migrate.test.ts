@@ -2,6 +2,9 @@
 // Migrating empty stores, idempotence and concurrent migrators are also in the contract suite.
 import { SubstrateError } from "@leash/core";
 import { makeChain, outboxItemFor } from "@leash/substrate-contract";
+// Not in package.json: @leash/test-stores depends on this package, and turbo refuses the cycle a
+// devDependency back would make; tests resolve it through the root vitest config's alias to its source.
+import { storeAtVersion } from "@leash/test-stores";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { account, freshDbPath, hitlRequest, reservation, session, T0 } from "../test/support.js";
@@ -379,43 +382,11 @@ describe("migrations", () => {
   });
 });
 
-/** Copies every row of `from` (a store at the current schema) into `into`, column by column of `into`'s tables. */
-function copyRows(into: string, from: string): void {
-  const db = new Database(into);
-  db.prepare("ATTACH DATABASE ? AS source").run(from);
-  const tables = db
-    .prepare(
-      "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE 'leash_%' AND name != 'leash_schema_version'",
-    )
-    .pluck()
-    .all() as string[];
-  for (const table of tables) {
-    const columns = (db.prepare(`PRAGMA main.table_info(${table})`).all() as Array<{ name: string }>)
-      .map((c) => c.name)
-      .join(", ");
-    db.exec(`INSERT INTO main.${table} (${columns}) SELECT ${columns} FROM source.${table}`);
-  }
-  db.exec("DETACH DATABASE source");
-  db.close();
-}
-
 describe("migrating a store written at version 5 (before the snapshot stamps)", () => {
   it("keeps every row of every table equal, with at_seq null on sessions and accounts", async () => {
-    // The v5 store: the migrations as they stood at version 5, nothing after.
-    const path = freshDbPath();
-    const old = new Database(path);
-    old.exec("BEGIN IMMEDIATE");
-    expect(
-      applyMigrations(
-        old,
-        MIGRATIONS.filter((m) => m.version <= 5),
-      ),
-    ).toEqual({ from: 0, to: 5 });
-    old.exec("COMMIT");
-    old.close();
-
     // Rows of every kind, written through the port into a current store, then copied into the v5 layout
-    // (the columns the two share), as the build before this one would have written them.
+    // (the migrations as they stood at version 5, nothing after; the columns the two share), as the
+    // build before this one would have written them.
     const sourcePath = freshDbPath("source.db");
     const source = await openAt(sourcePath);
     await source.migrate();
@@ -470,7 +441,8 @@ describe("migrating a store written at version 5 (before the snapshot stamps)", 
     const before = await source.transaction(async (tx) => ({
       outbox: await tx.outbox.list({}),
     }));
-    copyRows(path, sourcePath);
+    const path = freshDbPath();
+    await storeAtVersion({ path, schema: null }, 5, { path: sourcePath, schema: null });
     // The nonces a version-5 engine recorded: rows of leash_nonces (type-tagged), not entry columns.
     const raw = new Database(path);
     raw.prepare(`INSERT INTO leash_nonces VALUES ('s-1', 'n:7', ${T0}), ('s-1', 's:7', ${T0})`).run();
