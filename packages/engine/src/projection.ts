@@ -45,6 +45,26 @@ function sameHead(a: ChainHead | null | undefined, b: ChainHead | null): boolean
   return a.seq === b.seq && a.entry_hash === b.entry_hash;
 }
 
+/**
+ * Whether `tail` is the chain's next entries after (knownSeq, knownHash), each linked to the one
+ * before by seq and hash, ending at `head`: only then may the projection fold them in.
+ */
+function continues(
+  tail: readonly ChainEntryRecord[],
+  knownSeq: number,
+  knownHash: string | undefined,
+  head: ChainHead | null,
+): boolean {
+  let seq = knownSeq;
+  let hash = knownHash;
+  for (const entry of tail) {
+    if (entry.seq !== seq + 1 || entry.prev_hash !== hash) return false;
+    seq = entry.seq;
+    hash = entry.entry_hash;
+  }
+  return head !== null && seq === head.seq && hash === head.entry_hash;
+}
+
 /** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
 export class Projection {
   readonly sessions = new Map<string, SessionRecord>();
@@ -303,10 +323,7 @@ export class ProjectionTx implements SubstrateTx {
       return;
     }
     const tail = await this.tx.chain.range(knownSeq + 1, headSeq - knownSeq);
-    if (
-      tail.length !== headSeq - knownSeq ||
-      (tail[0] !== undefined && tail[0].prev_hash !== known?.entry_hash)
-    ) {
+    if (!continues(tail, knownSeq, known?.entry_hash, head)) {
       // Not a continuation of what this engine knew (a store restored or rewritten): start afresh.
       this.projection.clear();
       return;

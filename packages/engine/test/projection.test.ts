@@ -2,9 +2,10 @@
 // calls made together share one transaction, rows are read once and written once, and what another
 // engine wrote to the same store is seen before the next call is judged.
 import { generateKeyPair, verifyChain } from "@leash/chain";
-import type { Substrate, SubstrateTx } from "@leash/core";
+import type { SessionRecord, Substrate, SubstrateTx } from "@leash/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { createEngine, LeashError } from "../src/index.js";
+import { Projection } from "../src/projection.js";
 import { KINDS, type OpenedStore, openStore } from "./substrates.js";
 
 const KEY = generateKeyPair();
@@ -208,6 +209,29 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
       "9.7",
       "9.8",
     ]);
+  });
+
+  it("folds in only a tail that links to what it knew; any other starts afresh", async () => {
+    store = await openStore(kind);
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: {} });
+    await engine.evaluate({ session_id: s.session_id, tool_name: "t", params: {} });
+    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100));
+    const before = entries.at(-2)!;
+    /** What a projection that knew the chain up to `known` keeps of an unrelated cached session. */
+    const keeps = async (known: { seq: number; entry_hash: string }) => {
+      const projection = new Projection();
+      projection.head = known;
+      projection.sessions.set("elsewhere", { session_id: "elsewhere" } as SessionRecord);
+      await store!.substrate.transaction(async (tx) => {
+        await projection.begin(tx).open();
+      });
+      return projection.sessions.has("elsewhere");
+    };
+    // The last entry names only s: a projection one entry behind keeps what it knew of others.
+    expect(await keeps({ seq: before.seq, entry_hash: before.entry_hash })).toBe(true);
+    // The same seq with another hash: the store is not the chain it knew (restored, rewritten).
+    expect(await keeps({ seq: before.seq, entry_hash: "f".repeat(64) })).toBe(false);
   });
 
   it("stamps each session and account row with the seq of the last entry it reflects", async () => {
