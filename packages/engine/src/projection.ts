@@ -228,6 +228,13 @@ export class ProjectionTx implements SubstrateTx {
         const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
         return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
       },
+      async hasEach(pairs) {
+        const answers = pairs.map(({ sessionId, nonce }) => self.#seenNonces.get(nonceKey(sessionId, nonce)));
+        const unknown = pairs.filter((_, i) => answers[i] === undefined);
+        const asked = unknown.length === 0 ? [] : await tx.nonces.hasEach(unknown);
+        let next = 0;
+        return answers.map((known) => known ?? asked[next++] === true);
+      },
       count: (sessionId) => read(() => tx.nonces.count(sessionId)),
     };
     this.chain = {
@@ -331,11 +338,10 @@ export class ProjectionTx implements SubstrateTx {
     this.projection.fold(tail);
   }
 
-  /** Asks the store about many nonces at once (one round trip on a pipelining store). */
+  /** Asks the store about many nonces in one call (NonceStore.hasEach: one statement on PostgreSQL). */
   async prefetchNonces(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<void> {
-    const answers = await Promise.all(
-      pairs.map(({ sessionId, nonce }) => this.tx.nonces.has(sessionId, nonce)),
-    );
+    if (pairs.length === 0) return;
+    const answers = await this.tx.nonces.hasEach(pairs);
     pairs.forEach(({ sessionId, nonce }, i) => {
       const key = nonceKey(sessionId, nonce);
       if (!this.#seenNonces.has(key)) this.#seenNonces.set(key, answers[i] === true);

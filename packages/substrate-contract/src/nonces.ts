@@ -63,6 +63,41 @@ export function nonceStoreContract(opts: SubstrateContractOptions): void {
       expect(after).toEqual({ count: 1, n2: false, entries: 1 });
     });
 
+    it("hasEach answers as has does for each pair, in order: committed, this transaction's, types, sessions", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      await spend(sub, S1, "n1");
+      await spend(sub, S2, 7);
+      const pairs = [
+        { sessionId: S1, nonce: "n1" }, // committed
+        { sessionId: S1, nonce: "n2" }, // spent below, in the same transaction
+        { sessionId: S1, nonce: "n3" }, // never
+        { sessionId: S2, nonce: 7 }, // committed, a number
+        { sessionId: S2, nonce: "7" }, // the string is another nonce
+        { sessionId: S2, nonce: "n1" }, // another session's
+        { sessionId: S1, nonce: "n1" }, // asked twice
+      ];
+      const answered = await sub.transaction(async (tx) => {
+        const before = await tx.nonces.hasEach(pairs);
+        await spendIn(tx, S1, "n2");
+        const after = await tx.nonces.hasEach(pairs);
+        const one = [];
+        for (const { sessionId, nonce } of pairs) one.push(await tx.nonces.has(sessionId, nonce));
+        return { before, after, one, none: await tx.nonces.hasEach([]) };
+      });
+      expect(answered.before).toEqual([true, false, false, true, false, false, true]);
+      expect(answered.after).toEqual([true, true, false, true, false, false, true]);
+      expect(answered.one).toEqual(answered.after);
+      expect(answered.none).toEqual([]);
+      // Told unspent by hasEach, a nonce still cannot be spent twice.
+      await expect(
+        sub.transaction(async (tx) => {
+          expect(await tx.nonces.hasEach([{ sessionId: S1, nonce: "n2" }])).toEqual([true]);
+          await tx.chain.append(await nextEntry(tx, S1, "n2"));
+        }),
+      ).rejects.toMatchObject({ code: "conflict" });
+    });
+
     it("range gives each entry back with the nonce it was appended with, and none without", async () => {
       const sub = await (await useHarness(opts)).openMigrated();
       await seedWorld(sub);

@@ -9,6 +9,7 @@ import {
   type ChainStore,
   type HitlRequest,
   type HitlStore,
+  hasEachByOne,
   type Nonce,
   type NonceStore,
   type OutboxItem,
@@ -233,11 +234,13 @@ class MemoryTransaction {
 
   #nonceStore(): NonceStore {
     const nonces = this.#nonces;
+    const has = async (sessionId: string, nonce: Nonce) => {
+      this.#live();
+      return nonces.has(sessionId, nonceKey(nonce));
+    };
     return {
-      has: async (sessionId: string, nonce: Nonce) => {
-        this.#live();
-        return nonces.has(sessionId, nonceKey(nonce));
-      },
+      has,
+      hasEach: (pairs) => hasEachByOne({ has }, pairs),
       count: async (sessionId: string) => {
         this.#live();
         return nonces.count(sessionId);

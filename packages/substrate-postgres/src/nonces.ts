@@ -45,6 +45,40 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
     return spent;
   }
 
+  /** Every pair the batch's memory does not answer, in one statement (sql.ts nonces.hasEach). */
+  async hasEach(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<boolean[]> {
+    const params = pairs.map(({ sessionId, nonce }) => [
+      encodeText(sessionId, "session_id"),
+      encodeNonce(nonce),
+    ]);
+    const keys = params.map(([sessionId, nonceJson]) => nonceKey(sessionId!, nonceJson!));
+    const answers: Array<boolean | undefined> = keys.map((key) =>
+      this.added.has(key) ? true : this.memory?.nonces.get(key),
+    );
+    const asked = params.filter((_, i) => answers[i] === undefined);
+    if (asked.length === 0) {
+      await this.tx.usable(this.sql.hasEach.op);
+    } else {
+      const { rows } = await this.tx.query<{ i: unknown }>(this.sql.hasEach, [
+        asked.map(([sessionId]) => sessionId),
+        asked.map(([, nonceJson]) => nonceJson),
+      ]);
+      const spent = new Set(rows.map((row) => decodeInt(row.i, "i") - 1));
+      let next = 0;
+      for (let i = 0; i < answers.length; i++) {
+        if (answers[i] !== undefined) continue;
+        const key = keys[i]!;
+        const found = spent.has(next++) || this.added.has(key);
+        answers[i] = found;
+        if (this.memory !== undefined) this.found.set(key, found);
+      }
+    }
+    return answers.map((spent, i) => {
+      if (!spent) this.unspent.add(keys[i]!);
+      return spent === true;
+    });
+  }
+
   answeredUnspent(key: string): boolean {
     return this.unspent.has(key);
   }

@@ -145,6 +145,13 @@ call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id
         `SELECT FROM ${t.chain} WHERE session_id = $1 AND nonce = $2
 UNION ALL SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`,
       ),
+      // The positions (1-based) of the spent pairs among those given, each probed by both indexes.
+      hasEach: statement(
+        "nonces.hasEach",
+        `SELECT u.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(session_id, nonce, i)
+WHERE EXISTS (SELECT FROM ${t.chain} AS c WHERE c.session_id = u.session_id AND c.nonce = u.nonce)
+  OR EXISTS (SELECT FROM ${t.nonces} AS n WHERE n.session_id = u.session_id AND n.nonce_json = u.nonce)`,
+      ),
       count: statement(
         "nonces.count",
         `SELECT (SELECT count(*) FROM ${t.chain} WHERE session_id = $1 AND nonce IS NOT NULL)

@@ -22,7 +22,7 @@ import type {
   SubstrateTx,
   WriteBatch,
 } from "@leash/core";
-import { SubstrateError, writeBatchByRows } from "@leash/core";
+import { hasEachByOne, SubstrateError, writeBatchByRows } from "@leash/core";
 import type Database from "better-sqlite3";
 import {
   type AccountRow,
@@ -223,6 +223,11 @@ class Nonces implements NonceStore {
       st(DECISION_SQL.nonceHas).get({ session_id: sessionId, nonce: key }),
     );
     return row !== undefined;
+  }
+
+  // One statement a pair: on SQLite each is a library call in this process, not a round trip.
+  hasEach(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<boolean[]> {
+    return hasEachByOne(this, pairs);
   }
 
   async count(sessionId: string): Promise<number> {

@@ -76,6 +76,11 @@ export interface NonceStore {
    * "7" are different nonces.
    */
   has(sessionId: string, nonce: Nonce): Promise<boolean>;
+  /**
+   * `has` for each pair, in order: one call, so a store can answer a batch's pairs in one
+   * statement. An empty list gives an empty list.
+   */
+  hasEach(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<boolean[]>;
   /** How many nonces the session has spent (entries carrying one, plus the older schema's rows). */
   count(sessionId: string): Promise<number>;
 }
