@@ -146,11 +146,14 @@ call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id
 UNION ALL SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`,
       ),
       // The positions (1-based) of the spent pairs among those given, each probed by both indexes.
+      // Scalar subqueries (each unique index gives at most one row), not EXISTS: PostgreSQL may plan
+      // an EXISTS under OR as a hashed subplan, a scan of the whole chain, when the table was small
+      // as the statement was first planned, and a prepared statement keeps that plan.
       hasEach: statement(
         "nonces.hasEach",
         `SELECT u.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(session_id, nonce, i)
-WHERE EXISTS (SELECT FROM ${t.chain} AS c WHERE c.session_id = u.session_id AND c.nonce = u.nonce)
-  OR EXISTS (SELECT FROM ${t.nonces} AS n WHERE n.session_id = u.session_id AND n.nonce_json = u.nonce)`,
+WHERE (SELECT c.seq FROM ${t.chain} AS c WHERE c.session_id = u.session_id AND c.nonce = u.nonce) IS NOT NULL
+  OR (SELECT 1 FROM ${t.nonces} AS n WHERE n.session_id = u.session_id AND n.nonce_json = u.nonce) IS NOT NULL`,
       ),
       count: statement(
         "nonces.count",
