@@ -15,6 +15,7 @@ import { account, DB_URL, pgHarness, reservation, session, T0 } from "../test/su
 import { tableNames } from "./codec.js";
 import { LATEST_SCHEMA_VERSION, openPostgresSubstrate, type PostgresSubstrate } from "./index.js";
 import { MIGRATIONS, runMigrations } from "./migrations.js";
+import { buildStatements } from "./sql.js";
 
 /** A real epoch-nanosecond clock reading: an integral double above 2^53 (2026-11-30). */
 const EPOCH_NS = 1_796_012_406_975_000_000;
@@ -92,6 +93,38 @@ function increment(substrate: Substrate, accountId: string): Promise<number> {
     return Number(next);
   });
 }
+
+describe("query plans", () => {
+  it("nonces.hasEach probes the indexes even as planned on an empty chain (no scan of the whole chain)", async () => {
+    const schema = freshSchema();
+    await openMigrated(schema);
+    const { text } = buildStatements(tableNames(schema)).nonces.hasEach;
+    const client = await admin.connect();
+    try {
+      // An empty chain is when a new store first plans it (a prepared statement may keep that plan).
+      for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+        await client.query(`SET plan_cache_mode = ${mode}`);
+        await client.query(`PREPARE has_each_${mode}(text[], text[]) AS ${text}`);
+        const { rows } = await client.query(
+          `EXPLAIN (FORMAT JSON) EXECUTE has_each_${mode}(ARRAY['s1', 's2'], ARRAY['"n1"', '7'])`,
+        );
+        const chainScans: string[] = [];
+        const walk = (node: Record<string, unknown>) => {
+          if (node["Relation Name"] === "leash_chain") chainScans.push(String(node["Node Type"]));
+          for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+        };
+        walk(rows[0]["QUERY PLAN"][0].Plan);
+        expect(chainScans.length, mode).toBeGreaterThan(0);
+        expect(
+          chainScans.every((type) => type.startsWith("Index")),
+          `${mode}: ${chainScans}`,
+        ).toBe(true);
+      }
+    } finally {
+      client.release();
+    }
+  });
+});
 
 describe("row locks", () => {
   it("100 concurrent get → update increments over two pools lose no update", {
