@@ -71,7 +71,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
-import { Projection, type ProjectionTx, SpeculationMissed } from "./projection.js";
+import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { denyListed } from "./tool-policy.js";
@@ -322,11 +322,7 @@ export function createEngine(options: EngineOptions): Engine {
    * (the last try, after a substrate's retries).
    */
   const projection = new Projection();
-  async function inProjection<T>(
-    fn: (ptx: ProjectionTx) => Promise<T>,
-    judged?: () => void,
-    speculate = false,
-  ): Promise<T> {
+  async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>, judged?: () => void): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
     if (!trust.trusted) await trust.ready();
     let ptx: ProjectionTx | undefined;
@@ -335,7 +331,7 @@ export function createEngine(options: EngineOptions): Engine {
         // A substrate's retry starts afresh: the try before never reached the store.
         if (ptx !== undefined) projection.failed(ptx);
         ptx = projection.begin(tx);
-        if (!speculate || !ptx.openSpeculative()) await ptx.open();
+        await ptx.open();
         const result = await fn(ptx);
         await ptx.flush();
         projection.judged(ptx);
@@ -364,13 +360,7 @@ export function createEngine(options: EngineOptions): Engine {
   type Evaluated = Awaited<ReturnType<typeof evaluateIn>>;
   type Waiting = { request: EvaluateRequest; malformed: string | null };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
-    // Judged first on what the projection expects the head to be (ProjectionTx.openSpeculative); if
-    // that does not hold, again after reading the head.
-    return inProjection(judgeAll, judged, true).catch((error: unknown) => {
-      if (!(error instanceof SpeculationMissed)) throw error;
-      return inProjection(judgeAll, judged);
-    });
-    async function judgeAll(ptx: ProjectionTx): Promise<Outcome<Evaluated>[]> {
+    return inProjection(async (ptx) => {
       await Promise.all([ptx.prefetchNonces(noncesOf(items)), warm(ptx, items)]);
       const out: Outcome<Evaluated>[] = [];
       for (const { request, malformed } of items) {
@@ -378,13 +368,13 @@ export function createEngine(options: EngineOptions): Engine {
         try {
           out.push({ ok: true, value: await evaluateIn(ptx, request, malformed) });
         } catch (error) {
-          if (error instanceof SpeculationMissed || items.length === 1 || ptx.writesSince(mark)) throw error;
+          if (items.length === 1 || ptx.writesSince(mark)) throw error;
           ptx.rollbackTo(mark);
           out.push({ ok: false, error });
         }
       }
       return out;
-    }
+    }, judged);
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
 

@@ -65,14 +65,6 @@ function continues(
   return head !== null && seq === head.seq && hash === head.entry_hash;
 }
 
-/**
- * A speculative transaction (ProjectionTx.openSpeculative) found, when it took the head's lock, that
- * the head is not the one it judged on: the batch runs again, reading the head first.
- */
-export class SpeculationMissed extends Error {
-  override readonly name = "SpeculationMissed";
-}
-
 /** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
 export class Projection {
   readonly sessions = new Map<string, SessionRecord>();
@@ -162,13 +154,6 @@ export class ProjectionTx implements SubstrateTx {
   #holds: Reservation[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
-  /** Judging before the head's lock is held, on the head it expects (see openSpeculative). */
-  #speculating = false;
-  #expectedHead: ChainHead | null = null;
-  /** The head's check, once taken (see #confirm). */
-  #confirmed: Promise<void> | null = null;
-  /** The pending transactions (newest first) whose spent nonces this one counts as spent. */
-  #nonceLayers: readonly ProjectionTx[] = [];
 
   readonly sessions: SessionStore;
   readonly budgets: BudgetStore;
@@ -183,13 +168,11 @@ export class ProjectionTx implements SubstrateTx {
   ) {
     // Statements that change the store; held appends go first, since they may read or touch them.
     const write = async <T>(send: () => Promise<T>): Promise<T> => {
-      await this.#confirm();
       await this.#sendHeld();
       this.#writes++;
       return send();
     };
     const read = async <T>(send: () => Promise<T>): Promise<T> => {
-      await this.#confirm();
       await this.#sendHeld();
       return send();
     };
@@ -206,21 +189,8 @@ export class ProjectionTx implements SubstrateTx {
     const journal = (undo: Undo) => {
       this.#journal.push(undo);
     };
-    // A row the projection lacks is read (and on PostgreSQL locked) only once the head's lock is held.
-    const locked = async <T>(read: () => Promise<T>): Promise<T> => {
-      await this.#confirm();
-      return read();
-    };
-    const sessionRows = new RowOverlay(
-      projection.sessions,
-      (id) => locked(() => tx.sessions.get(id)),
-      journal,
-    );
-    const accountRows = new RowOverlay(
-      projection.accounts,
-      (id) => locked(() => tx.budgets.getAccount(id)),
-      journal,
-    );
+    const sessionRows = new RowOverlay(projection.sessions, (id) => tx.sessions.get(id), journal);
+    const accountRows = new RowOverlay(projection.accounts, (id) => tx.budgets.getAccount(id), journal);
     this.sessionRows = sessionRows;
     this.accountRows = accountRows;
     // An insert is a statement of its own (it may clash); once it reached the store, the row is known.
@@ -255,11 +225,11 @@ export class ProjectionTx implements SubstrateTx {
     };
     this.nonces = {
       has(sessionId, nonce) {
-        const known = self.#knownNonce(nonceKey(sessionId, nonce));
+        const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
         return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
       },
       async hasEach(pairs) {
-        const answers = pairs.map(({ sessionId, nonce }) => self.#knownNonce(nonceKey(sessionId, nonce)));
+        const answers = pairs.map(({ sessionId, nonce }) => self.#seenNonces.get(nonceKey(sessionId, nonce)));
         const unknown = pairs.filter((_, i) => answers[i] === undefined);
         const asked = unknown.length === 0 ? [] : await tx.nonces.hasEach(unknown);
         let next = 0;
@@ -332,52 +302,6 @@ export class ProjectionTx implements SubstrateTx {
       : this.flush();
   }
 
-  /** Whether this transaction or a pending one it speculates on spent the nonce (else what it was told). */
-  #knownNonce(key: string): boolean | undefined {
-    const known = this.#seenNonces.get(key);
-    if (known === true) return true;
-    for (const layer of this.#nonceLayers) if (layer.#seenNonces.get(key) === true) return true;
-    return known;
-  }
-
-  /**
-   * First thing in an evaluate batch's transaction, instead of `open`, when the projection knows
-   * what the head will be: the newest pending transaction's last entry (its COMMIT on its way), or
-   * the head the projection is as of. The batch is then judged before the head's lock is taken (on
-   * PostgreSQL the lock is held by the transaction before until its COMMIT), so judging one batch
-   * overlaps the writing and committing of the one before. Before the lock it reads nothing but
-   * nonces (plain reads, no locks); `flush`, or the first row the projection lacks or statement of
-   * its own, takes the lock and checks the head is the one expected, or throws SpeculationMissed.
-   * Returns false (nothing done) when the head to expect is unknown.
-   */
-  openSpeculative(): boolean {
-    const newest = this.projection.pending.at(-1);
-    const expected = newest === undefined ? this.projection.head : newest.currentHead;
-    if (expected === undefined) return false;
-    this.#speculating = true;
-    this.#expectedHead = expected;
-    this.#head = expected;
-    const layers = [...this.projection.pending].reverse();
-    this.#nonceLayers = layers;
-    this.sessionRows.layerOver(layers.map((l) => l.sessionRows));
-    this.accountRows.layerOver(layers.map((l) => l.accountRows));
-    return true;
-  }
-
-  /**
-   * Takes the head's lock (once; every caller waits for it); a head other than the one speculated
-   * on voids what was judged: this and every later call rejects with SpeculationMissed, so nothing
-   * judged on the expected head (or after) is written.
-   */
-  #confirm(): Promise<void> {
-    if (!this.#speculating) return this.#confirmed ?? Promise.resolve();
-    this.#speculating = false;
-    this.#confirmed = this.tx.chain.head().then((head) => {
-      if (!sameHead(this.#expectedHead, head)) throw new SpeculationMissed("the head moved");
-    });
-    return this.#confirmed;
-  }
-
   /**
    * First thing in the transaction: reads (and, on PostgreSQL, locks) the chain head and folds in
    * what other writers appended since the projection's head.
@@ -416,12 +340,6 @@ export class ProjectionTx implements SubstrateTx {
 
   /** Asks the store about many nonces in one call (NonceStore.hasEach: one statement on PostgreSQL). */
   async prefetchNonces(pairs: ReadonlyArray<{ sessionId: string; nonce: Nonce }>): Promise<void> {
-    pairs = pairs.filter(({ sessionId, nonce }) => {
-      const key = nonceKey(sessionId, nonce);
-      if (this.#knownNonce(key) !== true) return true;
-      this.#seenNonces.set(key, true);
-      return false;
-    });
     if (pairs.length === 0) return;
     const answers = await this.tx.nonces.hasEach(pairs);
     pairs.forEach(({ sessionId, nonce }, i) => {
@@ -454,7 +372,6 @@ export class ProjectionTx implements SubstrateTx {
    * chain position they now reflect: this transaction's last entry.
    */
   async flush(): Promise<void> {
-    await this.#confirm();
     const entries = this.#entries;
     const outbox = this.#outboxItems;
     const reservations = this.#holds;

@@ -328,42 +328,6 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({ ok: true });
   });
 
-  it("judges on the head it expects; when another writer moved it, judges again after reading it", async () => {
-    store = await openStore(kind);
-    const { substrate, counts, reset } = counting(store.substrate);
-    const a = createEngine({ substrate, signer: KEY.signer, rng: () => 0.5 });
-    const b = createEngine({ substrate: await store.another(), signer: KEY.signer, rng: () => 0.5 });
-    const s = await a.register({ agent_id: "bot", config: { budget_usd: 1 } });
-    const call = (engine: typeof a, i: number) =>
-      engine.evaluate({
-        session_id: s.session_id,
-        tool_name: "t",
-        params: { i },
-        nonce: `n${i}`,
-        estimated_cost_usd: 0.1,
-      });
-    await call(a, 1);
-    reset();
-    expect(await call(a, 2)).toMatchObject({ verdict: "ALLOW", call_number: 2 });
-    expect(counts.transactions).toBe(1); // its own entry is the head: judged once
-    await call(b, 3);
-    reset();
-    // a expected its own last entry as the head; b's is: what a judged on it is dropped, not written.
-    expect(await call(a, 4)).toMatchObject({ verdict: "ALLOW", call_number: 4, budget_remaining_usd: "0.6" });
-    expect(counts.transactions).toBe(2);
-    // b spent n3 on the head a did not expect: a second spend is a duplicate, whoever asks.
-    expect(await call(a, 3)).toMatchObject({ verdict: "DENY", reason: "policy_violation:duplicate_nonce" });
-    const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100));
-    expect(entries.filter((e) => e.kind === "decision").map((e) => e.nonce ?? null)).toEqual([
-      "n1",
-      "n2",
-      "n3",
-      "n4",
-      null,
-    ]);
-    expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({ ok: true });
-  });
-
   it("with maxBatch 1 gives every call its own transaction", async () => {
     store = await openStore(kind);
     const { substrate, counts, reset } = counting(store.substrate);
@@ -387,69 +351,5 @@ describe("maxBatch", () => {
     } finally {
       await store.close();
     }
-  });
-});
-
-describe("evaluate's batches on postgres, where the head's lock is held until COMMIT", () => {
-  let store: OpenedStore | undefined;
-  afterEach(async () => {
-    await store?.close();
-    store = undefined;
-  });
-
-  it("judges and signs the next batch while the one before still holds the head's lock", async () => {
-    store = await openStore("postgres");
-    const inner = store.substrate;
-    const events: string[] = [];
-    let armed = false;
-    // The store as it is, with the transaction begun once armed holding its locks 150 ms past its writes.
-    const held = Object.create(inner) as Substrate;
-    held.transaction = (<T>(fn: (tx: SubstrateTx) => Promise<T>) => {
-      const holds = armed;
-      armed = false;
-      return inner
-        .transaction(async (tx) => {
-          const value = await fn(tx);
-          if (holds) {
-            events.push("holding");
-            await new Promise((resolve) => setTimeout(resolve, 150));
-          }
-          return value;
-        })
-        .then((value) => {
-          if (holds) events.push("committed");
-          return value;
-        });
-    }) as Substrate["transaction"];
-    const signer = {
-      ...KEY.signer,
-      sign: (message: Uint8Array) => {
-        events.push("sign");
-        return KEY.signer.sign(message);
-      },
-    };
-    const engine = createEngine({ substrate: held, signer, rng: () => 0.5 });
-    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
-    const call = (i: number) =>
-      engine.evaluate({
-        session_id: s.session_id,
-        tool_name: `t${i}`,
-        params: { i },
-        nonce: i,
-        estimated_cost_usd: 0.1,
-      });
-    events.length = 0;
-    armed = true;
-    const first = call(1);
-    while (!events.includes("holding")) await new Promise((resolve) => setTimeout(resolve, 2));
-    const later = Promise.all([call(2), call(3)]);
-    const results = [await first, ...(await later)];
-    // Both calls of the second batch were signed while the first still held the head's lock.
-    const between = events.slice(events.indexOf("holding"), events.indexOf("committed"));
-    expect(between.filter((e) => e === "sign")).toHaveLength(2);
-    expect(results.map((r) => r.call_number)).toEqual([1, 2, 3]);
-    expect(results.map((r) => r.budget_remaining_usd)).toEqual(["0.9", "0.8", "0.7"]);
-    const entries = await inner.transaction((tx) => tx.chain.range(0, 100));
-    expect(await verifyChain(entries, { publicKeys: [KEY.signer.publicKeyHex] })).toMatchObject({ ok: true });
   });
 });
