@@ -224,10 +224,8 @@ export class ProjectionTx implements SubstrateTx {
       listReservations: (filter) => read(() => tx.budgets.listReservations(filter)),
     };
     this.nonces = {
-      has(sessionId, nonce) {
-        const known = self.#seenNonces.get(nonceKey(sessionId, nonce));
-        return known === undefined ? tx.nonces.has(sessionId, nonce) : Promise.resolve(known);
-      },
+      has: (sessionId, nonce) =>
+        self.nonces.hasEach([{ sessionId, nonce }]).then(([spent]) => spent === true),
       async hasEach(pairs) {
         const answers = pairs.map(({ sessionId, nonce }) => self.#seenNonces.get(nonceKey(sessionId, nonce)));
         const unknown = pairs.filter((_, i) => answers[i] === undefined);
@@ -249,9 +247,7 @@ export class ProjectionTx implements SubstrateTx {
         const before = self.#head;
         // An entry that spends a nonce (ChainEntryRecord.nonce) makes it seen for the rest of the batch.
         const spent =
-          entry.nonce === undefined || entry.nonce === null || entry.session_id === null
-            ? null
-            : nonceKey(entry.session_id, entry.nonce);
+          entry.nonce === undefined || entry.nonce === null ? null : nonceKey(entry.session_id!, entry.nonce);
         const wasSeen = spent === null ? undefined : self.#seenNonces.get(spent);
         self.#journal.push(() => {
           self.#head = before;

@@ -444,60 +444,34 @@ export function writeBatchContract(opts: SubstrateContractOptions): void {
 
     it('a queued outbox seq or a taken hold id fails with "conflict", a missing session or account with "not_found"; nothing is kept', async () => {
       const sub = await seeded(opts);
-      // Seq 0 is queued already (seeded), and a seq twice in the batch.
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "queued");
-          return { ...batch, outbox: [...batch.outbox, outboxItemFor(makeChainEntry(0, GENESIS_PREV_HASH))] };
-        },
-        "conflict",
-      );
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "queued-twice");
-          return { ...batch, outbox: [batch.outbox[0]!, batch.outbox[0]!] };
-        },
-        "conflict",
-      );
-      // "r-old" is held already (seeded), and a hold id twice in the batch.
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "fresh");
-          return {
-            ...batch,
-            reservations: [...batch.reservations, makeReservation("r-old", { amount_usd: "9" })],
-          };
-        },
-        "conflict",
-      );
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "held-twice");
-          return { ...batch, reservations: [batch.reservations[0]!, batch.reservations[0]!] };
-        },
-        "conflict",
-      );
-      // A session or an account that does not exist, after rows that do.
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "ghost-session");
-          return { ...batch, sessions: [...batch.sessions, makeSession("ghost")] };
-        },
-        "not_found",
-      );
-      await expectRefused(
-        sub,
-        async (tx) => {
-          const batch = await batchIn(tx, [{ session: S1 }], "ghost-account");
-          return { ...batch, accounts: [...batch.accounts, makeAccount("acct-ghost")] };
-        },
-        "not_found",
-      );
+      type Batch = Awaited<ReturnType<typeof batchIn>>;
+      // Each a good batch of S1 with one thing wrong: what it names, how, and the code it must fail with.
+      const cases: Array<[string, (batch: Batch) => Batch, SubstrateErrorCode]> = [
+        // Seq 0 is queued already (seeded), and a seq twice in the batch.
+        [
+          "queued",
+          (b) => ({ ...b, outbox: [...b.outbox, outboxItemFor(makeChainEntry(0, GENESIS_PREV_HASH))] }),
+          "conflict",
+        ],
+        ["queued-twice", (b) => ({ ...b, outbox: [b.outbox[0]!, b.outbox[0]!] }), "conflict"],
+        // "r-old" is held already (seeded), and a hold id twice in the batch.
+        [
+          "fresh",
+          (b) => ({ ...b, reservations: [...b.reservations, makeReservation("r-old", { amount_usd: "9" })] }),
+          "conflict",
+        ],
+        ["held-twice", (b) => ({ ...b, reservations: [b.reservations[0]!, b.reservations[0]!] }), "conflict"],
+        // A session or an account that does not exist, after rows that do.
+        ["ghost-session", (b) => ({ ...b, sessions: [...b.sessions, makeSession("ghost")] }), "not_found"],
+        [
+          "ghost-account",
+          (b) => ({ ...b, accounts: [...b.accounts, makeAccount("acct-ghost")] }),
+          "not_found",
+        ],
+      ];
+      for (const [label, spoil, code] of cases) {
+        await expectRefused(sub, async (tx) => spoil(await batchIn(tx, [{ session: S1 }], label)), code);
+      }
       const after = await sub.transaction(async (tx) => ({
         ghost: await tx.sessions.get("ghost"),
         account: await tx.budgets.getAccount("acct-ghost"),

@@ -112,6 +112,9 @@ function reservationParams(reservation: Reservation): unknown[] {
   ];
 }
 
+const accountMissing = (account: BudgetAccount) =>
+  new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
+
 export class PostgresBudgetStore implements BudgetStore {
   /**
    * Account rows as this transaction last read them, locked (FOR UPDATE) until it ends: no one else
@@ -194,11 +197,9 @@ export class PostgresBudgetStore implements BudgetStore {
     const params = accountParams(account);
     this.accountWrites++;
     this.known.clear();
-    const missing = () =>
-      new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
     if (this.heldAccounts.has(account.account_id)) return this.#updateHeld(account, params);
     const { rowCount } = await this.tx.query(this.accounts.update, params);
-    if (rowCount === 0) throw missing();
+    if (rowCount === 0) throw accountMissing(account);
   }
 
   /**
@@ -213,9 +214,9 @@ export class PostgresBudgetStore implements BudgetStore {
   }
 
   async #updateHeld(account: BudgetAccount, params: unknown[]): Promise<void> {
-    const missing = () =>
-      new SubstrateError("not_found", `budget account ${account.account_id} does not exist`);
-    await this.tx.defer(this.accounts.update, params, (r) => (r.rowCount === 0 ? missing() : null));
+    await this.tx.defer(this.accounts.update, params, (r) =>
+      r.rowCount === 0 ? accountMissing(account) : null,
+    );
     // Locked by this transaction, the row now holds exactly what was written (money is stored as
     // the text given); should the write fail, so does the transaction, and this is forgotten.
     this.heldAccounts.add(account.account_id);

@@ -84,7 +84,6 @@ type Head = { seq: number; entry_hash: string } | null;
 
 type AppendRow = { heads: unknown; head_seq: unknown; moved: unknown; spent?: boolean | null };
 
-/** What the append statement's one answer row says went wrong, or null when the entry went in. */
 /** The spent-nonce key of an entry (TypeError for a nonce without a session), or null without a nonce. */
 function nonceKeyOf(entry: ChainEntryRecord, params: readonly unknown[]): string | null {
   const nonceJson = params[10] as string | null;
@@ -93,6 +92,7 @@ function nonceKeyOf(entry: ChainEntryRecord, params: readonly unknown[]): string
   return nonceKey(entry.session_id, nonceJson);
 }
 
+/** What the append statement's one answer row says went wrong, or null when the entry went in. */
 function appendProblem(result: AppendRow | undefined, entry: ChainEntryRecord): SubstrateError | null {
   if (result === undefined || decodeInt(result.heads, "heads") === 0) return missingHead();
   if (decodeInt(result.moved, "moved") === 1) return null;

@@ -45,11 +45,9 @@ export class KeyedRows<T, Row extends QueryResultRow> {
   async insert(record: T): Promise<void> {
     const { spec, tx } = this;
     const id = spec.idOf(record);
-    const params = [...spec.params(record), tx.rowKey(spec.table, id)];
-    const conflict = () => new SubstrateError("conflict", `${spec.noun} ${id} already exists`);
-    if (this.#absent.delete(id)) return this.insertHeld(record);
-    const { rowCount } = await tx.query(spec.statements.insert, params);
-    if (rowCount === 0) throw conflict();
+    if (this.#absent.has(id)) return this.insertHeld(record);
+    const { rowCount } = await tx.query(spec.statements.insert, this.#insertParams(record, id));
+    if (rowCount === 0) throw this.#taken(id);
     this.#held.add(id);
   }
 
@@ -59,13 +57,21 @@ export class KeyedRows<T, Row extends QueryResultRow> {
    * every answer before it resolves. A clash, checked in the answer, fails the transaction.
    */
   insertHeld(record: T): Promise<void> {
-    const { spec, tx } = this;
-    const id = spec.idOf(record);
-    const params = [...spec.params(record), tx.rowKey(spec.table, id)];
-    const conflict = () => new SubstrateError("conflict", `${spec.noun} ${id} already exists`);
+    const id = this.spec.idOf(record);
     this.#absent.delete(id);
     this.#held.add(id);
-    return tx.defer(spec.statements.insert, params, (r) => (r.rowCount === 0 ? conflict() : null));
+    return this.tx.defer(this.spec.statements.insert, this.#insertParams(record, id), (r) =>
+      r.rowCount === 0 ? this.#taken(id) : null,
+    );
+  }
+
+  /** The insert's parameters: the row's, then the key its lock is taken on. */
+  #insertParams(record: T, id: string): unknown[] {
+    return [...this.spec.params(record), this.tx.rowKey(this.spec.table, id)];
+  }
+
+  #taken(id: string): SubstrateError {
+    return new SubstrateError("conflict", `${this.spec.noun} ${id} already exists`);
   }
 
   async get(rawId: string): Promise<T | null> {
