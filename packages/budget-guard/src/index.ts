@@ -30,6 +30,8 @@ export {
 } from "./money.js";
 export {
   expire,
+  type HoldPlan,
+  planHold,
   type ReleaseOptions,
   type ReleaseResult,
   type ReserveInput,

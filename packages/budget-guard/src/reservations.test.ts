@@ -7,7 +7,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { accountChain, available, ensureAccount } from "./accounts.js";
 import { AlreadyResolvedError, BudgetGuardError } from "./errors.js";
 import { Money, moneyString, toMoney } from "./money.js";
-import { expire, type ReserveInput, release, reserve, settle } from "./reservations.js";
+import { expire, planHold, type ReserveInput, release, reserve, settle } from "./reservations.js";
 
 const T0 = 1_000_000;
 const TTL = 60_000_000_000;
@@ -596,5 +596,36 @@ describe("concurrency", () => {
       await b.close();
       deleteSharedMemory(key);
     }
+  });
+});
+
+describe("planHold", () => {
+  it("gives the rows reserve writes and its result, and writes nothing itself", async () => {
+    await substrate.transaction((tx) => tree(tx, { org: 10, agent: 5, sess: 2 }));
+    const input = hold("sess", "0.75", { fresh: true });
+    const plan = await substrate.transaction(async (tx) => planHold(await accountChain(tx, "sess"), input));
+    // Nothing written: the accounts are as they were and the hold does not exist.
+    expect(await accounts("sess", "agent", "org")).toEqual({
+      sess: { spent_usd: "0", reserved_usd: "0" },
+      agent: { spent_usd: "0", reserved_usd: "0" },
+      org: { spent_usd: "0", reserved_usd: "0" },
+    });
+    expect(await substrate.transaction((tx) => tx.budgets.getReservation(input.reservation_id))).toBeNull();
+    const reserved = await substrate.transaction((tx) => reserve(tx, input));
+    expect(plan.ok && reserved.ok).toBe(true);
+    if (!plan.ok || !reserved.ok) return;
+    expect(plan.result).toEqual(reserved);
+    expect(plan.reservation).toEqual(reserved.reservation);
+    const written = await substrate.transaction(async (tx) => accountChain(tx, "sess"));
+    expect(plan.charged).toEqual(written);
+    expect(plan.charged.map((a) => a.reserved_usd)).toEqual(["0.75", "0.75", "0.75"]);
+  });
+
+  it("refuses as reserve does, with nothing to write", async () => {
+    await single("small", "0.5");
+    const chain = await substrate.transaction((tx) => accountChain(tx, "small"));
+    expect(planHold(chain, hold("small", "0.75"))).toMatchObject({ ok: false, code: "budget_overrun" });
+    expect(() => planHold(chain, hold("other", "0.1"))).toThrow(BudgetGuardError);
+    expect(() => planHold(chain, hold("small", "0.1", { ttlNs: 0 }))).toThrow(BudgetGuardError);
   });
 });

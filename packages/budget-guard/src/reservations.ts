@@ -71,6 +71,47 @@ export type ReserveResult =
  */
 export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput): Promise<ReserveResult> {
   const budgets = budgetsOf(tx);
+  const amount = checkReserveInput(input);
+
+  if (input.fresh !== true) {
+    const existing = await budgets.getReservation(input.reservation_id);
+    if (existing !== null) return replayReserve(budgets, existing, input, amount);
+  }
+
+  const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
+  const plan = planFor(chain, input, amount);
+  if (!plan.ok) return plan;
+  // Issued together (one round trip on a pipelining store); the transaction fails if either does.
+  await Promise.all([
+    ...plan.charged.map((account) => budgets.updateAccount(account)),
+    budgets.insertReservation(plan.reservation),
+  ]);
+  return plan.result;
+}
+
+/** What a new hold writes: every account of the chain as it becomes, and the reservation row. */
+export type HoldPlan =
+  | {
+      ok: true;
+      charged: BudgetAccount[];
+      reservation: Reservation;
+      result: Extract<ReserveResult, { ok: true }>;
+    }
+  | Extract<ReserveResult, { ok: false }>;
+
+/**
+ * `reserve` for a hold id the caller knows is new (`fresh`), on an account chain it already holds
+ * (read under its transaction's locks, as `accounts` must be), without writing: the refusal, or the
+ * rows the caller writes itself (the accounts charged and the reservation). Pure; `reserve` is this
+ * plus the writes. For a caller that keeps the rows in memory and writes them later (the engine's
+ * projection), so that a hold costs no store call of its own.
+ */
+export function planHold(chain: readonly BudgetAccount[], input: ReserveInput): HoldPlan {
+  return planFor(chain, input, checkReserveInput(input));
+}
+
+/** Validates a reserve input; returns the amount. */
+function checkReserveInput(input: ReserveInput): Money {
   requireId(input.reservation_id, "reservation_id");
   requireId(input.account_id, "account_id");
   requireId(input.session_id, "session_id");
@@ -79,14 +120,10 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   requirePositiveDuration(input.ttlNs, "ttlNs");
   const key = input.idempotency_key ?? null;
   if (key !== null) requireId(key, "idempotency_key");
-  const amount = toMoney(input.amount_usd);
+  return toMoney(input.amount_usd);
+}
 
-  if (input.fresh !== true) {
-    const existing = await budgets.getReservation(input.reservation_id);
-    if (existing !== null) return replayReserve(budgets, existing, input, amount);
-  }
-
-  const chain = input.accounts === undefined ? await accountChain(budgets, input.account_id) : input.accounts;
+function planFor(chain: readonly BudgetAccount[], input: ReserveInput, amount: Money): HoldPlan {
   if (chain[0]?.account_id !== input.account_id) {
     throw new BudgetGuardError(
       "account_not_found",
@@ -97,7 +134,7 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
   const verdict = judgeReservation(availableBefore, amount);
   if (!verdict.ok) return { ok: false, code: verdict.code, available: availableBefore };
 
-  const charged = adjustChain(budgets, chain, input.nowNs, { reserved: amount });
+  const charged = adjustedChain(chain, input.nowNs, { reserved: amount });
   const reservation: Reservation = {
     reservation_id: input.reservation_id,
     account_ids: chain.map((account) => account.account_id),
@@ -106,22 +143,24 @@ export async function reserve(tx: SubstrateTx | BudgetStore, input: ReserveInput
     amount_usd: moneyString(amount),
     actual_usd: null,
     status: "PENDING",
-    idempotency_key: key,
+    idempotency_key: input.idempotency_key ?? null,
     created_ns: input.nowNs,
     expires_ns: input.nowNs + input.ttlNs,
     resolved_ns: null,
   };
-  // Issued together (one round trip on a pipelining store); the transaction fails if either does.
-  const inserted = budgets.insertReservation(reservation);
-  await Promise.all([charged, inserted]);
   return {
     ok: true,
+    charged,
     reservation,
-    availableBefore,
-    // Every account allowed at least `amount` (the judge saw their least do so), and each now holds
-    // `amount` more: the least is less by exactly `amount`, with nothing clamped at zero on the way.
-    availableAfter: subtractMoney(availableBefore, amount),
-    replayed: false,
+    result: {
+      ok: true,
+      reservation,
+      availableBefore,
+      // Every account allowed at least `amount` (the judge saw their least do so), and each now holds
+      // `amount` more: the least is less by exactly `amount`, with nothing clamped at zero on the way.
+      availableAfter: subtractMoney(availableBefore, amount),
+      replayed: false,
+    },
   };
 }
 
@@ -390,7 +429,19 @@ async function adjustChain(
   nowNs: number,
   delta: { reserved?: Money; spent?: Money },
 ): Promise<BudgetAccount[]> {
-  const updated = chain.map((account) => {
+  const updated = adjustedChain(chain, nowNs, delta);
+  // Every row is locked already (read through the store): the updates can go out together.
+  await Promise.all(updated.map((account) => budgets.updateAccount(account)));
+  return updated;
+}
+
+/** The chain's accounts with `delta` applied (no writes). */
+function adjustedChain(
+  chain: readonly BudgetAccount[],
+  nowNs: number,
+  delta: { reserved?: Money; spent?: Money },
+): BudgetAccount[] {
+  return chain.map((account) => {
     const next: BudgetAccount = { ...account, updated_ns: Math.max(account.updated_ns, nowNs) };
     if (delta.reserved !== undefined) {
       const reserved = addMoney(storedAmount(account, "reserved_usd"), delta.reserved);
@@ -407,7 +458,4 @@ async function adjustChain(
     }
     return next;
   });
-  // Every row is locked already (read through the store): the updates can go out together.
-  await Promise.all(updated.map((account) => budgets.updateAccount(account)));
-  return updated;
 }

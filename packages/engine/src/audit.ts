@@ -1,8 +1,8 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
 import { buildEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
-import type { ChainEntryRecord, Nonce, SubstrateTx } from "@leash/core";
-import { enqueueEntry } from "@leash/outbox";
+import type { ChainEntryRecord, Nonce, OutboxEnqueue, SubstrateTx } from "@leash/core";
+import { enqueueEntry, outboxItemOf } from "@leash/outbox";
 import type { ChainTrust } from "./chain-trust.js";
 import { LeashError } from "./errors.js";
 
@@ -28,6 +28,12 @@ export function auditJson(value: unknown): Json {
     return out;
   }
   return String(value);
+}
+
+/** A transaction that holds its appends in memory until it writes them (the engine's ProjectionTx). */
+export interface HeldAppends extends SubstrateTx {
+  appendNow(entry: ChainEntryRecord): void;
+  enqueueNow(item: OutboxEnqueue): void;
 }
 
 export class Auditor {
@@ -56,13 +62,50 @@ export class Auditor {
    * `unknown_key`. A lone writer whose own entry is the head pays nothing beyond the head read.
    */
   async #assertKeyInForce(tx: SubstrateTx, head: ChainHead | null): Promise<void> {
-    const inForce = await this.trust.checkAppend(tx, head, this.#lastAppended);
+    this.#assertSigner(await this.trust.checkAppend(tx, head, this.#lastAppended));
+  }
+
+  #assertSigner(inForce: string | null): void {
     if (inForce !== null && inForce !== this.signer.keyId) {
       throw new LeashError(
         "key_not_in_force",
         `the audit chain is signed with key ${inForce} now, not this engine's key ${this.signer.keyId}: load the current key`,
       );
     }
+  }
+
+  /**
+   * `record` without a promise when nothing needs the store: the head is trusted without a read
+   * (ChainTrust.checkAppendNow) and the chain's id is known. The entry and its outbox item are then
+   * held in `tx` and the entry returned; otherwise this is `record` (a promise). Evaluate's
+   * synchronous step (engine.ts) records through it.
+   */
+  recordNow(
+    tx: HeldAppends,
+    kind: string,
+    data: Record<string, unknown>,
+    nowNs: number,
+    head: ChainHead | null,
+    options?: { nonce?: Nonce },
+  ): ChainEntryRecord | Promise<ChainEntryRecord> {
+    const inForce = this.trust.checkAppendNow(tx, head, this.#lastAppended);
+    const chainId = head === null ? null : (this.#chainId ?? this.#readIn.get(tx));
+    if (inForce === undefined || chainId === undefined)
+      return this.record(tx, kind, data, nowNs, head, options);
+    this.#assertSigner(inForce);
+    const entry = buildEntry({
+      head,
+      chainId,
+      kind,
+      data: auditJson(data) as Record<string, Json>,
+      signer: this.signer,
+      nowNs,
+    });
+    if (options?.nonce !== undefined) entry.nonce = options.nonce;
+    tx.appendNow(entry);
+    tx.enqueueNow(outboxItemOf(entry));
+    this.#appended(tx, entry);
+    return entry;
   }
 
   /**
@@ -104,11 +147,15 @@ export class Auditor {
     if (options?.nonce !== undefined) entry.nonce = options.nonce;
     // The transactional outbox: queued with the entry or not at all.
     await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
+    this.#appended(tx, entry);
+    return entry;
+  }
+
+  #appended(tx: SubstrateTx, entry: ChainEntryRecord): void {
     this.#lastAppended = entry.entry_hash;
     const appended = this.#appendedIn.get(tx);
     if (appended === undefined) this.#appendedIn.set(tx, [entry]);
     else appended.push(entry);
-    return entry;
   }
 
   /**

@@ -218,12 +218,11 @@ export class ChainTrust {
   readonly #verifiedIn = new WeakMap<SubstrateTx, Tip>();
 
   /**
-   * Checks, inside the appending transaction, that the head it links onto is trusted: its own last
-   * entry, the tip, or entries other writers appended after the tip, which it verifies first.
-   * Returns the id of the key in force at the head (null for an empty chain, or its own entry).
-   * @throws ChainUnverifiedError when the head does not verify (the transaction then rolls back).
+   * checkAppend's answer when it needs no read (the head is this engine's own last entry, the tip,
+   * or already verified in `tx`), or its refusal; undefined when entries other writers appended
+   * must be read and verified first (checkAppend does that).
    */
-  async checkAppend(tx: SubstrateTx, head: Head, ownLast: string | null): Promise<string | null> {
+  checkAppendNow(tx: SubstrateTx, head: Head, ownLast: string | null): string | null | undefined {
     if (this.#refused !== null) throw this.#refused;
     const verified = this.#verifiedIn.get(tx);
     if (verified !== undefined && head?.entry_hash === verified.head_hash) return verified.key?.id ?? null;
@@ -256,6 +255,21 @@ export class ChainTrust {
         "append",
       );
     }
+    return undefined;
+  }
+
+  /**
+   * Checks, inside the appending transaction, that the head it links onto is trusted: its own last
+   * entry, the tip, or entries other writers appended after the tip, which it verifies first.
+   * Returns the id of the key in force at the head (null for an empty chain, or its own entry).
+   * @throws ChainUnverifiedError when the head does not verify (the transaction then rolls back).
+   */
+  async checkAppend(tx: SubstrateTx, linked: Head, ownLast: string | null): Promise<string | null> {
+    const known = this.checkAppendNow(tx, linked, ownLast);
+    if (known !== undefined) return known;
+    // Neither null nor the tip (checkAppendNow answered those): a head beyond the tip.
+    const tip = this.#tip!;
+    const head = linked!;
     // Entries other writers appended since the tip: verified before anything links onto them. Only
     // the head's signature is checked: it covers, through hashes and links, every entry back to the
     // tip, each of which its writer checked before linking onto it (verifyChain signatures: "last").

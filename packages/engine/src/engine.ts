@@ -11,7 +11,7 @@ import {
   expire,
   type Money,
   moneyString,
-  reserve,
+  planHold,
   type SettleResult,
   settle,
   toMoney,
@@ -74,6 +74,7 @@ import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
 import {
   callIdOf,
@@ -357,7 +358,7 @@ export function createEngine(options: EngineOptions): Engine {
    * anything fails alone; one that fails after fails the batch (the batcher then runs each call on
    * its own).
    */
-  type Evaluated = Awaited<ReturnType<typeof evaluateIn>>;
+  type Evaluated = StepsResult<ReturnType<typeof evaluateSteps>>;
   type Waiting = { request: EvaluateRequest; malformed: string | null };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
     return inProjection(async (ptx) => {
@@ -366,7 +367,8 @@ export function createEngine(options: EngineOptions): Engine {
       for (const { request, malformed } of items) {
         const mark = ptx.mark();
         try {
-          out.push({ ok: true, value: await evaluateIn(ptx, request, malformed) });
+          const evaluated = runSteps(evaluateSteps(ptx, request, malformed));
+          out.push({ ok: true, value: evaluated instanceof Promise ? await evaluated : evaluated });
         } catch (error) {
           if (items.length === 1 || ptx.writesSince(mark)) throw error;
           ptx.rollbackTo(mark);
@@ -407,6 +409,21 @@ export function createEngine(options: EngineOptions): Engine {
     if (typeof sessionId !== "string" || sessionId === "") {
       throw new LeashError("invalid_argument", "session_id must be a non-empty string");
     }
+  }
+
+  /** The account chain (the account, then its ancestors) when the projection holds all of it; else undefined. */
+  function accountsInMemory(tx: ProjectionTx, accountId: string): BudgetAccount[] | undefined {
+    const chain: BudgetAccount[] = [];
+    for (let id: string | null = accountId; id !== null; ) {
+      const at = id;
+      // A cycle is accountChain's to report.
+      if (chain.some((account) => account.account_id === at)) return undefined;
+      const account = tx.accountRows.peek(at);
+      if (account === undefined) return undefined;
+      chain.push(account);
+      id = account.parent_id;
+    }
+    return chain;
   }
 
   async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
@@ -653,28 +670,33 @@ export function createEngine(options: EngineOptions): Engine {
     };
   }
 
-  /** The verdict and the entry that records it; the receipt is made from the entry after COMMIT. */
-  async function evaluateIn(
-    tx: SubstrateTx,
+  /**
+   * The verdict and the entry that records it; the receipt is made from the entry after COMMIT.
+   * A step function (steps.ts): it yields where it needs the store, and runs synchronously, from
+   * decide to signed entry, when the projection holds the session, its accounts, the head and the
+   * nonce (the batch read them first), as it does for all but a batch's cold paths.
+   */
+  function* evaluateSteps(
+    tx: ProjectionTx,
     request: EvaluateRequest,
     malformed: string | null,
-  ): Promise<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord; hitl: HitlEvent[] }> {
+  ): Steps<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord; hitl: HitlEvent[] }> {
     checkSessionId(request.session_id); // before any statement names it
     // A malformed call is denied without its tool name or nonce reaching a store or the chain.
     const nonce = malformed === null ? request.nonce : undefined;
     const hasNonce = nonce !== undefined && nonce !== null;
-    // Independent reads are issued together (a pipelining substrate answers them in one round
-    // trip). The nonce lookup needs no lock of its own: the session row's lock orders its calls.
-    const [loaded, seen] = await Promise.all([
-      loadSession(tx, request.session_id),
-      hasNonce ? tx.nonces.has(request.session_id, nonce) : false,
-    ]);
+    const loaded: SessionRecord =
+      tx.sessionRows.peek(request.session_id) ?? (yield loadSession(tx, request.session_id));
+    // The nonce lookup needs no lock of its own: the session row's lock orders its calls.
+    const seen: boolean = !hasNonce
+      ? false
+      : (tx.spentNow(request.session_id, nonce) ?? (yield tx.nonces.has(request.session_id, nonce)));
     const { config } = loaded;
     const nowNs = clock.nowNs();
     const hitlEvents: HitlEvent[] = [];
     // A request past its expiry is closed before this call is judged (lazily: nothing else watches the clock).
-    const session = dueInState(loaded.state, nowNs)
-      ? await expireIn(tx, loaded, pausedOf(loaded.state)!.request_id, nowNs, hitlEvents)
+    const session: SessionRecord = dueInState(loaded.state, nowNs)
+      ? yield expireIn(tx, loaded, pausedOf(loaded.state)!.request_id, nowNs, hitlEvents)
       : loaded;
     // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
@@ -700,21 +722,20 @@ export function createEngine(options: EngineOptions): Engine {
     const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
     // A re-dispatch of an approval already used: decide() is shown that approval as consumed, so rule 3
     // answers duplicate_resume_no_effect (spec §3.6). Looked up only for a nonce already seen.
-    const replayed =
+    const replayed: PendingTransition | null =
       seen && hasNonce && malformed === null && !hasTransition(state)
-        ? await consumedTransition(tx, session.session_id, nonce)
+        ? yield consumedTransition(tx, session.session_id, nonce)
         : null;
     if (replayed !== null) state.pending_transition = replayed;
     let remainingBefore: Money | null = null;
     // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
     // the chain head is read with them (after them, in lock order) for the entry this call writes.
-    let accounts: BudgetAccount[] | undefined;
-    let head: ChainHead | null;
-    if (accountId === null) {
-      head = await tx.chain.head();
-    } else {
-      [accounts, head] = await Promise.all([accountChain(tx, accountId), tx.chain.head()]);
-      remainingBefore = chainAvailable(accounts);
+    let accounts: readonly BudgetAccount[] | undefined;
+    if (accountId !== null) accounts = accountsInMemory(tx, accountId) ?? (yield accountChain(tx, accountId));
+    const known = tx.headNow();
+    const head: ChainHead | null = known !== undefined ? known : yield tx.chain.head();
+    if (accountId !== null) {
+      remainingBefore = chainAvailable(accounts!);
       state.budget_initial_usd = config.budget_usd;
       state.budget_remaining_usd = remainingBefore.toNumber();
     }
@@ -764,7 +785,9 @@ export function createEngine(options: EngineOptions): Engine {
       if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
         decision = OVERRUN; // beyond the money range: more than any budget holds
       } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
-        const held = await reserve(tx, {
+        // reserve() with its writes held in the projection (call numbers only grow, so the hold id
+        // is new, as reserve's `fresh` says): no store call of its own.
+        const held = planHold(accounts!, {
           reservation_id: reservationId(session.session_id, callNumber),
           account_id: accountId,
           session_id: session.session_id,
@@ -772,13 +795,15 @@ export function createEngine(options: EngineOptions): Engine {
           amount_usd: estimate.hold,
           nowNs,
           ttlNs,
-          accounts,
-          fresh: true, // call numbers only grow, and this one is the session's next
         });
+        if (held.ok) {
+          for (const account of held.charged) tx.accountRows.update(account.account_id, account);
+          tx.holdNow(held.reservation);
+        }
         // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {
           reservation_id = held.reservation.reservation_id;
-          remainingAfter = held.availableAfter;
+          remainingAfter = held.result.availableAfter;
         } else {
           decision = { verdict: "DENY", reason: held.code };
         }
@@ -829,16 +854,16 @@ export function createEngine(options: EngineOptions): Engine {
         comment: null,
         successor_params_json: null,
       };
-      await tx.hitl.insert(request);
+      yield tx.hitl.insert(request);
       opened = request;
       // The state names the request, so the human's answer and its use are tied to this one.
       next = { ...next, pending_request: boundRequest(request) };
     }
-    if (releasesApproval(decision)) await consumeApproval(tx, session.session_id, state);
+    if (releasesApproval(decision)) yield consumeApproval(tx, session.session_id, state);
 
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
     const estimateUsd = estimate?.ok === true && estimate.hold !== null ? moneyString(estimate.hold) : null;
-    const updated = tx.sessions.update({
+    tx.sessionRows.update(session.session_id, {
       ...session,
       status: next.status ?? session.status,
       state: storable({
@@ -848,56 +873,52 @@ export function createEngine(options: EngineOptions): Engine {
       call_count: callNumber,
       updated_ns: nowNs,
     });
-    // Issued together with the session update; a failure of either fails the whole transaction.
-    const [, entry] = await Promise.all([
-      updated,
-      auditor.record(
-        tx,
-        "decision",
-        {
-          session_id: session.session_id,
-          agent_id: session.agent_id,
-          organization_id: session.organization_id,
-          call_number: callNumber,
-          tool_name: malformed === null ? call.tool_name : null,
-          params_hash: paramsHash,
-          nonce: hasNonce ? nonce : null,
-          estimated_cost_usd: recordableEstimate(request.estimated_cost_usd),
-          // The hold the call asked for (its own estimate or its config's default), exact.
-          estimate_usd: estimateUsd,
-          ...(malformed !== null
-            ? { input_problem: malformed }
-            : estimate?.ok === false
-              ? { input_problem: estimate.problem }
-              : {}),
-          verdict: decision.verdict,
-          reason: decision.reason,
-          budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
-          budget_after_usd: remaining,
-          reservation_id,
-          // The random number probabilistic denial consumed; absent when it did not run.
-          ...(rngValue === null ? {} : { rng: rngValue }),
-          // An input decide() saw (error amplification), so replay sees it too; absent when not given.
-          ...(previousError === undefined ? {} : { previous_error: previousError }),
-          // Inputs and outcome only: the state decide() saw is the fold of the entries before this
-          // one (replay re-derives it), so it is not copied here; the config is in session_registered.
-          now_ns: nowNs,
-          ...replayInputs({
-            paramsText,
-            expectedHash,
-            hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
-            holdTtlNs: reservation_id === null ? null : ttlNs,
-          }),
-        },
-        nowNs,
-        head,
-        spends,
-      ),
-    ]);
+    const entry: ChainEntryRecord = yield auditor.recordNow(
+      tx,
+      "decision",
+      {
+        session_id: session.session_id,
+        agent_id: session.agent_id,
+        organization_id: session.organization_id,
+        call_number: callNumber,
+        tool_name: malformed === null ? call.tool_name : null,
+        params_hash: paramsHash,
+        nonce: hasNonce ? nonce : null,
+        estimated_cost_usd: recordableEstimate(request.estimated_cost_usd),
+        // The hold the call asked for (its own estimate or its config's default), exact.
+        estimate_usd: estimateUsd,
+        ...(malformed !== null
+          ? { input_problem: malformed }
+          : estimate?.ok === false
+            ? { input_problem: estimate.problem }
+            : {}),
+        verdict: decision.verdict,
+        reason: decision.reason,
+        budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
+        budget_after_usd: remaining,
+        reservation_id,
+        // The random number probabilistic denial consumed; absent when it did not run.
+        ...(rngValue === null ? {} : { rng: rngValue }),
+        // An input decide() saw (error amplification), so replay sees it too; absent when not given.
+        ...(previousError === undefined ? {} : { previous_error: previousError }),
+        // Inputs and outcome only: the state decide() saw is the fold of the entries before this
+        // one (replay re-derives it), so it is not copied here; the config is in session_registered.
+        now_ns: nowNs,
+        ...replayInputs({
+          paramsText,
+          expectedHash,
+          hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
+          holdTtlNs: reservation_id === null ? null : ttlNs,
+        }),
+      },
+      nowNs,
+      head,
+      spends,
+    );
     if (opened !== null) {
       // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params
       // stay in the store: the chain carries their digest only, as decision entries do.
-      await auditor.record(
+      yield auditor.recordNow(
         tx,
         "hitl_request",
         {

@@ -178,12 +178,8 @@ export class ProjectionTx implements SubstrateTx {
     };
     // A clash of an append (a taken seq, entry id, spent nonce, queued seq or hold id) fails the
     // whole transaction anyway: it is learnt when the batch is written, not at the call.
-    const hold = <T>(list: T[], row: T): Promise<void> => {
-      this.#writes++;
-      list.push(row);
-      this.#journal.push(() => {
-        list.pop();
-      });
+    const held = (append: () => void): Promise<void> => {
+      append();
       return Promise.resolve();
     };
     const journal = (undo: Undo) => {
@@ -217,7 +213,7 @@ export class ProjectionTx implements SubstrateTx {
       insertAccount: (account) =>
         insert(accountRows, account.account_id, account, () => tx.budgets.insertAccount(account)),
       updateAccount: async (account) => accountRows.update(account.account_id, account),
-      insertReservation: (reservation) => hold(self.#holds, { ...reservation }),
+      insertReservation: (reservation) => held(() => self.holdNow(reservation)),
       getReservation: (id) => read(() => tx.budgets.getReservation(id)),
       updateReservation: (reservation) => write(() => tx.budgets.updateReservation(reservation)),
       listExpired: (nowNs, limit) => read(() => tx.budgets.listExpired(nowNs, limit)),
@@ -241,24 +237,12 @@ export class ProjectionTx implements SubstrateTx {
         return self.#head === null ? null : { ...self.#head };
       },
       append(entry) {
-        if (entry.nonce !== undefined && entry.nonce !== null && entry.session_id === null) {
-          return Promise.reject(new TypeError("a chain entry with a nonce needs a session_id"));
+        try {
+          self.appendNow(entry);
+          return Promise.resolve();
+        } catch (error) {
+          return Promise.reject(error);
         }
-        const before = self.#head;
-        // An entry that spends a nonce (ChainEntryRecord.nonce) makes it seen for the rest of the batch.
-        const spent =
-          entry.nonce === undefined || entry.nonce === null ? null : nonceKey(entry.session_id!, entry.nonce);
-        const wasSeen = spent === null ? undefined : self.#seenNonces.get(spent);
-        self.#journal.push(() => {
-          self.#head = before;
-          if (spent !== null) {
-            if (wasSeen === undefined) self.#seenNonces.delete(spent);
-            else self.#seenNonces.set(spent, wasSeen);
-          }
-        });
-        self.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
-        if (spent !== null) self.#seenNonces.set(spent, true);
-        return hold(self.#entries, { ...entry });
       },
       // Entries before the first held one are the store's already (the chain id's genesis read).
       range: (fromSeq, limit) =>
@@ -276,7 +260,7 @@ export class ProjectionTx implements SubstrateTx {
     };
     const outbox = tx.outbox;
     this.outbox = {
-      enqueue: (item) => hold(self.#outboxItems, { ...item }),
+      enqueue: (item) => held(() => self.enqueueNow(item)),
       claim: (options) => write(() => outbox.claim(options)),
       ack: (relayId, seqs) => write(() => outbox.ack(relayId, seqs)),
       fail: (...args) => write(() => outbox.fail(...args)),
@@ -284,6 +268,60 @@ export class ProjectionTx implements SubstrateTx {
       list: (filter) => read(() => outbox.list(filter)),
       counts: () => read(() => outbox.counts()),
     };
+  }
+
+  // The hot path's synchronous side (evaluate's step, engine.ts): what memory holds, read without a
+  // promise, and appends held without one. The port's methods above are these plus a promise.
+
+  /** The chain head as this transaction knows it; undefined before `open` read it. */
+  headNow(): ChainHead | null | undefined {
+    return this.#head === undefined || this.#head === null ? this.#head : { ...this.#head };
+  }
+
+  /** Whether the session spent the nonce, when this transaction knows (prefetchNonces); else undefined. */
+  spentNow(sessionId: string, nonce: Nonce): boolean | undefined {
+    return this.#seenNonces.get(nonceKey(sessionId, nonce));
+  }
+
+  /** ChainStore.append, held for the flush; throws what the append would reject with. */
+  appendNow(entry: ChainEntryRecord): void {
+    if (entry.nonce !== undefined && entry.nonce !== null && entry.session_id === null) {
+      throw new TypeError("a chain entry with a nonce needs a session_id");
+    }
+    const before = this.#head;
+    // An entry that spends a nonce (ChainEntryRecord.nonce) makes it seen for the rest of the batch.
+    const spent =
+      entry.nonce === undefined || entry.nonce === null ? null : nonceKey(entry.session_id!, entry.nonce);
+    const wasSeen = spent === null ? undefined : this.#seenNonces.get(spent);
+    this.#journal.push(() => {
+      this.#head = before;
+      if (spent !== null) {
+        if (wasSeen === undefined) this.#seenNonces.delete(spent);
+        else this.#seenNonces.set(spent, wasSeen);
+      }
+    });
+    this.#head = { seq: entry.seq, entry_hash: entry.entry_hash };
+    if (spent !== null) this.#seenNonces.set(spent, true);
+    this.#holdRow(this.#entries, { ...entry });
+  }
+
+  /** OutboxStore.enqueue, held for the flush. */
+  enqueueNow(item: OutboxEnqueue): void {
+    this.#holdRow(this.#outboxItems, { ...item });
+  }
+
+  /** BudgetStore.insertReservation, held for the flush. */
+  holdNow(reservation: Reservation): void {
+    this.#holdRow(this.#holds, { ...reservation });
+  }
+
+  /** A held append: counted as a write, undone by the journal. */
+  #holdRow<T>(list: T[], row: T): void {
+    this.#writes++;
+    list.push(row);
+    this.#journal.push(() => {
+      list.pop();
+    });
   }
 
   /** Writes a batch through this overlay: its rows join the ones held for `flush`. */

@@ -42,13 +42,18 @@ export class RowOverlay<R extends { at_seq: number | null }> {
     this.#layers = layers;
   }
 
+  /** The row (a copy) when memory holds it, without reading the store; otherwise undefined. */
+  peek(id: string): R | undefined {
+    const row = this.#rows.get(id) ?? this.#layered(id) ?? this.committed.get(id);
+    if (row === undefined) return undefined;
+    this.#rows.set(id, row);
+    return { ...row };
+  }
+
   /** The row (a copy: callers change what they get) or null when the store has none. */
   async get(id: string): Promise<R | null> {
-    const row = this.#rows.get(id) ?? this.#layered(id) ?? this.committed.get(id);
-    if (row !== undefined) {
-      this.#rows.set(id, row);
-      return { ...row };
-    }
+    const held = this.peek(id);
+    if (held !== undefined) return held;
     // Calls of a batch read shared rows (an agent's or organization's account) at once: one read serves them.
     let reading = this.#reading.get(id);
     if (reading === undefined) {

@@ -116,6 +116,37 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     expect(counts.sessionUpdates).toBe(2);
   });
 
+  it("judges a batch whose rows are in memory in one synchronous stretch: nothing runs between its calls", async () => {
+    store = await openStore(kind);
+    const signs: string[] = [];
+    const signer = {
+      ...KEY.signer,
+      sign: (message: Uint8Array) => {
+        // At the batch's first signature, a microtask that can only run once the batch yields.
+        if (signs.length === 0) queueMicrotask(() => signs.push("microtask"));
+        signs.push("sign");
+        return KEY.signer.sign(message);
+      },
+    };
+    const engine = createEngine({ substrate: store.substrate, signer, rng: () => 0.5 });
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const call = (i: number) =>
+      engine.evaluate({
+        session_id: s.session_id,
+        tool_name: `t${i}`,
+        params: { i },
+        nonce: `n${i}`,
+        estimated_cost_usd: 0.01,
+      });
+    await call(0); // the session and its account are in memory from here on
+    signs.length = 0;
+    const results = await Promise.all([1, 2, 3, 4, 5].map(call));
+    expect(results.map((r) => r.call_number)).toEqual([2, 3, 4, 5, 6]);
+    expect(results.map((r) => r.budget_remaining_usd)).toEqual(["0.98", "0.97", "0.96", "0.95", "0.94"]);
+    // Decide, budget, entry and signature of all five before any other work of the process ran.
+    expect(signs).toEqual(["sign", "sign", "sign", "sign", "sign", "microtask"]);
+  });
+
   it("folds in what another engine on the same store wrote before judging the next call", async () => {
     store = await openStore(kind);
     const a = createEngine({ substrate: store.substrate, signer: KEY.signer, rng: () => 0.5 });

@@ -12,6 +12,7 @@ export {
   enqueueEntry,
   failItem,
   type OutboxStats,
+  outboxItemOf,
   outboxStats,
   type RequeueDeadOptions,
   requeueDead,

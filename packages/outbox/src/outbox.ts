@@ -1,7 +1,15 @@
 // Typed helpers over the OutboxStore port, so the engine and relays never hand-roll the outbox protocol.
 // No delivery, retry policy or backoff here (that is @leash/relay), and no storage (the substrates).
 
-import type { ChainEntryRecord, Clock, OutboxItem, OutboxStatus, Substrate, SubstrateTx } from "@leash/core";
+import type {
+  ChainEntryRecord,
+  Clock,
+  OutboxEnqueue,
+  OutboxItem,
+  OutboxStatus,
+  Substrate,
+  SubstrateTx,
+} from "@leash/core";
 import { OutboxError } from "./errors.js";
 
 /** What the outbox keeps of a chain entry: enough to find it again and to order it per session. */
@@ -14,13 +22,18 @@ export type EnqueueableEntry = Pick<ChainEntryRecord, "seq" | "entry_id" | "sess
  * Fails with SubstrateError "conflict" when the seq is queued already.
  */
 export function enqueueEntry(tx: SubstrateTx, entry: EnqueueableEntry): Promise<void> {
+  return tx.outbox.enqueue(outboxItemOf(entry));
+}
+
+/** The item `enqueueEntry` queues for `entry`, for a caller that holds its writes and sends them later. */
+export function outboxItemOf(entry: EnqueueableEntry): OutboxEnqueue {
   // Only the four columns: passing the whole record would hand the store fields it must not keep.
-  return tx.outbox.enqueue({
+  return {
     seq: entry.seq,
     entry_id: entry.entry_id,
     session_id: entry.session_id,
     created_ns: entry.created_ns,
-  });
+  };
 }
 
 export interface ClaimBatchOptions {
