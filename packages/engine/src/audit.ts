@@ -93,15 +93,7 @@ export class Auditor {
     if (inForce === undefined || chainId === undefined)
       return this.record(tx, kind, data, nowNs, head, options);
     this.#assertSigner(inForce);
-    const entry = buildEntry({
-      head,
-      chainId,
-      kind,
-      data: auditJson(data) as Record<string, Json>,
-      signer: this.signer,
-      nowNs,
-    });
-    if (options?.nonce !== undefined) entry.nonce = options.nonce;
+    const entry = this.#entry(head, chainId, kind, data, nowNs, options);
     tx.appendNow(entry);
     tx.enqueueNow(outboxItemOf(entry));
     this.#appended(tx, entry);
@@ -136,18 +128,31 @@ export class Auditor {
         }
       }
     }
+    const entry = this.#entry(current, current === null ? null : chainId, kind, data, nowNs, options);
+    // The transactional outbox: queued with the entry or not at all.
+    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
+    this.#appended(tx, entry);
+    return entry;
+  }
+
+  /** The signed entry after `head`, spending `options.nonce` when given. */
+  #entry(
+    head: ChainHead | null,
+    chainId: string | null,
+    kind: string,
+    data: Record<string, unknown>,
+    nowNs: number,
+    options: { nonce?: Nonce } | undefined,
+  ): ChainEntryRecord {
     const entry = buildEntry({
-      head: current,
-      chainId: current === null ? null : chainId,
+      head,
+      chainId,
       kind,
       data: auditJson(data) as Record<string, Json>,
       signer: this.signer,
       nowNs,
     });
     if (options?.nonce !== undefined) entry.nonce = options.nonce;
-    // The transactional outbox: queued with the entry or not at all.
-    await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
-    this.#appended(tx, entry);
     return entry;
   }
 

@@ -796,12 +796,10 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
           ttlNs,
         });
+        // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
         if (held.ok) {
           for (const account of held.charged) tx.accountRows.update(account.account_id, account);
           tx.holdNow(held.reservation);
-        }
-        // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
-        if (held.ok) {
           reservation_id = held.reservation.reservation_id;
           remainingAfter = held.result.availableAfter;
         } else {

@@ -2,8 +2,8 @@
 // that yields a promise. Not a scheduler and not a general coroutine library: evaluate's step alone.
 //
 // Why: evaluate judges a call on the in-memory projection, where every read and held write is already
-// a plain value; written as an async function, each of its ~75 awaits still made a promise and a
-// microtask turn. Written as a generator (`yield x` where it would `await x`), a call whose rows are
+// a plain value; written as an async function, every await (and every async store call behind it)
+// still made a promise and a microtask turn, ~75 promises a decision. Written as a generator (`yield x` where it would `await x`), a call whose rows are
 // all in memory runs from decide to signed entry in one synchronous stretch, and one that needs the
 // store (a row the projection lacks, a HITL request to insert, an expiry) awaits exactly those steps.
 

@@ -56,6 +56,17 @@ function counting(inner: Substrate) {
   return { substrate: wrapped, counts, reset };
 }
 
+/** Call `i` of a session: its own tool, params and nonce, a cent's hold. */
+function cent(sessionId: string, i: number) {
+  return {
+    session_id: sessionId,
+    tool_name: `t${i}`,
+    params: { i },
+    nonce: `n${i}`,
+    estimated_cost_usd: 0.01,
+  };
+}
+
 describe.each(KINDS)("evaluate's batches on %s", (kind) => {
   let store: OpenedStore | undefined;
   afterEach(async () => {
@@ -74,15 +85,7 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     await engine.open(); // verifies the chain first (transactions of its own)
     reset();
     const results = await Promise.all(
-      Array.from({ length: 10 }, (_, i) =>
-        engine.evaluate({
-          session_id: s.session_id,
-          tool_name: `t${i}`,
-          params: { i },
-          nonce: `n${i}`,
-          estimated_cost_usd: 0.01,
-        }),
-      ),
+      Array.from({ length: 10 }, (_, i) => engine.evaluate(cent(s.session_id, i))),
     );
     expect(results.map((r) => r.verdict)).toEqual(Array(10).fill("ALLOW"));
     expect(results.map((r) => r.call_number)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
@@ -130,14 +133,7 @@ describe.each(KINDS)("evaluate's batches on %s", (kind) => {
     };
     const engine = createEngine({ substrate: store.substrate, signer, rng: () => 0.5 });
     const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
-    const call = (i: number) =>
-      engine.evaluate({
-        session_id: s.session_id,
-        tool_name: `t${i}`,
-        params: { i },
-        nonce: `n${i}`,
-        estimated_cost_usd: 0.01,
-      });
+    const call = (i: number) => engine.evaluate(cent(s.session_id, i));
     await call(0); // the session and its account are in memory from here on
     signs.length = 0;
     const results = await Promise.all([1, 2, 3, 4, 5].map(call));

@@ -73,9 +73,9 @@ export class PostgresNonceStore implements NonceStore, SpentNonces {
         if (this.memory !== undefined) this.found.set(key, found);
       }
     }
-    return answers.map((spent, i) => {
-      if (!spent) this.unspent.add(keys[i]!);
-      return spent === true;
+    return answers.map((answer, i) => {
+      if (!answer) this.unspent.add(keys[i]!);
+      return answer === true;
     });
   }
 
