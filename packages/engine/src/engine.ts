@@ -74,6 +74,7 @@ import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { repeatSeen } from "./repeat-seen.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
 import {
@@ -950,6 +951,7 @@ export function createEngine(options: EngineOptions): Engine {
         estimate_usd: estimateUsd,
         rng: rngValue,
         params_hash: paramsHash,
+        repeat_count: repeatSeen(state, call.tool_name),
         entry_seq: entry.seq,
         entry_hash: entry.entry_hash,
         ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
@@ -1539,6 +1541,7 @@ function chainUnverified(request: EvaluateRequest, error: ChainUnverifiedError):
     reservation_id: null,
     rng: null,
     params_hash: null,
+    repeat_count: 0,
     entry_seq: null,
     entry_hash: null,
     receipt: null,

@@ -146,6 +146,8 @@ export interface EvaluateResult {
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
+  /** The consecutive identical calls of this tool before this one, as rule 6 counted them (§4.3). */
+  repeat_count: number;
   /**
    * The decision's audit chain entry: its position and hash. Null only for a refusal without an
    * entry (`fail_closed:chain_unverified`, whose `call_number` is then 0: no call was counted).
