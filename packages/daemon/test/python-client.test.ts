@@ -161,7 +161,7 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
   it("Appendix A over the socket and gRPC: three ALLOWs ran, max_repeat_exceeded and circuit_open did not; every receipt verifies here too", async () => {
     const run = await python(["-m", "unittest", "-v", "live_daemon.AppendixA"], env);
     expect(run.code, run.stderr).toBe(0);
-    expect(ranCount(run)).toBe(4);
+    expect(ranCount(run)).toBe(5);
     const flows = decisions().filter((d) => d.test === "appendix_a");
     for (const transport of ["socket", "grpc"]) {
       const mine = flows.filter((d) => d.transport === transport);
