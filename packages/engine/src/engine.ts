@@ -72,9 +72,9 @@ import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { Projection, type ProjectionTx } from "./projection.js";
+import { repeatSeen } from "./repeat-seen.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
-import { repeatSeen } from "./repeat-seen.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
 import {
@@ -1201,7 +1201,7 @@ export function createEngine(options: EngineOptions): Engine {
       }
       const status = filter.status === undefined ? undefined : storedStatus(filter.status);
       if (filter.sessionId !== undefined) checkSessionId(filter.sessionId);
-      await expireSession(filter.sessionId);
+      if (filter.recordExpiry !== false) await expireSession(filter.sessionId);
       const rows = await substrate.transaction((tx) =>
         tx.hitl.list({
           ...(filter.sessionId === undefined ? {} : { sessionId: filter.sessionId }),

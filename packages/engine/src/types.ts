@@ -255,6 +255,11 @@ export interface HitlRequestView {
 export interface HitlListFilter {
   sessionId?: string;
   status?: HitlStatus;
+  /**
+   * false: a plain read that records nothing (so an engine without a signing key can list); requests
+   * past their expiry are then listed as stored (`pending`). Default true: they are expired first.
+   */
+  recordExpiry?: boolean;
 }
 
 export interface HitlAnswer {
