@@ -6,6 +6,7 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { looseSecretProblem } from "./secret-file.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -67,6 +68,8 @@ function keyBytes(spec: unknown, where: string, baseDir: string, fail: Fail): Ui
       const info = statSync(path);
       if (!info.isFile()) fail(`${where}.file ${path} is not a regular file`);
       if (info.size > 4096) fail(`${where}.file ${path} is larger than a key file can be`);
+      const loose = looseSecretProblem(path, info);
+      if (loose !== null) fail(`${where}.file: ${loose}`);
       hex = readFileSync(path, "utf8").trim();
     } catch (error) {
       if (error instanceof DaemonConfigError) throw error;
