@@ -1,7 +1,7 @@
 // The root README's runnable blocks (fenced blocks tagged `test:NAME`) and a newcomer's machine to run
 // them on: a fresh HOME and npm prefix, `leash` linked as the README says. It asserts nothing itself.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_ROOT } from "./helpers.js";
@@ -45,6 +45,9 @@ export class Newcomer {
   constructor() {
     mkdirSync(this.home);
     mkdirSync(this.prefix);
+    // npm's global folder for `npm link`, in the user's npmrc: as an environment variable it would also
+    // move every local `npm install` and `npx` there.
+    writeFileSync(join(this.home, ".npmrc"), `prefix=${this.prefix}\n`);
     const inherited = Object.fromEntries(
       Object.entries(process.env).filter(
         (e): e is [string, string] => e[1] !== undefined && !e[0].startsWith("LEASH_"),
@@ -53,7 +56,6 @@ export class Newcomer {
     this.env = {
       ...inherited,
       HOME: this.home,
-      npm_config_prefix: this.prefix,
       // Where node-gyp cannot download Node's headers (the README's set-up note).
       npm_config_nodedir: process.env.npm_config_nodedir ?? "/usr",
       PATH: `${join(this.prefix, "bin")}:${process.env.PATH ?? ""}`,
