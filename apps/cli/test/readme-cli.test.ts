@@ -11,7 +11,7 @@ const user = new Newcomer();
 afterAll(() => user.cleanup());
 
 beforeAll(async () => {
-  const linked = await user.bash(block("link").code);
+  const linked = await user.link();
   expect(linked.code, linked.stderr).toBe(0);
   const key = await user.bash(block("key").code);
   expect(key.code, key.stderr).toBe(0);

@@ -12,7 +12,8 @@ const user = new Newcomer();
 const project = join(user.home, "my-agent");
 
 beforeAll(async () => {
-  for (const name of ["link", "key"]) {
+  expect((await user.link()).code).toBe(0);
+  for (const name of ["key"]) {
     const r = await user.bash(block(name).code);
     expect(r.code, `${name}: ${r.stderr}`).toBe(0);
   }

@@ -17,7 +17,8 @@ interface ServerEntry {
 }
 
 beforeAll(async () => {
-  for (const name of ["link", "key", "mcp-policy"]) {
+  expect((await user.link()).code).toBe(0);
+  for (const name of ["key", "mcp-policy"]) {
     const r = await user.bash(block(name).code);
     expect(r.code, `${name}: ${r.stderr}`).toBe(0);
   }

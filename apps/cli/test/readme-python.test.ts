@@ -10,7 +10,8 @@ const user = new Newcomer();
 let daemon: Awaited<ReturnType<Newcomer["background"]>> | undefined;
 
 beforeAll(async () => {
-  for (const name of ["link", "key", "daemon-setup"]) {
+  expect((await user.link()).code).toBe(0);
+  for (const name of ["key", "daemon-setup"]) {
     const r = await user.bash(block(name).code);
     expect(r.code, `${name}: ${r.stderr}`).toBe(0);
   }

@@ -1,7 +1,7 @@
 // The root README's runnable blocks (fenced blocks tagged `test:NAME`) and a newcomer's machine to run
 // them on: a fresh HOME and npm prefix, `leash` linked as the README says. It asserts nothing itself.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_ROOT } from "./helpers.js";
@@ -35,7 +35,7 @@ export interface Run {
   stderr: string;
 }
 
-/** A newcomer: an empty HOME and npm global prefix, and an environment without the developer's LEASH_*. */
+/** A newcomer: an empty HOME and npm global prefix, and an environment without the developer's settings. */
 export class Newcomer {
   readonly root = mkdtempSync(join(tmpdir(), "leash-readme-"));
   readonly home = join(this.root, "home");
@@ -45,12 +45,13 @@ export class Newcomer {
   constructor() {
     mkdirSync(this.home);
     mkdirSync(this.prefix);
-    // npm's global folder for `npm link`, in the user's npmrc: as an environment variable it would also
-    // move every local `npm install` and `npx` there.
-    writeFileSync(join(this.home, ".npmrc"), `prefix=${this.prefix}\n`);
+
     const inherited = Object.fromEntries(
       Object.entries(process.env).filter(
-        (e): e is [string, string] => e[1] !== undefined && !e[0].startsWith("LEASH_"),
+        // Not the developer's LEASH_*, nor the npm_config_* that `npx vitest` exports (its prefix,
+        // cache and user config would send `npm link` and every install to the developer's folders).
+        (e): e is [string, string] =>
+          e[1] !== undefined && !e[0].startsWith("LEASH_") && !/^npm_/i.test(e[0]),
       ),
     );
     this.env = {
@@ -87,6 +88,14 @@ export class Newcomer {
         resolve({ code, stdout, stderr });
       });
     });
+  }
+
+  /**
+   * The README's `npm link` block, into this newcomer's own global folder (npm's prefix, given to that
+   * one command only: set for all, it would also move local installs and npx there).
+   */
+  link(): Promise<Run> {
+    return this.bash(block("link").code, { env: { npm_config_prefix: this.prefix } });
   }
 
   /** Starts a long-running block (`leash serve …`) and resolves once it prints its `listening` line. */
