@@ -227,7 +227,7 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
       `
 Example:
   leash keygen --out ~/.config/leash/leash.key
-  (umask 077; head -c 32 /dev/urandom | xxd -p -c 64 > ~/.config/leash/acme-k1.hmac)   # acme's HMAC key, mode 0600
+  (umask 077; openssl rand -hex 32 > ~/.config/leash/acme-k1.hmac)   # acme's HMAC key, mode 0600
   cat > daemon.yaml <<YAML
   store: sqlite:./leash.db
   organizations:
