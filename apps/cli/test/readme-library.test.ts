@@ -22,8 +22,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await user.bash(`psql "${PG_URL}" -qc 'DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE'`);
-  user.cleanup();
-});
+  user.cleanup(); // a node_modules with a compiled better-sqlite3: seconds to remove
+}, 120_000);
 
 describe("guard a TypeScript agent (README way 2)", () => {
   it("installs from the tarballs and runs the snippet on SQLite and PostgreSQL: three results, then max_repeat_exceeded, and the process exits", async () => {
