@@ -1,0 +1,167 @@
+// loadPolicy: policy text or object → a CompiledPolicy (bounded, schema-checked, every `when` type-checked
+// and cost-bounded, globs compiled, canonical text and hash). It decides nothing; evaluate.ts does.
+import { canonicalJson, sha256Hex } from "@leash/core";
+import { parse as parseYaml } from "yaml";
+import { type CelCondition, compileCondition } from "./condition.js";
+import { PolicyError } from "./errors.js";
+import { compileGlobs, type GlobSet } from "./glob.js";
+import { MAX_DOCUMENT_DEPTH, MAX_POLICY_BYTES, MAX_YAML_ALIASES } from "./limits.js";
+import {
+  type Mode,
+  type PolicyAction,
+  type PolicyDocument,
+  type PolicyRule,
+  validateDocument,
+} from "./schema.js";
+
+export interface CompiledRule {
+  readonly name: string;
+  readonly index: number;
+  readonly tools: GlobSet | undefined;
+  readonly agents: GlobSet | undefined;
+  readonly tags: readonly string[];
+  readonly when: CelCondition | undefined;
+  readonly action: PolicyAction;
+  readonly message: string | undefined;
+  readonly mode: Mode;
+}
+
+export interface CompiledPolicy {
+  readonly name: string;
+  readonly org: string | undefined;
+  readonly agents: GlobSet | undefined;
+  readonly default: "allow" | "deny";
+  readonly mode: Mode;
+  readonly rules: readonly CompiledRule[];
+  /** The document with its defaults filled in, as canonical JSON: what a `policy_published` entry carries. */
+  readonly canonical: string;
+  /** Lowercase hex SHA-256 of `canonical`: the version every decision names. */
+  readonly hash: string;
+  /** Where the policy came from (a file name), for messages only; not part of the hash. */
+  readonly source: string | undefined;
+  /** Whether any rule has a condition (a call's CEL bindings are built only then). */
+  readonly hasConditions: boolean;
+}
+
+export interface LoadOptions {
+  /** A file name or other label, put in front of error messages. */
+  readonly source?: string;
+}
+
+/**
+ * Loads a policy from YAML or JSON text, or from an already parsed object.
+ * @throws PolicyError (code, path such as `rules[1].when`, column inside an expression).
+ */
+export function loadPolicy(input: string | object, options: LoadOptions = {}): CompiledPolicy {
+  const source = options.source;
+  try {
+    const value = typeof input === "string" ? parseText(input) : input;
+    checkDepth(value);
+    return compileDocument(validateDocument(value), source);
+  } catch (error) {
+    if (source !== undefined && PolicyError.isInstance(error)) {
+      const e = error as PolicyError;
+      throw new PolicyError(e.code, e.path, e.detail, {
+        ...(e.column === undefined ? {} : { column: e.column }),
+        source,
+        cause: e.cause,
+      });
+    }
+    throw error;
+  }
+}
+
+function utf8Length(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    if (unit < 0x80) bytes += 1;
+    else if (unit < 0x800) bytes += 2;
+    else if (unit >= 0xd800 && unit < 0xdc00) {
+      bytes += 4;
+      i++;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+function parseText(text: string): unknown {
+  // A UTF-8 character is at most 3 bytes per UTF-16 unit, so a short string needs no encoding.
+  if (text.length * 3 > MAX_POLICY_BYTES && utf8Length(text) > MAX_POLICY_BYTES) {
+    throw new PolicyError("policy_too_large", "", `a policy may have at most ${MAX_POLICY_BYTES} bytes`);
+  }
+  const trimmed = text.trimStart();
+  try {
+    if (trimmed.startsWith("{")) return JSON.parse(text);
+    return parseYaml(text, { maxAliasCount: MAX_YAML_ALIASES, uniqueKeys: true, prettyErrors: true });
+  } catch (cause) {
+    const kind = trimmed.startsWith("{") ? "JSON" : "YAML";
+    const message = cause instanceof RangeError ? "nested too deeply" : (cause as Error).message;
+    throw new PolicyError("policy_unparsable", "", `not valid ${kind}: ${message}`, { cause });
+  }
+}
+
+/** Refuses documents nested deeper than MAX_DOCUMENT_DEPTH, without recursion. */
+function checkDepth(root: unknown): void {
+  const stack: Array<[unknown, number]> = [[root, 0]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop() as [unknown, number];
+    if (typeof value !== "object" || value === null) continue;
+    if (depth >= MAX_DOCUMENT_DEPTH) {
+      throw new PolicyError(
+        "policy_invalid",
+        "",
+        `the document nests deeper than ${MAX_DOCUMENT_DEPTH} levels`,
+      );
+    }
+    for (const child of Object.values(value)) stack.push([child, depth + 1]);
+  }
+}
+
+function compileDocument(doc: PolicyDocument, source: string | undefined): CompiledPolicy {
+  const mode = doc.mode ?? "enforce";
+  const seen = new Set<string>();
+  const rules = doc.rules.map((rule, index) => {
+    if (seen.has(rule.name)) {
+      throw new PolicyError(
+        "policy_invalid",
+        `rules[${index}].name`,
+        `"${rule.name}" is used by an earlier rule`,
+      );
+    }
+    seen.add(rule.name);
+    return compileRule(rule, index, mode);
+  });
+  const normalized = { ...doc, default: doc.default ?? "allow", mode };
+  const canonical = canonicalJson(normalized);
+  return {
+    name: doc.name,
+    org: doc.org,
+    agents: doc.agent === undefined ? undefined : compileGlobs(doc.agent, "agent"),
+    default: normalized.default,
+    mode,
+    rules,
+    canonical,
+    hash: sha256Hex(canonical),
+    source,
+    hasConditions: rules.some((r) => r.when !== undefined),
+  };
+}
+
+function compileRule(rule: PolicyRule, index: number, policyMode: Mode): CompiledRule {
+  const at = `rules[${index}]`;
+  if (rule.action === "deny" && rule.message === undefined) {
+    throw new PolicyError("policy_invalid", `${at}.message`, "a deny rule needs a message for the agent");
+  }
+  return {
+    name: rule.name,
+    index,
+    tools: rule.match?.tool === undefined ? undefined : compileGlobs(rule.match.tool, `${at}.match.tool`),
+    agents: rule.match?.agent === undefined ? undefined : compileGlobs(rule.match.agent, `${at}.match.agent`),
+    tags: rule.match?.tags ?? [],
+    when: rule.when === undefined ? undefined : compileCondition(rule.when, `${at}.when`),
+    action: rule.action,
+    message: rule.message,
+    mode: rule.mode ?? policyMode,
+  };
+}
