@@ -31,6 +31,7 @@ export class CheckFailure extends Error {
 }
 
 export function typeName(t: CelT): string {
+  if (t === "null_type") return "null";
   if (typeof t === "string") return t;
   if ("list" in t) return `list(${typeName(t.list)})`;
   if ("map" in t) return `map(${typeName(t.map[0])}, ${typeName(t.map[1])})`;
@@ -144,9 +145,9 @@ const assignable = (actual: CelT, param: CelT) => isDyn(actual) || isDyn(param) 
 
 export interface CheckResult {
   readonly type: CelT;
-  /** Estimated worst-case cost, with every comprehension assumed to run MAX_ITERATION times. */
+  /** Estimated worst-case cost: a comprehension over a literal runs its length, any other MAX_ITERATION times. */
   readonly cost: number;
-  /** Whether the expression has a comprehension (its rules need the input size check). */
+  /** Whether a comprehension ranges over something not a literal (its rules need the input size check). */
   readonly iterates: boolean;
 }
 
@@ -220,11 +221,11 @@ export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>
         return { t: { map: [key ?? "dyn", value ?? "dyn"] }, c };
       }
       case "comprehensionExpr": {
-        iterates = true;
         const comp = kind.value;
         if (comp.iterRange === undefined || comp.accuInit === undefined || comp.result === undefined) {
           throw new CheckFailure("incomplete comprehension", e.id);
         }
+        if (iterationBound(comp.iterRange) === MAX_ITERATION) iterates = true;
         const range = visit(comp.iterRange, depth + 1);
         const [first, second] = iterationTypes(range.t, comp.iterVar2 !== "", e.id);
         const init = visit(comp.accuInit, depth + 1);
@@ -240,7 +241,10 @@ export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>
         scopes.pop();
         const result = visit(comp.result, depth + 1);
         scopes.pop();
-        return { t: result.t, c: range.c + init.c + MAX_ITERATION * (cond.c + step.c + 1) + result.c };
+        return {
+          t: result.t,
+          c: range.c + init.c + iterationBound(comp.iterRange) * (cond.c + step.c + 1) + result.c,
+        };
       }
       default:
         throw new CheckFailure("unsupported expression", e.id);
@@ -249,6 +253,14 @@ export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>
 
   const { t, c } = visit(expr, 0);
   return { type: t, cost: c, iterates };
+}
+
+/** How many times a comprehension may run: a literal's own length, else MAX_ITERATION (the input bound). */
+function iterationBound(range: Expr): number {
+  const k = range.exprKind;
+  if (k.case === "listExpr") return k.value.elements.length;
+  if (k.case === "structExpr") return k.value.entries.length;
+  return MAX_ITERATION;
 }
 
 function constantType(kind: string | undefined, id: bigint): CelT {
@@ -319,6 +331,7 @@ function callType(
     case "_||_":
       if (bin && assignable(a, "bool") && assignable(b, "bool")) return { t: "bool", c: 1 };
       throw noOverload(fn, all, id);
+    case "@not_strictly_false":
     case "!_":
       if (target === undefined && args.length === 1 && a !== undefined && assignable(a, "bool"))
         return { t: "bool", c: 1 };

@@ -5,7 +5,7 @@ import { parse as parseYaml } from "yaml";
 import { type CelCondition, compileCondition } from "./condition.js";
 import { PolicyError } from "./errors.js";
 import { compileGlobs, type GlobSet } from "./glob.js";
-import { MAX_DOCUMENT_DEPTH, MAX_POLICY_BYTES, MAX_YAML_ALIASES } from "./limits.js";
+import { MAX_DOCUMENT_DEPTH, MAX_FLOW_DEPTH, MAX_POLICY_BYTES, MAX_YAML_ALIASES } from "./limits.js";
 import {
   type Mode,
   type PolicyAction,
@@ -91,6 +91,13 @@ function parseText(text: string): unknown {
     throw new PolicyError("policy_too_large", "", `a policy may have at most ${MAX_POLICY_BYTES} bytes`);
   }
   const trimmed = text.trimStart();
+  if (!trimmed.startsWith("{") && flowDepth(text) > MAX_FLOW_DEPTH) {
+    throw new PolicyError(
+      "policy_unparsable",
+      "",
+      `flow collections ([ ], { }) nest deeper than ${MAX_FLOW_DEPTH}`,
+    );
+  }
   try {
     if (trimmed.startsWith("{")) return JSON.parse(text);
     return parseYaml(text, { maxAliasCount: MAX_YAML_ALIASES, uniqueKeys: true, prettyErrors: true });
@@ -99,6 +106,28 @@ function parseText(text: string): unknown {
     const message = cause instanceof RangeError ? "nested too deeply" : (cause as Error).message;
     throw new PolicyError("policy_unparsable", "", `not valid ${kind}: ${message}`, { cause });
   }
+}
+
+/**
+ * How deep `[` and `{` nest outside quotes and comments: the YAML parser recurses per level (a
+ * 100,000-deep flow list overflows its stack after a second), so depth is counted before it runs.
+ * Over-counting (a bracket inside a plain scalar) only makes the check stricter.
+ */
+function flowDepth(text: string): number {
+  let depth = 0;
+  let max = 0;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === "#" && (i === 0 || /\s/.test(text[i - 1] as string))) {
+      const end = text.indexOf("\n", i);
+      if (end < 0) break;
+      i = end;
+    } else if (ch === '"' || ch === "'") {
+      for (i++; i < text.length && text[i] !== ch; i++) if (ch === '"' && text[i] === "\\") i++;
+    } else if (ch === "[" || ch === "{") max = Math.max(max, ++depth);
+    else if ((ch === "]" || ch === "}") && depth > 0) depth--;
+  }
+  return max;
 }
 
 /** Refuses documents nested deeper than MAX_DOCUMENT_DEPTH, without recursion. */

@@ -5,6 +5,8 @@
 export const MAX_POLICY_BYTES = 256 * 1024;
 /** Deepest nesting of the parsed document (objects and arrays). */
 export const MAX_DOCUMENT_DEPTH = 12;
+/** `[` / `{` open at once in YAML text (outside quotes and comments), counted before the YAML parser runs. */
+export const MAX_FLOW_DEPTH = 32;
 /** YAML aliases a document may use (a "billion laughs" document needs thousands). */
 export const MAX_YAML_ALIASES = 16;
 /** Rules in one policy. */
