@@ -194,7 +194,7 @@ export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>
           args.map((a) => a.t),
           e.id,
         );
-        return { t: r.t, c: c + r.c };
+        return { t: r.t, c: c + r.c + concatenationCost(kind.value.function, kind.value.args, r.t) };
       }
       case "listExpr": {
         const elems = kind.value.elements.map((x) => visit(x, depth + 1));
@@ -253,6 +253,18 @@ export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>
 
   const { t, c } = visit(expr, 0);
   return { type: t, cost: c, iterates };
+}
+
+/**
+ * A `+` that builds a string, bytes or a list allocates in proportion to its operands, so it costs
+ * CONCATENATION_COST: inside a comprehension over args that is enough to refuse `args.l.map(x, s + s)`.
+ * The accumulator step a `map` / `filter` macro expands to (`@result + [x]`) costs what any node does.
+ */
+const CONCATENATION_COST = 100;
+function concatenationCost(fn: string, args: readonly Expr[], result: CelT): number {
+  if (fn !== "_+_" || isNumeric(result) || result === "timestamp" || result === "duration") return 0;
+  const left = args[0]?.exprKind;
+  return left?.case === "identExpr" && left.value.name.startsWith("@") ? 0 : CONCATENATION_COST;
 }
 
 /** How many times a comprehension may run: a literal's own length, else MAX_ITERATION (the input bound). */

@@ -2,7 +2,7 @@
 // It runs after nothing and decides nothing for SP/1.0: the engine combines it with the certified decide.
 import type { CompiledPolicy, CompiledRule } from "./compile.js";
 import type { ConditionBindings } from "./condition.js";
-import { MAX_ARG_STRING, MAX_ITERATION } from "./limits.js";
+import { MAX_ARG_STRING, MAX_ARG_VALUES, MAX_ITERATION } from "./limits.js";
 import type { Per } from "./schema.js";
 import {
   budgetPeriod,
@@ -115,7 +115,7 @@ function argsWithinBounds(args: unknown): boolean {
   let visited = 0;
   while (stack.length > 0) {
     const v = stack.pop();
-    if (++visited > MAX_ITERATION * 16) return false;
+    if (++visited > MAX_ARG_VALUES) return false;
     if (typeof v === "string") {
       if (v.length > MAX_ARG_STRING) return false;
     } else if (Array.isArray(v)) {

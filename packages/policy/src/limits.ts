@@ -25,6 +25,8 @@ export const MAX_EXPRESSION_COST = 100_000;
  * run through an iterating rule (it is refused as `policy_error`), so the estimate stays a bound.
  */
 export const MAX_ITERATION = 1000;
+/** Values (of any kind, nested) in a call's `args` that an iterating rule is run over. */
+export const MAX_ARG_VALUES = 16 * MAX_ITERATION;
 /** Longest string in a call's `args` that an iterating or matching rule is run over. */
 export const MAX_ARG_STRING = 64 * 1024;
 /** Globs in one `match` list, and characters in one glob. */

@@ -110,6 +110,11 @@ describe("CEL conditions are checked at load", () => {
     const e = when("args.a.all(x, args.b.all(y, x == y))");
     expect(e.code).toBe("expression_too_complex");
     expect(e.message).toMatch(/estimated cost \d+ is over the limit of 100000/);
+    // Building strings or lists in a loop over args is priced by what it allocates.
+    expect(when("has(args.l) && args.l.map(x, args.s + args.s).size() > 0").code).toBe(
+      "expression_too_complex",
+    );
+    expect(loadPolicy(doc([rule({ when: "args.l.map(x, x * 2).size() > 0" })])).rules).toHaveLength(1);
     // One level over args is within the limit.
     expect(loadPolicy(doc([rule({ when: "args.a.all(x, x > 1)" })])).rules[0]?.when?.cost).toBeLessThan(
       limits.MAX_EXPRESSION_COST,
