@@ -77,6 +77,9 @@ type Step =
 const MICRO = 1_000_000;
 const toMicros = (usd: number) => Math.round(usd * MICRO);
 
+/** A counter as a CEL int; a missing or non-finite one is 0. */
+const int = (n: number | undefined) => (n !== undefined && Number.isFinite(n) ? BigInt(Math.trunc(n)) : 0n);
+
 function bindingsOf(input: PolicyInput): ConditionBindings {
   const s = input.session ?? {};
   const b = input.budget ?? {};
@@ -94,9 +97,9 @@ function bindingsOf(input: PolicyInput): ConditionBindings {
     has_estimate: input.estimate_usd !== undefined,
     session: {
       id: s.id ?? "",
-      calls: BigInt(Math.trunc(s.calls ?? 0)),
-      repeat: BigInt(Math.trunc(s.repeat ?? 0)),
-      denied: BigInt(Math.trunc(s.denied ?? 0)),
+      calls: int(s.calls),
+      repeat: int(s.repeat),
+      denied: int(s.denied),
       spent_usd: s.spent_usd ?? 0,
     },
     budget: { limit_usd: limit, spent_usd: spent, remaining_usd: b.remaining_usd ?? limit - spent },
@@ -216,6 +219,8 @@ export function evaluatePolicy(
   input: PolicyInput,
   state: PolicyState,
 ): PolicyOutcome {
+  // The caller's clock reading: windows and periods are computed from it, so it must be a real time.
+  if (!Number.isFinite(input.time?.unix_s)) throw new TypeError("input.time.unix_s must be a finite number");
   const monitor: MonitorRecord[] = [];
   const updates: CounterUpdate[] = [];
   let estimate = validEstimate(input.estimate_usd);

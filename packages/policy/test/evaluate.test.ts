@@ -227,6 +227,21 @@ rules:
   });
 });
 
+describe("bad input", () => {
+  it("a non-finite time is the caller's error; non-finite counters read as 0", () => {
+    const p = loadPolicy(
+      `version: 1\nname: b\nrules: [{ name: busy, when: "session.calls > 1", action: hitl }]\n`,
+    );
+    expect(() => evaluatePolicy(p, call("x", { time: { unix_s: Number.NaN } }), EMPTY_STATE)).toThrow(
+      TypeError,
+    );
+    expect(
+      evaluatePolicy(p, call("x", { session: { calls: Number.POSITIVE_INFINITY } }), EMPTY_STATE).verdict,
+    ).toBe("ALLOW");
+    expect(evaluatePolicy(p, call("x", { session: { calls: 2.7 } }), EMPTY_STATE).verdict).toBe("HITL");
+  });
+});
+
 describe("the variables a condition sees", () => {
   it("session counters, budget, time and the estimate come from the input", () => {
     const p = loadPolicy(`
