@@ -87,15 +87,23 @@ function column(parsed: ParsedExpr, id: bigint): number | undefined {
   return offset === undefined ? undefined : offset + 1;
 }
 
+interface CompiledExpression {
+  readonly type: CelT;
+  readonly cost: number;
+  readonly iterates: boolean;
+  // biome-ignore lint/suspicious/noExplicitAny: the bindings match ENV's declarations by construction.
+  readonly program: (bindings: any) => unknown;
+}
+
 /**
- * Parses, checks and plans `text` with `variables` (the policy's by default).
+ * Bounds, parse, type check, cost, plan: every expression a policy holds goes through here.
  * @throws PolicyError expression_syntax / expression_type / expression_too_complex at `path`.
  */
-export function compileCondition(
+function compileExpression(
   text: string,
   path: string,
-  variables: ReadonlyMap<string, CelT> = CONDITION_VARIABLES,
-): CelCondition {
+  variables: ReadonlyMap<string, CelT>,
+): CompiledExpression {
   if (text.length > MAX_EXPRESSION_LENGTH) {
     throw new PolicyError("expression_too_complex", path, `longer than ${MAX_EXPRESSION_LENGTH} characters`);
   }
@@ -131,9 +139,6 @@ export function compileCondition(
       cause,
     });
   }
-  if (result.type !== "bool" && result.type !== "dyn") {
-    throw new PolicyError("expression_type", path, `must be a bool condition, not ${typeName(result.type)}`);
-  }
   if (result.cost > MAX_EXPRESSION_COST) {
     throw new PolicyError(
       "expression_too_complex",
@@ -141,14 +146,33 @@ export function compileCondition(
       `estimated cost ${result.cost} is over the limit of ${MAX_EXPRESSION_COST} (nested comprehensions?)`,
     );
   }
-  const program = plan(ENV, parsed);
+  return { ...result, program: plan(ENV, parsed) };
+}
+
+/**
+ * A rule's condition: compiled as above, and its type must be bool (or dyn, checked when it runs).
+ * @throws PolicyError at `path`.
+ */
+export function compileCondition(
+  text: string,
+  path: string,
+  variables: ReadonlyMap<string, CelT> = CONDITION_VARIABLES,
+): CelCondition {
+  const compiled = compileExpression(text, path, variables);
+  if (compiled.type !== "bool" && compiled.type !== "dyn") {
+    throw new PolicyError(
+      "expression_type",
+      path,
+      `must be a bool condition, not ${typeName(compiled.type)}`,
+    );
+  }
+  const { program } = compiled;
   return {
     text,
-    cost: result.cost,
-    iterates: result.iterates,
+    cost: compiled.cost,
+    iterates: compiled.iterates,
     run(bindings) {
-      // biome-ignore lint/suspicious/noExplicitAny: the bindings match ENV's declarations by construction.
-      const value = program(bindings as any);
+      const value = program(bindings);
       if (isCelError(value)) return { error: value.message };
       if (typeof value !== "boolean") return { error: `the condition gave ${typeof value}, not a bool` };
       return value;
@@ -156,25 +180,31 @@ export function compileCondition(
   };
 }
 
+/** Bindings of a call with nothing in it, for running an expression that names no variable. */
+const EMPTY_BINDINGS: ConditionBindings = {
+  tool: "",
+  agent: "",
+  org: "",
+  tags: [],
+  args: {},
+  estimate_usd: 0,
+  has_estimate: false,
+  session: { id: "", calls: 0n, repeat: 0n, denied: 0n, spent_usd: 0 },
+  budget: { limit_usd: 0, spent_usd: 0, remaining_usd: 0 },
+  time: { unix_s: 0n, hour_utc: 0n, minute_utc: 0n, weekday_utc: 0n },
+};
+
 /**
- * Parses, checks and runs one expression with no variables: the path the conformance tests take
- * (the same parse, checker and plan a rule's condition goes through, without the bool requirement).
+ * Compiles one expression exactly as a rule's `when` is compiled (same bounds, checker, environment and
+ * planner), without the bool requirement, and runs it: the path the conformance tests take.
  */
 export function checkAndRun(text: string): { type: string; value: unknown } | { rejected: string } {
-  let parsed: ParsedExpr;
+  let compiled: CompiledExpression;
   try {
-    parsed = parse(text);
+    compiled = compileExpression(text, "expr", CONDITION_VARIABLES);
   } catch (e) {
-    return { rejected: `syntax: ${(e as Error).message}` };
+    if (!PolicyError.isInstance(e)) throw e;
+    return { rejected: (e as PolicyError).detail };
   }
-  if (parsed.expr === undefined) return { rejected: "empty" };
-  let type: CelT;
-  try {
-    const r = checkExpression(parsed.expr, new Map());
-    if (r.cost > MAX_EXPRESSION_COST) return { rejected: "cost" };
-    type = r.type;
-  } catch (e) {
-    return { rejected: (e as Error).message };
-  }
-  return { type: typeName(type), value: plan(celEnv(), parsed)() };
+  return { type: typeName(compiled.type), value: compiled.program(EMPTY_BINDINGS) };
 }
