@@ -56,7 +56,7 @@ export function loadPolicy(input: string | object, options: LoadOptions = {}): C
   const source = options.source;
   try {
     const value = typeof input === "string" ? parseText(input) : input;
-    checkDepth(value);
+    checkPlainJson(value);
     return compileDocument(validateDocument(value), source);
   } catch (error) {
     if (source !== undefined && PolicyError.isInstance(error)) {
@@ -130,11 +130,17 @@ function flowDepth(text: string): number {
   return max;
 }
 
-/** Refuses documents nested deeper than MAX_DOCUMENT_DEPTH, without recursion. */
-function checkDepth(root: unknown): void {
-  const stack: Array<[unknown, number]> = [[root, 0]];
+/**
+ * Refuses, without recursion, documents nested deeper than MAX_DOCUMENT_DEPTH and values JSON cannot
+ * hold (an object passed in may carry undefined, NaN or ±Infinity), naming the field.
+ */
+function checkPlainJson(root: unknown): void {
+  const stack: Array<[unknown, number, string]> = [[root, 0, ""]];
   while (stack.length > 0) {
-    const [value, depth] = stack.pop() as [unknown, number];
+    const [value, depth, path] = stack.pop() as [unknown, number, string];
+    if (value === undefined || (typeof value === "number" && !Number.isFinite(value))) {
+      throw new PolicyError("policy_invalid", path, `${String(value)} is not a JSON value`);
+    }
     if (typeof value !== "object" || value === null) continue;
     if (depth >= MAX_DOCUMENT_DEPTH) {
       throw new PolicyError(
@@ -143,7 +149,10 @@ function checkDepth(root: unknown): void {
         `the document nests deeper than ${MAX_DOCUMENT_DEPTH} levels`,
       );
     }
-    for (const child of Object.values(value)) stack.push([child, depth + 1]);
+    const array = Array.isArray(value);
+    for (const [key, child] of Object.entries(value)) {
+      stack.push([child, depth + 1, array ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`]);
+    }
   }
 }
 

@@ -157,6 +157,9 @@ export function fieldPath(pointer: string): string {
 function describe(e: ErrorObject): { path: string; message: string } {
   const path = fieldPath(e.instancePath);
   const params = e.params as Record<string, unknown>;
+  if (path === "" && e.keyword === "type") {
+    return { path, message: "a policy must be an object with version, name and rules" };
+  }
   switch (e.keyword) {
     case "additionalProperties":
       return { path, message: `unknown field "${String(params.additionalProperty)}"` };

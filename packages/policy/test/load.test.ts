@@ -59,6 +59,21 @@ describe("schema errors name the field", () => {
     expect(e.source).toBeUndefined();
   });
 
+  it("refuses an object holding what JSON cannot (undefined, NaN, Infinity), naming the field", () => {
+    expect(refusal({ ...doc([]), description: undefined }).path).toBe("description");
+    const nan = refusal(doc([rule({ action: { estimate_usd: Number.NaN } })]));
+    expect([nan.path, nan.detail]).toEqual(["rules[0].action.estimate_usd", "NaN is not a JSON value"]);
+    expect(refusal(doc([rule({ action: { rate: { limit: Infinity, window_s: 1 } } })])).path).toBe(
+      "rules[0].action.rate.limit",
+    );
+  });
+
+  it("says what a policy is when the document is not an object", () => {
+    for (const input of ["", "hello", "[1, 2]"]) {
+      expect(refusal(input).message).toBe("a policy must be an object with version, name and rules");
+    }
+  });
+
   it("refuses text that is neither YAML nor JSON, and duplicate YAML keys", () => {
     expect(refusal("{ not json").code).toBe("policy_unparsable");
     expect(refusal("version: 1\nversion: 1\nname: p\nrules: []\n").code).toBe("policy_unparsable");
