@@ -223,7 +223,10 @@ export function evaluatePolicy(
   if (!Number.isFinite(input.time?.unix_s)) throw new TypeError("input.time.unix_s must be a finite number");
   const monitor: MonitorRecord[] = [];
   const updates: CounterUpdate[] = [];
+  // What enforced rules see, and what monitor rules see: an estimate a monitor rule supplies reaches
+  // only other monitor rules, so monitoring never changes an enforced outcome.
   let estimate = validEstimate(input.estimate_usd);
+  let shadowEstimate = estimate;
   let supplied: number | undefined;
   let bindings: ConditionBindings | undefined;
   let bounded: boolean | undefined;
@@ -263,16 +266,20 @@ export function evaluatePolicy(
         step = { kind: "decide", verdict: "DENY", reason: `policy_error:rule:${rule.name}`, message };
       }
     }
-    step ??= applyAction(rule, input, state, estimate);
+    const monitored = rule.mode === "monitor";
+    step ??= applyAction(rule, input, state, monitored ? shadowEstimate : estimate);
     if (step.kind === "pass") {
       if (step.update !== undefined) updates.push(step.update);
       if (step.estimate !== undefined) {
-        estimate = step.estimate;
-        supplied = step.estimate;
+        shadowEstimate ??= step.estimate;
+        if (!monitored) {
+          estimate = step.estimate;
+          supplied = step.estimate;
+        }
       }
       continue;
     }
-    if (rule.mode === "monitor") {
+    if (monitored) {
       monitor.push({ rule: rule.name, would: `${step.verdict} rule:${rule.name}`, reason: step.reason });
       continue;
     }

@@ -181,6 +181,21 @@ rules:
     expect(evaluatePolicy(p, call("y"), state).verdict).toBe("DENY");
   });
 
+  it("an estimate a monitor rule supplies reaches only monitor rules", () => {
+    const p = loadPolicy(`
+version: 1
+name: shadow-estimates
+rules:
+  - { name: guess, match: { tool: llm }, action: { estimate_usd: 2 }, mode: monitor }
+  - { name: watch-budget, match: { tool: llm }, action: { budget_usd: { limit: 1, period: day } }, mode: monitor }
+  - { name: needs-estimate, match: { tool: llm }, action: { require_estimate: true } }
+`);
+    const r = evaluatePolicy(p, call("llm"), EMPTY_STATE);
+    // The monitored budget saw the monitored estimate ($2 over $1); the enforced rule saw none.
+    expect(r).toMatchObject({ verdict: "DENY", rule: "needs-estimate", estimate_usd: undefined });
+    expect(r.monitor.map((m) => m.would)).toEqual(["DENY rule:watch-budget"]);
+  });
+
   it("mode: monitor on the whole policy shadows every rule and its default deny", () => {
     const p = loadPolicy(`
 version: 1
