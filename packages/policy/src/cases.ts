@@ -124,7 +124,8 @@ export function runCases(policy: CompiledPolicy, cases: readonly PolicyCase[]): 
     c.steps.forEach((step, i) => {
       const input: PolicyInput = { ...step.call, time: step.call.time ?? { unix_s: 0 } };
       const got = evaluatePolicy(policy, input, state);
-      state = applyCounterUpdates(state, got.counterUpdates, input.time.unix_s);
+      // A case's HITL is not approved: only an ALLOWed call goes ahead and counts.
+      if (got.verdict === "ALLOW") state = applyCounterUpdates(state, got.counterUpdates, input.time.unix_s);
       const diffs = compare(step.expect, got);
       if (diffs.length > 0) failures.push({ name: c.name, step: i, diffs });
     });

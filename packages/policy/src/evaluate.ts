@@ -59,7 +59,10 @@ export interface PolicyOutcome {
   readonly monitor: readonly MonitorRecord[];
   /** An estimate an `estimate_usd` rule supplied to a call that had none. */
   readonly estimate_usd: number | undefined;
-  /** The counters to add when the call goes ahead (empty unless the verdict is ALLOW). */
+  /**
+   * The counters to add when the call goes ahead: at once on ALLOW, after a human's approval on HITL;
+   * empty on DENY (a refused call uses no quota).
+   */
   readonly counterUpdates: readonly CounterUpdate[];
   /** The policy version that decided. */
   readonly policy_hash: string;
@@ -242,7 +245,7 @@ export function evaluatePolicy(
     message,
     monitor,
     estimate_usd: supplied,
-    counterUpdates: verdict === "ALLOW" ? updates : [],
+    counterUpdates: verdict === "DENY" ? [] : updates,
     policy_hash: policy.hash,
   });
 

@@ -128,6 +128,26 @@ describe("budget periods", () => {
   });
 });
 
+describe("a held call", () => {
+  it("HITL carries the counters to apply if a human approves; DENY carries none", () => {
+    const p = loadPolicy(`
+version: 1
+name: held
+rules:
+  - { name: rate, match: { tool: pay }, action: { rate: { limit: 5, window_s: 60 } } }
+  - { name: big, match: { tool: pay }, when: "args.amount > 100", action: hitl }
+  - { name: huge, match: { tool: pay }, when: "args.amount > 1000", action: deny, message: no }
+`);
+    const held = evaluatePolicy(p, at("pay", 0, { args: { amount: 500 } }), EMPTY_STATE);
+    expect(held.verdict).toBe("HITL");
+    expect(held.counterUpdates).toEqual([{ key: held.counterUpdates[0]?.key, start: 0, end: 60, add: 1 }]);
+    const p2 = loadPolicy(p.canonical.replace('"args.amount > 100"', '"args.amount > 100000"'));
+    const refused = evaluatePolicy(p2, at("pay", 0, { args: { amount: 5000 } }), EMPTY_STATE);
+    expect(refused.verdict).toBe("DENY");
+    expect(refused.counterUpdates).toEqual([]);
+  });
+});
+
 describe("purity", () => {
   it("neither evaluation nor the transition changes its inputs", () => {
     const state: PolicyState = { counters: { k: { start: 0, end: 60, count: 1 } } };
