@@ -18,6 +18,8 @@ export interface CheckResult {
   readonly cost: number;
   /** Whether a comprehension ranges over something not a literal (its rules need the input size check). */
   readonly iterates: boolean;
+  /** Every `matches` pattern (all literals). */
+  readonly patterns: readonly string[];
 }
 
 type Typed = { readonly t: CelT; readonly c: number };
@@ -25,6 +27,8 @@ type Typed = { readonly t: CelT; readonly c: number };
 /** One walk over one expression: the comprehension scopes it is inside, and whether it iterates over input. */
 class Walker {
   iterates = false;
+  /** The regular expressions `matches` is called with, for compiling once at load. */
+  readonly patterns: string[] = [];
   private readonly scopes: Map<string, CelT>[] = [];
 
   constructor(private readonly variables: ReadonlyMap<string, CelT>) {}
@@ -74,6 +78,7 @@ class Walker {
   }
 
   private call(call: Expr_Call, id: bigint, depth: number): Typed {
+    if (call.function === "matches") this.patterns.push(literalPattern(call, id));
     const target = call.target === undefined ? undefined : this.visit(call.target, depth + 1);
     const args = call.args.map((a) => this.visit(a, depth + 1));
     const c = (target?.c ?? 0) + args.reduce((s, a) => s + a.c, 0);
@@ -132,7 +137,7 @@ class Walker {
 export function checkExpression(expr: Expr, variables: ReadonlyMap<string, CelT>): CheckResult {
   const walker = new Walker(variables);
   const { t, c } = walker.visit(expr, 0);
-  return { type: t, cost: c, iterates: walker.iterates };
+  return { type: t, cost: c, iterates: walker.iterates, patterns: walker.patterns };
 }
 
 /**
@@ -145,6 +150,18 @@ function concatenationCost(fn: string, args: readonly Expr[], result: CelT): num
   if (fn !== "_+_" || isNumeric(result) || result === "timestamp" || result === "duration") return 0;
   const left = args[0]?.exprKind;
   return left?.case === "identExpr" && left.value.name.startsWith("@") ? 0 : CONCATENATION_COST;
+}
+
+/**
+ * A `matches` pattern must be a string literal: a pattern taken from the call would let the caller
+ * choose what is compiled and how long matching takes, and a literal can be compiled (checked) at load.
+ */
+function literalPattern(call: Expr_Call, id: bigint): string {
+  const pattern = call.target === undefined ? call.args[1] : call.args[0];
+  const k = pattern?.exprKind;
+  if (k?.case === "constExpr" && k.value.constantKind.case === "stringValue")
+    return k.value.constantKind.value;
+  throw new CheckFailure("matches needs a literal pattern (a quoted string)", pattern?.id ?? id);
 }
 
 /** How many times a comprehension may run: a literal's own length, else MAX_ITERATION (the input bound). */

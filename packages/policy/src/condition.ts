@@ -41,6 +41,9 @@ const ENV = celEnv({
   },
 });
 
+/** `matches` on an empty string: compiles a pattern with the same RE2 a condition uses, to refuse a bad one at load. */
+const MATCHES = plan(celEnv({ variables: { p: CelScalar.STRING } }), parse("''.matches(p)"));
+
 /** The values a condition runs with: CEL ints are bigints, doubles numbers; `args` is the call's JSON. */
 export interface ConditionBindings {
   readonly tool: string;
@@ -145,6 +148,16 @@ function compileExpression(
       path,
       `estimated cost ${result.cost} is over the limit of ${MAX_EXPRESSION_COST} (nested comprehensions?)`,
     );
+  }
+  for (const pattern of result.patterns) {
+    const compiled = MATCHES({ p: pattern });
+    if (isCelError(compiled)) {
+      throw new PolicyError(
+        "expression_syntax",
+        path,
+        `invalid regular expression ${JSON.stringify(pattern)}: ${compiled.message}`,
+      );
+    }
   }
   return { ...result, program: plan(ENV, parsed) };
 }

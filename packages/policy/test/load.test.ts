@@ -99,11 +99,18 @@ describe("CEL conditions are checked at load", () => {
     ["session.calls + 0.5 > 1.0", "no matching overload for '_+_' applied to (int, double)", undefined],
     ["size(tool)", "must be a bool condition, not int", undefined],
     ["has(tool.x)", "type 'string' has no field 'x'", undefined],
+    ["tool.matches(agent)", "matches needs a literal pattern (a quoted string)", 14],
   ])("%s → %s", (text, message, column) => {
     const e = when(text);
     expect(e.code).toBe("expression_type");
     expect(e.message).toContain(message);
     if (column !== undefined) expect(e.column).toBe(column);
+  });
+
+  it("compiles every matches pattern at load and refuses a bad one", () => {
+    const e = when("tool.matches('(unclosed')");
+    expect(e.code).toBe("expression_syntax");
+    expect(e.message).toMatch(/^rules\[0\]\.when: invalid regular expression "\(unclosed": /);
   });
 
   it("accepts conditions over every declared variable", () => {
