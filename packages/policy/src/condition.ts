@@ -185,7 +185,13 @@ export function compileCondition(
     cost: compiled.cost,
     iterates: compiled.iterates,
     run(bindings) {
-      const value = program(bindings);
+      let value: unknown;
+      try {
+        value = program(bindings);
+      } catch (error) {
+        // @bufbuild/cel reports errors as values; anything thrown still fails the rule closed.
+        return { error: error instanceof Error ? error.message : String(error) };
+      }
       if (isCelError(value)) return { error: value.message };
       if (typeof value !== "boolean") return { error: `the condition gave ${typeof value}, not a bool` };
       return value;
