@@ -2,6 +2,7 @@
 // so it can be set beside the engine's decision (a few hundred µs). Needs `npx tsc --build` first.
 // Usage: node packages/policy/bench/evaluate.mjs [--seconds 2] [--calls 20000]
 // Prints one JSON line per policy: µs of CPU (user+system) per call, and calls per CPU second.
+// "five-rules" is a realistic mix (each call meets about two rules); "five-conditions" runs all five.
 
 import { applyCounterUpdates, EMPTY_STATE, evaluatePolicy, loadPolicy } from "../dist/index.js";
 
@@ -39,6 +40,18 @@ rules:
   - name: llm-budget
     match: { tool: "llm.*" }
     action: { budget_usd: { limit: 1000000, period: day } }
+`);
+
+// The worst case for five rules: each matches every call and runs its condition.
+const fiveConditions = loadPolicy(`
+version: 1
+name: five-conditions
+rules:
+  - { name: c1, when: "has(args.amount_usd) && args.amount_usd > 100000", action: hitl }
+  - { name: c2, when: "has(args.path) && args.path.startsWith('/etc/')", action: deny, message: m }
+  - { name: c3, when: "session.calls > 10000 && session.repeat > 3", action: deny, message: m }
+  - { name: c4, when: "tool.matches('^admin[.]') || agent == 'root'", action: deny, message: m }
+  - { name: c5, when: "time.hour_utc < 0 || size(args.q) > 100000", action: hitl }
 `);
 
 // A mixed call stream: every rule's tool family, params of 50–300 bytes.
@@ -88,6 +101,7 @@ function measure(policy) {
 for (const [name, policy] of [
   ["none", empty],
   ["five-rules", five],
+  ["five-conditions", fiveConditions],
 ]) {
   console.log(
     JSON.stringify({

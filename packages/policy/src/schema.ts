@@ -65,7 +65,6 @@ const usd = { type: "number", minimum: 0, maximum: MAX_BUDGET_USD } as const;
 /** JSON Schema (draft-07) of a policy document; published for editors, used by loadPolicy. */
 export const policySchema = {
   $schema: "http://json-schema.org/draft-07/schema#",
-  $id: "https://leash.dev/schemas/policy-1.json",
   title: "Leash policy",
   type: "object",
   additionalProperties: false,
