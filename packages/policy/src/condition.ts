@@ -215,9 +215,13 @@ const EMPTY_BINDINGS: ConditionBindings = {
 
 /**
  * Compiles one expression exactly as a rule's `when` is compiled (same bounds, checker, environment and
- * planner), without the bool requirement, and runs it: the path the conformance tests take.
+ * planner), without the bool requirement, and runs it with `bindings`: the path the conformance and
+ * checker-soundness tests take.
  */
-export function checkAndRun(text: string): { type: string; value: unknown } | { rejected: string } {
+export function checkAndRun(
+  text: string,
+  bindings: ConditionBindings = EMPTY_BINDINGS,
+): { type: string; value: unknown } | { rejected: string } {
   let compiled: CompiledExpression;
   try {
     compiled = compileExpression(text, "expr", CONDITION_VARIABLES);
@@ -225,5 +229,5 @@ export function checkAndRun(text: string): { type: string; value: unknown } | { 
     if (!PolicyError.isInstance(e)) throw e;
     return { rejected: (e as PolicyError).detail };
   }
-  return { type: typeName(compiled.type), value: compiled.program(EMPTY_BINDINGS) };
+  return { type: typeName(compiled.type), value: compiled.program(bindings) };
 }
