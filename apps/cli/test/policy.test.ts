@@ -71,6 +71,17 @@ describe("leash policy check", () => {
   });
 });
 
+describe("leash policy schema", () => {
+  it("prints the JSON Schema a policy is validated with", () => {
+    const r = leashBin(["policy", "schema"]);
+    expect(r.code).toBe(0);
+    const schema = JSON.parse(r.stdout);
+    expect(schema.$schema).toBe("http://json-schema.org/draft-07/schema#");
+    expect(schema.required).toEqual(["version", "name", "rules"]);
+    expect(schema.properties.rules.maxItems).toBe(256);
+  });
+});
+
 describe("leash policy test", () => {
   it.each(["payments-hitl", "filesystem-allowlist", "rate-and-budget"])(
     "the %s example passes its cases, exit 0",

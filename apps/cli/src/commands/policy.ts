@@ -1,8 +1,17 @@
-// `leash policy check FILE` and `leash policy test FILE CASES`: policies as code (@leash/policy).
+// `leash policy check FILE`, `leash policy test FILE CASES` and `leash policy schema`: policies as code
+// (@leash/policy).
 // It loads and runs policies only; it never touches a store or an engine.
 import { stat } from "node:fs/promises";
 import type { CompiledPolicy } from "@leash/policy";
-import { formatFailure, limits, loadPolicy, PolicyError, parseCases, runCases } from "@leash/policy";
+import {
+  formatFailure,
+  limits,
+  loadPolicy,
+  PolicyError,
+  parseCases,
+  policySchema,
+  runCases,
+} from "@leash/policy";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, type Io, readSource, sourceLabel } from "../io.js";
 
@@ -89,6 +98,13 @@ export function registerPolicy(program: Command, io: Io, setExit: (code: number)
     )
     .action(async (file: string, options: { json?: boolean }) => {
       setExit(await runPolicyCheck(file, options, io));
+    });
+  policy
+    .command("schema")
+    .description("print the policy document's JSON Schema (for editors and YAML language servers)")
+    .action(() => {
+      io.stdout(`${JSON.stringify(policySchema, null, 2)}\n`);
+      setExit(0);
     });
   policy
     .command("test")
