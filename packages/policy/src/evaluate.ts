@@ -207,6 +207,26 @@ function applyAction(
   return estimate === undefined ? { kind: "pass", estimate: a.estimate_usd } : { kind: "pass" };
 }
 
+/** Whether the policy is for this call's agent and organization (a call naming no organization is). */
+function inScope(policy: CompiledPolicy, input: PolicyInput): boolean {
+  if (policy.agents !== undefined && !policy.agents.test(input.agent)) return false;
+  return policy.org === undefined || input.org === undefined || policy.org === input.org;
+}
+
+function outcomeOf(
+  policy: CompiledPolicy,
+  acc: { monitor: readonly MonitorRecord[]; updates: readonly CounterUpdate[]; supplied: number | undefined },
+  decided: { verdict: PolicyVerdict; rule: string | undefined; reason: string; message: string | undefined },
+): PolicyOutcome {
+  return {
+    ...decided,
+    monitor: acc.monitor,
+    estimate_usd: acc.supplied,
+    counterUpdates: decided.verdict === "DENY" ? [] : acc.updates,
+    policy_hash: policy.hash,
+  };
+}
+
 const validEstimate = (v: number | undefined) =>
   v !== undefined && Number.isFinite(v) && v >= 0 ? v : undefined;
 
@@ -233,28 +253,10 @@ export function evaluatePolicy(
   let supplied: number | undefined;
   let bindings: ConditionBindings | undefined;
   let bounded: boolean | undefined;
-  const done = (
-    verdict: PolicyVerdict,
-    rule: string | undefined,
-    reason: string,
-    message: string | undefined,
-  ) => ({
-    verdict,
-    rule,
-    reason,
-    message,
-    monitor,
-    estimate_usd: supplied,
-    counterUpdates: verdict === "DENY" ? [] : updates,
-    policy_hash: policy.hash,
-  });
+  const done = (verdict: PolicyVerdict, rule: string | undefined, reason: string, message?: string) =>
+    outcomeOf(policy, { monitor, updates, supplied }, { verdict, rule, reason, message });
 
-  if (policy.agents !== undefined && !policy.agents.test(input.agent)) {
-    return done("ALLOW", undefined, "policy_allow:not_in_scope", undefined);
-  }
-  if (policy.org !== undefined && input.org !== undefined && policy.org !== input.org) {
-    return done("ALLOW", undefined, "policy_allow:not_in_scope", undefined);
-  }
+  if (!inScope(policy, input)) return done("ALLOW", undefined, "policy_allow:not_in_scope");
   for (const rule of policy.rules) {
     if (!matches(rule, input)) continue;
     let step: Step | undefined;
@@ -292,9 +294,9 @@ export function evaluatePolicy(
     const message = `no rule of policy ${policy.name} allows ${input.tool}`;
     if (policy.mode === "monitor") {
       monitor.push({ rule: "default", would: "DENY default", reason: "policy_violation:default_deny" });
-      return done("ALLOW", undefined, "policy_allow:default", undefined);
+      return done("ALLOW", undefined, "policy_allow:default");
     }
     return done("DENY", undefined, "policy_violation:default_deny", message);
   }
-  return done("ALLOW", undefined, "policy_allow:default", undefined);
+  return done("ALLOW", undefined, "policy_allow:default");
 }
