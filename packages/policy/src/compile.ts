@@ -39,8 +39,6 @@ export interface CompiledPolicy {
   readonly hash: string;
   /** Where the policy came from (a file name), for messages only; not part of the hash. */
   readonly source: string | undefined;
-  /** Whether any rule has a condition (a call's CEL bindings are built only then). */
-  readonly hasConditions: boolean;
 }
 
 export interface LoadOptions {
@@ -156,8 +154,15 @@ function checkPlainJson(root: unknown): void {
   }
 }
 
-function compileDocument(doc: PolicyDocument, source: string | undefined): CompiledPolicy {
-  const mode = doc.mode ?? "enforce";
+function compileDocument(given: PolicyDocument, source: string | undefined): CompiledPolicy {
+  const canonical = canonicalJson({
+    ...given,
+    default: given.default ?? "allow",
+    mode: given.mode ?? "enforce",
+  });
+  // Compiled from its own canonical text: what runs is exactly what is hashed, and a caller who
+  // changes the object it passed in changes nothing here.
+  const doc = JSON.parse(canonical) as PolicyDocument & { default: "allow" | "deny"; mode: Mode };
   const seen = new Set<string>();
   const rules = doc.rules.map((rule, index) => {
     if (seen.has(rule.name)) {
@@ -168,21 +173,18 @@ function compileDocument(doc: PolicyDocument, source: string | undefined): Compi
       );
     }
     seen.add(rule.name);
-    return compileRule(rule, index, mode);
+    return compileRule(rule, index, doc.mode);
   });
-  const normalized = { ...doc, default: doc.default ?? "allow", mode };
-  const canonical = canonicalJson(normalized);
   return {
     name: doc.name,
     org: doc.org,
     agents: doc.agent === undefined ? undefined : compileGlobs(doc.agent, "agent"),
-    default: normalized.default,
-    mode,
+    default: doc.default,
+    mode: doc.mode,
     rules,
     canonical,
     hash: sha256Hex(canonical),
     source,
-    hasConditions: rules.some((r) => r.when !== undefined),
   };
 }
 

@@ -233,6 +233,14 @@ rules:
     expect(loadPolicy(a.canonical).hash).toBe(a.hash);
   });
 
+  it("runs what it hashed: changing the object passed in afterwards changes nothing", () => {
+    const input = doc([rule({ action: { rate: { limit: 3, window_s: 60 } } })]);
+    const p = loadPolicy(input);
+    (input.rules[0] as { action: { rate: { limit: number } } }).action.rate.limit = 1_000_000;
+    expect(p.rules[0]?.action).toEqual({ rate: { limit: 3, window_s: 60 } });
+    expect(loadPolicy(p.canonical).hash).toBe(p.hash);
+  });
+
   it("any change to a rule is a new version", () => {
     const base = loadPolicy(yaml).hash;
     expect(loadPolicy(yaml.replace("500", "501")).hash).not.toBe(base);
