@@ -58,6 +58,10 @@ function asStep(raw: unknown, path: string): CaseStep {
   if (typeof c.tool !== "string") throw invalid(`${path}.call.tool`, "is required (a string)");
   if (c.agent !== undefined && typeof c.agent !== "string")
     throw invalid(`${path}.call.agent`, "must be a string");
+  const time = (call as { time?: { unix_s?: unknown } }).time;
+  if (time !== undefined && !Number.isFinite(time?.unix_s)) {
+    throw invalid(`${path}.call.time.unix_s`, "must be a number (unix seconds)");
+  }
   if (typeof expect !== "object" || expect === null)
     throw invalid(`${path}.expect`, "is required (an object)");
   const agent = typeof c.agent === "string" ? c.agent : "agent";

@@ -35,6 +35,12 @@ cases:
     );
   });
 
+  it("refuses a call whose time is not a number, naming the field", () => {
+    expect(() =>
+      parseCases("cases:\n  - name: x\n    call: { tool: t, time: { unix_s: noon } }\n    expect: {}\n"),
+    ).toThrow(/^cases\[0\]\.call\.time\.unix_s: must be a number/);
+  });
+
   it("refuses a cases file without a call's tool, naming the field", () => {
     expect(() => parseCases("cases:\n  - name: x\n    call: { agent: a }\n    expect: {}\n")).toThrow(
       /^cases\[0\]\.call\.tool: is required/,
