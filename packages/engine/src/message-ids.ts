@@ -1,6 +1,12 @@
 // One request message, one decision: the store's record of which message a decision answered, and the
 // recorded answer for a copy delivered again (to this engine or another on the same store). It decides nothing.
-import { type ChainEntryRecord, type MessageRecord, type Substrate, SubstrateError } from "@leash/core";
+import {
+  type ChainEntryRecord,
+  canonicalizationError,
+  type MessageRecord,
+  type Substrate,
+  SubstrateError,
+} from "@leash/core";
 import { LeashError } from "./errors.js";
 import type { ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex } from "./replay-inputs.js";
@@ -145,9 +151,6 @@ function recordedResult(
 
 /** The request's params digest as a decision records it; null for params with no canonical form. */
 function hashOf(request: EvaluateRequest): string | null {
-  try {
-    return nodeSha256Hex(canonicalParamsText(request.params ?? {}));
-  } catch {
-    return null;
-  }
+  const params = request.params ?? {};
+  return canonicalizationError(params) === null ? nodeSha256Hex(canonicalParamsText(params)) : null;
 }
