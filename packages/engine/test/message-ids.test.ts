@@ -1,7 +1,7 @@
 // One request message is one decision: a copy delivered again, to the same engine or to another engine on
 // the same store, gets the recorded answer; run identically on the memory, SQLite and PostgreSQL substrates.
 import { generateKeyPair, verifyChain } from "@leash/chain";
-import type { Substrate } from "@leash/core";
+import type { MessageStore, Substrate, SubstrateTx } from "@leash/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { createEngine, type EvaluateRequest, type EvaluateResult } from "../src/index.js";
 import { KINDS, type OpenedStore, openStore } from "./substrates.js";
@@ -14,6 +14,34 @@ const decisions = (substrate: Substrate) =>
   substrate.transaction(async (tx) =>
     (await tx.chain.range(0, 100_000)).filter((entry) => entry.kind === "decision"),
   );
+
+/**
+ * The real store, except that a batch's prefetch of message records finds none: what a writer that
+ * raced past the read would see. The insert still meets the real unique key; single reads are real.
+ */
+function blindToRecords(substrate: Substrate): Substrate {
+  const blind = (tx: SubstrateTx): SubstrateTx => {
+    const messages: MessageStore = {
+      get: (sessionId, messageId) => tx.messages.get(sessionId, messageId),
+      getEach: async (pairs) => pairs.map(() => null),
+      insert: (record) => tx.messages.insert(record),
+      prune: (beforeNs, limit) => tx.messages.prune(beforeNs, limit),
+      count: () => tx.messages.count(),
+    };
+    const { sessions, nonces, budgets, hitl, chain, outbox } = tx;
+    // The batch's writes go to the real stores, the real message store's unique key included.
+    return { sessions, nonces, budgets, hitl, chain, outbox, messages, writeBatch: (b) => tx.writeBatch(b) };
+  };
+  return new Proxy(substrate, {
+    get(target, property) {
+      if (property === "transaction") {
+        return <T>(fn: (tx: SubstrateTx) => Promise<T>) => target.transaction((tx) => fn(blind(tx)));
+      }
+      const value = Reflect.get(target, property, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
 
 /** What a caller is told: the verdict, its reason, its receipt, its entry. */
 const answer = (r: EvaluateResult) => ({
@@ -105,6 +133,20 @@ describe.each(KINDS)("message ids on %s", (kind) => {
     expect(answers.filter((a) => a.redelivered !== true)).toHaveLength(1);
     expect(answers[0]!.entry_seq).toBe(decided[0]!.seq);
     expect((await engine.getSession(s.session_id)).state.circuit_tripped ?? false).toBe(false);
+  });
+
+  it("an engine that raced past the read loses on the unique key and answers with the winner's decision", async () => {
+    const { engine, make, store } = await setup();
+    const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
+    const first = await engine.evaluate(call(s.session_id));
+    const loser = make(blindToRecords(await store.another()));
+    const again = await loser.evaluate(call(s.session_id));
+    expect(answer(again)).toEqual(answer(first));
+    expect(again.redelivered).toBe(true);
+    // Its own decision (a duplicate_nonce DENY that would trip the circuit) rolled back whole.
+    expect(await decisions(store.substrate)).toHaveLength(1);
+    const view = await engine.getSession(s.session_id);
+    expect([view.call_count, view.state.circuit_tripped ?? false]).toEqual([1, false]);
   });
 
   it("a HITL answer is recorded too: the copy names the same request, and no second request opens", async () => {

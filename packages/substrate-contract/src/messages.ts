@@ -109,6 +109,25 @@ export function messageStoreContract(opts: SubstrateContractOptions): void {
       ).rejects.toMatchObject({ code: "conflict" });
       expect(await sub.transaction((tx) => tx.chain.count())).toBe(1);
       expect(await sub.transaction((tx) => tx.messages.get(S1, "m-batch"))).toEqual(recorded);
+      // Several messages in one batch: all kept, or (one recorded already, or one twice) none.
+      const many = [message("m-x", { entry_seq: 1 }), message("m-y", { session_id: S2, entry_seq: 1 })];
+      for (const clash of [
+        [...many, recorded],
+        [...many, { ...many[0]!, entry_seq: 2 }],
+      ]) {
+        await expect(
+          sub.transaction((tx) => tx.writeBatch({ ...batch, entries: [next], messages: clash })),
+        ).rejects.toMatchObject({ code: "conflict" });
+      }
+      expect(
+        await sub.transaction(async (tx) => [await tx.chain.count(), await tx.messages.count()]),
+      ).toEqual([1, 1]);
+      await sub.transaction((tx) => tx.writeBatch({ ...batch, entries: [next], messages: many }));
+      expect(
+        await sub.transaction((tx) =>
+          tx.messages.getEach(many.map((m) => ({ sessionId: m.session_id, messageId: m.message_id }))),
+        ),
+      ).toEqual(many);
     });
 
     it("prune deletes records sent before the bound, oldest first, at most `limit`, and keeps the rest", async () => {

@@ -26,6 +26,12 @@ JOIN ${t.messages} m ON m.session_id = k.session_id AND m.message_id = k.message
       "messages.insert",
       `INSERT INTO ${t.messages} (${COLUMNS}) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
     ),
+    // A batch's records in one statement (SubstrateTx.writeBatch); fewer rows inserted than sent is a clash.
+    insertMany: statement(
+      "messages.insertMany",
+      `INSERT INTO ${t.messages} (${COLUMNS})
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) ON CONFLICT DO NOTHING`,
+    ),
     prune: statement(
       "messages.prune",
       `DELETE FROM ${t.messages} WHERE (session_id, message_id) IN (
@@ -33,6 +39,22 @@ SELECT session_id, message_id FROM ${t.messages} WHERE sent_ns < $1 ORDER BY sen
     ),
     count: statement("messages.count", `SELECT count(*) AS n FROM ${t.messages}`),
   } satisfies Record<string, Statement>;
+}
+
+function toParams(record: MessageRecord): string[] {
+  return [
+    encodeText(record.session_id, "session_id"),
+    encodeText(record.message_id, "message_id"),
+    encodeInt(record.entry_seq, "entry_seq"),
+    encodeInt(record.sent_ns, "sent_ns"),
+  ];
+}
+
+function taken(record: MessageRecord): SubstrateError {
+  return new SubstrateError(
+    "conflict",
+    `message ${JSON.stringify(record.message_id)} of session ${JSON.stringify(record.session_id)} is already recorded`,
+  );
 }
 
 interface MessageRow {
@@ -88,16 +110,27 @@ export class PostgresMessageStore implements MessageStore {
   }
 
   async insert(record: MessageRecord): Promise<void> {
-    const { rowCount } = await this.tx.query(this.sql.insert, [
-      encodeText(record.session_id, "session_id"),
-      encodeText(record.message_id, "message_id"),
-      encodeInt(record.entry_seq, "entry_seq"),
-      encodeInt(record.sent_ns, "sent_ns"),
-    ]);
-    if (rowCount === 0) {
+    const { rowCount } = await this.tx.query(this.sql.insert, toParams(record));
+    if (rowCount === 0) throw taken(record);
+  }
+
+  /**
+   * Every record in one statement, for a batch. A clash (with a stored record, or between two of
+   * these) inserts fewer rows than sent: then "conflict", and the caller's transaction must not commit.
+   */
+  async insertMany(records: readonly MessageRecord[]): Promise<void> {
+    if (records.length === 0) return;
+    if (records.length === 1) return this.insert(records[0]!);
+    const columns = records.map(toParams);
+    const { rowCount } = await this.tx.query(
+      this.sql.insertMany,
+      [0, 1, 2, 3].map((i) => columns.map((row) => row[i])),
+    );
+    if (rowCount !== records.length) {
+      const clashes = records.length - (rowCount ?? 0);
       throw new SubstrateError(
         "conflict",
-        `message ${JSON.stringify(record.message_id)} of session ${JSON.stringify(record.session_id)} is already recorded`,
+        `${clashes} of the batch's ${records.length} messages are already recorded`,
       );
     }
   }

@@ -991,7 +991,7 @@ export class PostgresSubstrate implements Substrate {
         for (const reservation of batch.reservations) sent.push(budgets.insertReservationHeld(reservation));
         for (const session of batch.sessions) sent.push(sessions.updateHeld(session));
         for (const account of batch.accounts) sent.push(budgets.updateAccountHeld(account));
-        for (const message of batch.messages ?? []) sent.push(messages.insert(message));
+        if (batch.messages !== undefined) sent.push(messages.insertMany(batch.messages));
         await Promise.all(sent);
         await ctx.settleWrites("writeBatch");
       },
