@@ -9,6 +9,7 @@ import {
   type Envelope,
   encodeFrame,
   GetSessionStateRequestSchema,
+  PostExecNotificationSchema,
   PreExecRequestSchema,
   type PreExecResponse,
   RegisterRequestSchema,
@@ -156,6 +157,33 @@ describe("one signed PreExec, two daemons on one PostgreSQL schema", () => {
     expect(fromB).toEqual(fromA);
     expect((await decisionsOf(c.store)).decisions).toHaveLength(1);
     expect((await sessionState(toA, sessionId)).circuitTripped).toBe(false);
+  });
+
+  it("a PostExec copy on the second daemon settles the hold once (one post_exec entry)", async () => {
+    const { c, toA, toB, sessionId } = await twoDaemons();
+    const decided = told(await deliver(toA, sealedPreExec(sessionId, 3n)));
+    const settle = sealEnvelope(
+      {
+        case: "postExec",
+        value: create(PostExecNotificationSchema, {
+          sessionId,
+          callNumber: decided.callNumber,
+          actualCostUsdDecimal: "0.05",
+          success: true,
+        }),
+      },
+      { key: ACME.key, keyId: ACME.keyId, sender: "agent", clock },
+    );
+    // A PostExec has no answer; a PreExec of the session behind it on the same connection waits for it.
+    const after = (client: RawClient, nonce: bigint) => deliver(client, sealedPreExec(sessionId, nonce));
+    toA.write(encodeFrame(settle));
+    await after(toA, 4n);
+    toB.write(encodeFrame(settle));
+    await after(toB, 5n);
+    const entries = await c.store.substrate.transaction((tx) => tx.chain.range(0, 1000));
+    expect(entries.filter((e) => e.kind === "post_exec")).toHaveLength(1);
+    // 0.5 − 0.05 settled − two 0.1 holds of the calls behind it.
+    expect((await sessionState(toB, sessionId)).budgetRemainingUsdDecimal).toBe("0.25");
   });
 
   it("the same daemon after a restart (its in-memory replay cache gone) answers from the record", async () => {
