@@ -320,6 +320,7 @@ export function createEngine(options: EngineOptions): Engine {
     readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
   });
   const auditor = new Auditor(options.signer, trust);
+  const signedByKnownKey = (entry: ChainEntryRecord) => trust.signedByKnownKey(entry);
   const tracing = new EngineTracing(options.tracer);
   /**
    * Every write transaction of the engine runs on the projection (projection.ts): it reads the chain
@@ -380,7 +381,9 @@ export function createEngine(options: EngineOptions): Engine {
         const mark = ptx.mark();
         try {
           // A message decided before is answered from its record (message-ids.ts).
-          const evaluated = runSteps(decideOnce(ptx, request, () => evaluateSteps(ptx, request, malformed)));
+          const evaluated = runSteps(
+            decideOnce(ptx, request, () => evaluateSteps(ptx, request, malformed), signedByKnownKey),
+          );
           out.push({ ok: true, value: evaluated instanceof Promise ? await evaluated : evaluated });
         } catch (error) {
           if (items.length === 1 || ptx.writesSince(mark)) throw error;
@@ -1170,7 +1173,7 @@ export function createEngine(options: EngineOptions): Engine {
         async (error: unknown) => {
           if (error instanceof ChainUnverifiedError) return chainUnverified(request, error);
           // Two engines raced on one message and this one lost: it answers with the winner's decision.
-          const recorded = await recordedAfterConflict(substrate, request, error);
+          const recorded = await recordedAfterConflict(substrate, request, error, signedByKnownKey);
           if (recorded === null) throw error;
           return { ...recorded.result, receipt: compactJws(recorded.entry) };
         },

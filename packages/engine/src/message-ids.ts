@@ -23,6 +23,9 @@ export interface Decided<H> {
   hitl: H[];
 }
 
+/** Whether a chain entry read back on its own is as its signer wrote it (ChainTrust.signedByKnownKey). */
+export type EntryCheck = (entry: ChainEntryRecord) => boolean;
+
 /** The request's message, checked; null when it names none (library mode). */
 export function messageOf(request: EvaluateRequest): EvaluateMessage | null {
   const message = request.message;
@@ -62,6 +65,7 @@ export function* decideOnce<H>(
   ptx: ProjectionTx,
   request: EvaluateRequest,
   decide: () => Steps<Decided<H>>,
+  signed: EntryCheck,
 ): Steps<Decided<H>> {
   const message = messageOf(request);
   if (message === null || typeof request.session_id !== "string" || request.session_id === "") {
@@ -72,7 +76,7 @@ export function* decideOnce<H>(
     (yield ptx.messages.get(request.session_id, message.id));
   if (recorded !== null) {
     const [entry]: ChainEntryRecord[] = yield ptx.chain.range(recorded.entry_seq, 1);
-    return { result: recordedResult(request, recorded, entry), entry: entry!, hitl: [] };
+    return { result: recordedResult(request, recorded, entry, signed), entry: entry!, hitl: [] };
   }
   const decided = yield* decide();
   ptx.recordMessageNow({
@@ -93,6 +97,7 @@ export async function recordedAfterConflict<H>(
   substrate: Substrate,
   request: EvaluateRequest,
   error: unknown,
+  signed: EntryCheck,
 ): Promise<Decided<H> | null> {
   if (!SubstrateError.isInstance(error) || error.code !== "conflict") return null;
   const message = request.message;
@@ -104,11 +109,16 @@ export async function recordedAfterConflict<H>(
     return { recorded, entry };
   });
   if (found === null) return null;
-  return { result: recordedResult(request, found.recorded, found.entry), entry: found.entry!, hitl: [] };
+  return {
+    result: recordedResult(request, found.recorded, found.entry, signed),
+    entry: found.entry!,
+    hitl: [],
+  };
 }
 
 /**
- * The answer a decision entry records, as evaluate gave it. A different call under the same message
+ * The answer a decision entry records, as evaluate gave it. The entry is checked first (hash, seq,
+ * signature): an edited row is never served as a verdict. A different call under the same message
  * id (another tool, other params) is refused: the sender reused an id, and the recorded verdict is
  * not about this call.
  */
@@ -116,11 +126,18 @@ function recordedResult(
   request: EvaluateRequest,
   recorded: MessageRecord,
   entry: ChainEntryRecord | undefined,
+  signed: EntryCheck,
 ): Omit<EvaluateResult, "receipt"> {
   if (entry === undefined || entry.kind !== "decision" || entry.session_id !== request.session_id) {
     throw new SubstrateError(
       "corrupt",
       `message ${JSON.stringify(recorded.message_id)} names entry ${recorded.entry_seq}, which is not a decision of its session`,
+    );
+  }
+  if (!signed(entry)) {
+    throw new SubstrateError(
+      "corrupt",
+      `entry ${entry.seq}, the recorded answer to message ${JSON.stringify(recorded.message_id)}, is not as its signer wrote it`,
     );
   }
   const data = (JSON.parse(entry.body) as { data: Record<string, unknown> }).data;

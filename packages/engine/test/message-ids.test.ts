@@ -2,6 +2,8 @@
 // the same store, gets the recorded answer; run identically on the memory, SQLite and PostgreSQL substrates.
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import type { MessageStore, Substrate, SubstrateTx } from "@leash/core";
+import { sqlInSchema } from "@leash/test-stores";
+import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createEngine, type EvaluateRequest, type EvaluateResult } from "../src/index.js";
 import { KINDS, type OpenedStore, openStore } from "./substrates.js";
@@ -212,5 +214,41 @@ describe.each(KINDS)("message ids on %s", (kind) => {
       true,
     );
     await expect(engine.forgetMessages(T0, 0)).rejects.toMatchObject({ code: "invalid_argument" });
+  });
+});
+
+describe.each(KINDS.filter((k) => k !== "memory"))("a recorded answer edited in the store (%s)", (kind) => {
+  let store: OpenedStore | undefined;
+  afterEach(async () => {
+    await store?.close();
+    store = undefined;
+  });
+
+  /** Raw SQL on the store's tables, as someone with file or database access would run it. */
+  async function sql(s: OpenedStore, text: string): Promise<void> {
+    if (s.path !== null) {
+      const db = new Database(s.path);
+      try {
+        db.pragma("busy_timeout = 5000");
+        db.exec(text);
+      } finally {
+        db.close();
+      }
+    } else {
+      await sqlInSchema(s.schema!, text);
+    }
+  }
+
+  it("is never served: the copy fails closed instead of reading ALLOW off an edited DENY", async () => {
+    store = await openStore(kind);
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer });
+    const s = await engine.register({ agent_id: "bot", config: { denied_tools: ["rm"] } });
+    const request = { session_id: s.session_id, tool_name: "rm", params: {}, message: MESSAGE };
+    expect((await engine.evaluate(request)).verdict).toBe("DENY");
+    await sql(
+      store,
+      `UPDATE leash_chain SET body = replace(body, '"verdict":"DENY"', '"verdict":"ALLOW"') WHERE kind = 'decision'`,
+    );
+    await expect(engine.evaluate(request)).rejects.toMatchObject({ code: "corrupt" });
   });
 });
