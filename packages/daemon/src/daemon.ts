@@ -69,16 +69,15 @@ export interface Daemon {
   close(): Promise<void>;
 }
 
-/** This package's version, read from its package.json (works from src and dist). */
 /** Passes on forgetting a decided message id: at most this many times MESSAGES_PER_PASS rows a sweep. */
 const MESSAGE_PASSES = 10;
 const MESSAGES_PER_PASS = 10_000;
 
 /**
  * Forgets decided message ids sent more than two replay windows ago. Any daemon refuses a copy of
- * such an envelope by its timestamp already (one window, on its own clock; the second absorbs skew
- * between the cluster's clocks), so forgetting it never lets a request be decided twice; it bounds
- * the table to about two windows of decisions.
+ * such an envelope by its timestamp already (one window, on its own clock; the second absorbs up
+ * to a window of skew between the cluster's clocks), so forgetting it never lets a request be
+ * decided twice; it bounds the table to about two windows of decisions.
  */
 async function forgetMessages(engine: Engine, clock: Clock): Promise<void> {
   const beforeNs = Math.trunc(clock.nowNs()) - 2 * DEFAULT_REPLAY_WINDOW_MS * 1_000_000;
@@ -87,6 +86,7 @@ async function forgetMessages(engine: Engine, clock: Clock): Promise<void> {
   }
 }
 
+/** This package's version, read from its package.json (works from src and dist). */
 function daemonVersion(): string {
   try {
     const text = readFileSync(new URL("../package.json", import.meta.url), "utf8");

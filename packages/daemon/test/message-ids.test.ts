@@ -3,6 +3,7 @@
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { generateKeyPair } from "@leash/chain";
+import type { Clock } from "@leash/core";
 import type { TestStore } from "@leash/test-stores";
 import {
   decodeEnvelope,
@@ -30,10 +31,10 @@ interface Cluster {
   start(name: string): Promise<Daemon>;
 }
 
-async function cluster(): Promise<Cluster> {
+async function cluster(options: { clock?: Clock; extra?: Record<string, unknown> } = {}): Promise<Cluster> {
   const store = await openStore("postgres");
   const dir = scratchDir();
-  const config = parseDaemonConfig(configObject(dir));
+  const config = parseDaemonConfig(configObject(dir, options.extra));
   return {
     store,
     dir,
@@ -44,6 +45,7 @@ async function cluster(): Promise<Cluster> {
         store: store.url!,
         socketPath: join(dir, `${name}.sock`),
         logger: quietLogger(),
+        ...(options.clock === undefined ? {} : { clock: options.clock }),
       }),
   };
 }
@@ -184,6 +186,30 @@ describe("one signed PreExec, two daemons on one PostgreSQL schema", () => {
     expect(entries.filter((e) => e.kind === "post_exec")).toHaveLength(1);
     // 0.5 − 0.05 settled − two 0.1 holds of the calls behind it.
     expect((await sessionState(toB, sessionId)).budgetRemainingUsdDecimal).toBe("0.25");
+  });
+
+  it("the sweeper forgets a decided id once it is two replay windows old (the table stays bounded)", async () => {
+    // The daemon's clock runs 11 minutes ahead once the decision is made; its sweep runs every 0.5 s.
+    let aheadNs = 0;
+    const daemonClock: Clock = { nowNs: () => Date.now() * 1e6 + aheadNs };
+    const c = await cluster({ clock: daemonClock, extra: { reservation_ttl_s: 1 } });
+    cleanup.push(() => c.store.close());
+    const a = await c.start("a");
+    cleanup.push(() => a.close());
+    const client = await RawClient.connect(a.address, ACME);
+    cleanup.push(() => client.close());
+    const reg = await client.request({
+      case: "register",
+      value: create(RegisterRequestSchema, { agentId: "research-bot", organizationId: "acme" }),
+    });
+    const sessionId = (reg.payload.value as { sessionId: string }).sessionId;
+    told(await deliver(client, sealedPreExec(sessionId, 1n)));
+    const count = () => c.store.substrate.transaction((tx) => tx.messages.count());
+    expect(await count()).toBe(1);
+    aheadNs = 11 * 60 * 1e9;
+    const deadline = Date.now() + 10_000;
+    while ((await count()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(await count()).toBe(0);
   });
 
   it("the same daemon after a restart (its in-memory replay cache gone) answers from the record", async () => {
