@@ -23,6 +23,7 @@ import {
   moneyToWire,
   negotiateProtocolVersion,
   type Payload,
+  PostExecAckSchema,
   type PostExecNotification,
   type PreExecRequest,
   PreExecResponseSchema,
@@ -523,7 +524,17 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       if (mine.size === 0 && settling.get(request.sessionId) === mine) settling.delete(request.sessionId);
     }
     if (!settled.replayed && settled.budget_remaining_usd !== null) metrics.holdsSettled.inc();
-    return null;
+    // Asked for: the settlement is committed, so the client may forget it (it re-sends until then).
+    if (!request.ackRequested) return null;
+    return {
+      case: "postExecAck",
+      value: create(PostExecAckSchema, {
+        sessionId: settled.session_id,
+        callNumber: BigInt(settled.call_number),
+        replayed: settled.replayed,
+        budgetRemainingUsdDecimal: settled.budget_remaining_usd ?? "",
+      }),
+    };
   }
 
   async function heartbeat(request: Heartbeat, context: RequestContext): Promise<Payload> {
