@@ -33,7 +33,7 @@ export interface OrganizationConfig {
 export interface DaemonConfig {
   /** `sqlite:PATH`, `postgres://…`, `memory:`; undefined: the caller (`leash serve --store`) says. */
   readonly store: string | undefined;
-  /** Budget holds without a postExec are released after this many seconds (default 300). */
+  /** Budget holds without a postExec are charged at their estimate after this many seconds (default 300). */
   readonly reservationTtlS: number;
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */

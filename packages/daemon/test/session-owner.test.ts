@@ -57,13 +57,14 @@ const preExec = (sessionId: string, callNumber: bigint): Payload => ({
     nonce: callNumber,
   }),
 });
-const postExec = (sessionId: string, actual: string): Payload => ({
+const postExec = (sessionId: string, actual: string, ackRequested = false): Payload => ({
   case: "postExec",
   value: create(PostExecNotificationSchema, {
     sessionId,
     callNumber: 1n,
     actualCostUsdDecimal: actual,
     success: true,
+    ackRequested,
   }),
 });
 const heartbeat = (sessionId: string): Payload => ({
@@ -139,10 +140,14 @@ describe.each(["sqlite", "postgres"] as StoreKind[])("session ownership on %s", 
     expect(refusal(await globex.request(register("someone", sid)))).toEqual(NOT_FOUND);
     expect(refusal(await globex.request(register("research-bot", sid)))).toEqual(NOT_FOUND);
 
-    // The owner's settlement is the one recorded; a second one with another actual is its own error.
-    expect(await research.request(postExec(sid, "0.25"), { timeoutMs: 300 }).catch(() => "no answer")).toBe(
-      "no answer",
-    );
+    // The owner's settlement is the one recorded (acknowledged once durable; again, as a replay);
+    // a second one with another actual is its own error.
+    for (const replayed of [false, true]) {
+      expect((await research.request(postExec(sid, "0.25", true))).payload).toMatchObject({
+        case: "postExecAck",
+        value: { sessionId: sid, callNumber: 1n, replayed, budgetRemainingUsdDecimal: "0.75" },
+      });
+    }
     expect(refusal(await research.request(postExec(sid, "0.5")))).toEqual({
       code: "INVALID_MESSAGE",
       detail: "settlement_conflict",
