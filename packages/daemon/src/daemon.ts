@@ -241,7 +241,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       Promise.all([
         engine
           .expireReservations()
-          .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds at their estimate")),
+          .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds")),
         // Requests opened by another daemon on the same store have no timer here.
         hitl?.expireDue(),
       ])
