@@ -602,6 +602,9 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       tail,
       filter: {
         organizationId: context.auth.organizationId,
+        // A key bound to agents sees their sessions only (session ids are how one touches a session).
+        agents:
+          config.organizations.get(context.auth.organizationId)?.keyAgents.get(context.auth.keyId) ?? null,
         sessionId: request.sessionId === "" ? null : request.sessionId,
         kinds: request.kinds.length === 0 ? null : new Set(request.kinds),
       },

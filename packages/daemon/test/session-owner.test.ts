@@ -15,6 +15,7 @@ import {
   PostExecNotificationSchema,
   PreExecRequestSchema,
   RegisterRequestSchema,
+  TailRequestSchema,
 } from "@leash/wire";
 import { afterEach, describe, expect, it } from "vitest";
 import { type Daemon, parseDaemonConfig, startDaemon } from "../src/index.js";
@@ -155,6 +156,20 @@ describe.each(["sqlite", "postgres"] as StoreKind[])("session ownership on %s", 
     // The organization's unbound key acts for any of its agents.
     const org = await connect(socket, ORG_WIDE);
     expect((await org.request(state(sid))).payload.case).toBe("sessionState");
+    // The tail shows a bound key its own agents' sessions only (a session id is what one touches).
+    const tailed = async (c: RawClient) => {
+      const answer = await c.request({
+        case: "tailEntries",
+        value: create(TailRequestSchema, { afterSeq: -1n }),
+      });
+      expect(answer.payload.case).toBe("tailBatch");
+      return new Set(
+        (answer.payload.value as { events: Array<{ sessionId: string }> }).events.map((e) => e.sessionId),
+      );
+    };
+    expect((await tailed(research)).has(sid)).toBe(true);
+    expect((await tailed(org)).has(sid)).toBe(true);
+    expect((await tailed(writer)).has(sid)).toBe(false);
 
     // After a restart the daemon knows nothing in memory: the store's session says whose it is.
     for (const c of clients.splice(0)) c.close();
