@@ -225,7 +225,7 @@ describe("a PostgreSQL server crash under load", () => {
       else expect(totals.earlyLockReleases, "batches that released their locks early").toBe(0);
       console.log(
         `[server-crash ${label}] seed ${SEED}: ${ROUNDS} server kills, ${totals.told} verdicts told, ` +
-          `${totals.chain} chain entries, ${totals.expired} leaked holds released by recovery, ` +
+          `${totals.chain} chain entries, ${totals.expired} leaked holds charged by recovery, ` +
           `${totals.earlyLockReleases} early lock releases`,
       );
     }, 300_000);
