@@ -6,6 +6,7 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { type DaemonLimits, parseLimits } from "./limits.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -32,6 +33,8 @@ export interface DaemonConfig {
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
   readonly keyOwners: ReadonlyMap<string, string>;
+  /** The `limits:` block (socket limits, per-organization quotas), defaults filled in. */
+  readonly limits: DaemonLimits;
 }
 
 /** The largest config file read, as the engine's loader: a config is a few kilobytes. */
@@ -96,7 +99,7 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "limits"], "/", fail);
   if (value.store !== undefined && (typeof value.store !== "string" || value.store === "")) {
     fail("/store must be a store URL (sqlite:PATH, postgres://…, memory:)");
   }
@@ -149,6 +152,7 @@ export function parseDaemonConfig(
     reservationTtlS: ttl,
     organizations,
     keyOwners,
+    limits: parseLimits(value.limits, fail),
   };
 }
 

@@ -6,7 +6,6 @@ import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
 import { compareSnapshots, describeDifferences, replayChain } from "@leash/recovery";
-import { ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
 import { type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
@@ -15,6 +14,7 @@ import { createRequestHandler, type RequestHandler } from "./handler.js";
 import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
+import { OrganizationQuotaBook } from "./org-quotas.js";
 import { defaultSocketPath } from "./socket-path.js";
 import { TailFeed } from "./tail/feed.js";
 import { TailReader } from "./tail/reader.js";
@@ -182,6 +182,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     // An operator's answer (console) appends too: followers look at once.
     engine.onHitlEvent(() => feed.poke());
     const version = daemonVersion();
+    const quotas = new OrganizationQuotaBook(config.limits.perOrganization, clock);
     const handler = createRequestHandler({
       engine,
       config,
@@ -191,13 +192,15 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       daemonVersion: version,
       hitl,
       tail: { reader: new TailReader(substrate), feed },
+      quotas,
       ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({
       path: socketPath,
       handler,
       config,
-      replay: new ReplayWindow({ clock }),
+      quotas,
+      limits: config.limits.socket,
       clock,
       logger,
       metrics,
