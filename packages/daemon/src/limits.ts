@@ -17,6 +17,8 @@ export interface SocketLimits {
   readonly writePauseBytes: number;
   /** Answers queued unread on one connection past which the daemon closes it. */
   readonly writeCloseBytes: number;
+  /** Answers queued unread across the paused connections; past it the one with the most is closed. */
+  readonly maxQueuedBytes: number;
   /** Requests one connection may have in flight; beyond it each is answered RATE_LIMITED. */
   readonly maxInFlight: number;
   /** Long polls (wait_hitl, tail_entries) one connection may hold open; a newer one supersedes the oldest. */
@@ -50,8 +52,9 @@ export const DEFAULT_SOCKET_LIMITS: SocketLimits = {
   idleTimeoutMs: 300_000,
   frameTimeoutMs: 10_000,
   maxBufferedBytes: 64 * MIB,
-  writePauseBytes: 256 * 1024,
+  writePauseBytes: 64 * 1024,
   writeCloseBytes: 4 * MIB,
+  maxQueuedBytes: 64 * MIB,
   maxInFlight: 256,
   maxLongPolls: 32,
 };
@@ -78,6 +81,7 @@ const SOCKET_FIELDS: Record<string, [keyof SocketLimits, number, number]> = {
   max_buffered_bytes: ["maxBufferedBytes", 1, 1024 * 1024],
   write_pause_bytes: ["writePauseBytes", 1, 1],
   write_close_bytes: ["writeCloseBytes", 1, 1024 * 1024],
+  max_queued_bytes: ["maxQueuedBytes", 1, 1024 * 1024],
   max_in_flight: ["maxInFlight", 1, 1],
   max_long_polls: ["maxLongPolls", 1, 1],
 };

@@ -28,6 +28,8 @@ export class ConnectionGuard {
   readonly #connections = new Set<GuardedConnection>();
   /** Connections paused for the shared budget, first paused first resumed. */
   readonly #waiting = new Set<GuardedConnection>();
+  /** Connections paused because their peer does not read their answers. */
+  readonly #backlogged = new Set<GuardedConnection>();
   #held = 0;
   #sweeper: NodeJS.Timeout | undefined;
 
@@ -111,8 +113,29 @@ export class ConnectionGuard {
     }
     if (queued > this.limits.writePauseBytes && !connection.pausedBy.has("write")) {
       this.metrics.limitRefusals.inc({ limit: "write_paused" });
+      this.#backlogged.add(connection);
       this.pause(connection, "write");
-      connection.socket.once("drain", () => this.resume(connection, "write"));
+      connection.socket.once("drain", () => {
+        this.#backlogged.delete(connection);
+        this.resume(connection, "write");
+      });
+    }
+    if (this.#backlogged.has(connection)) this.#checkQueued();
+  }
+
+  /** Past the shared budget for unread answers, the connection holding the most is closed. */
+  #checkQueued(): void {
+    let total = 0;
+    let largest: GuardedConnection | undefined;
+    for (const c of this.#backlogged) {
+      const queued = c.socket.writableLength;
+      total += queued;
+      if (largest === undefined || queued > largest.socket.writableLength) largest = c;
+    }
+    if (total > this.limits.maxQueuedBytes && largest !== undefined) {
+      this.metrics.limitRefusals.inc({ limit: "write_budget_overflow" });
+      this.#backlogged.delete(largest);
+      largest.socket.destroy();
     }
   }
 
@@ -130,6 +153,7 @@ export class ConnectionGuard {
   drop(connection: GuardedConnection): void {
     this.#connections.delete(connection);
     this.#waiting.delete(connection);
+    this.#backlogged.delete(connection);
     this.#setHeld(connection, 0);
   }
 
