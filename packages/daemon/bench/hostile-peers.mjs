@@ -1,9 +1,10 @@
 // Hostile socket peers for the daemon's load test and soak: partial frames, slowloris, idle, never-reading.
 // It attacks one socket path and keeps its connection count up until killed; it checks nothing itself.
 //
-// node hostile-peers.mjs --socket PATH --connections N [--key-hex HEX --key-id ID]
+// node hostile-peers.mjs --socket PATH --connections N [--key-hex HEX --key-id ID] [--kinds partial,idle,…]
+//   [--tails N]   (tail requests per never-reading peer, besides its 200 small ones; default 0)
 // Without a key there are no never-reading peers (they need authenticated requests to get answers).
-// Prints one JSON line of counts on SIGTERM.
+// Prints a JSON line of counts each second and on SIGTERM.
 import { connect } from "node:net";
 import { parseArgs } from "node:util";
 import { create } from "@bufbuild/protobuf";
@@ -15,6 +16,8 @@ const { values } = parseArgs({
     connections: { type: "string", default: "1000" },
     "key-hex": { type: "string" },
     "key-id": { type: "string" },
+    kinds: { type: "string" },
+    tails: { type: "string", default: "0" },
   },
 });
 if (values.socket === undefined) throw new Error("--socket PATH is required");
@@ -24,20 +27,26 @@ const key =
     ? undefined
     : { key: Uint8Array.from(Buffer.from(values["key-hex"], "hex")), keyId: values["key-id"] ?? "" };
 const clock = { nowNs: () => Date.now() * 1e6 };
+const tails = Number(values.tails);
 
 /** Kinds, by share of the connections. */
-const KINDS = key
+let KINDS = key
   ? [
-      ["partial", 0.4],
+      ["partial", 0.45],
       ["slowloris", 0.2],
       ["idle", 0.3],
-      ["never_reading", 0.1],
+      ["never_reading", 0.05],
     ]
   : [
       ["partial", 0.45],
       ["slowloris", 0.2],
       ["idle", 0.35],
     ];
+if (values.kinds !== undefined) {
+  // Only these kinds, sharing the connections equally (to see what each one costs).
+  const only = values.kinds.split(",");
+  KINDS = only.map((kind) => [kind, 1 / only.length]);
+}
 const counts = { opened: 0, closed: 0 };
 let stopping = false;
 
@@ -47,14 +56,17 @@ const prefix = (length) => {
   return bytes;
 };
 
-/** Requests whose answers a peer that never reads lets pile up: tails of the chain and small refusals. */
+/**
+ * Requests whose answers a peer that never reads lets pile up: `tails` tails of the chain (large
+ * answers, costly to build) and small refusals.
+ */
 function unreadRequests() {
   const frames = [];
-  for (let i = 0; i < 64; i++) {
+  for (let i = 0; i < tails; i++) {
     const payload = { case: "tailEntries", value: create(TailRequestSchema, { last: 500, limit: 500 }) };
     frames.push(encodeFrame(sealEnvelope(payload, { ...key, sender: "agent", clock })));
   }
-  for (let i = 0; i < 400; i++) {
+  for (let i = 0; i < 200; i++) {
     const payload = {
       case: "getSessionState",
       value: create(GetSessionStateRequestSchema, { sessionId: `no-such-session-${i}` }),
@@ -68,8 +80,10 @@ function open(kind) {
   if (stopping) return;
   const socket = connect(values.socket);
   let timer;
+  let opened = false;
   socket.on("error", () => undefined);
   socket.once("connect", () => {
+    opened = true;
     counts.opened++;
     if (kind === "partial") {
       // A 1 MiB frame announced, a quarter of it sent, the rest never.
@@ -84,9 +98,9 @@ function open(kind) {
   });
   socket.once("close", () => {
     clearInterval(timer);
-    counts.closed++;
+    if (opened) counts.closed++;
     // Keep the count up: a closed peer comes back.
-    setTimeout(() => open(kind), 50 + Math.random() * 200).unref();
+    setTimeout(() => open(kind), 1000 + Math.random() * 1000).unref();
   });
 }
 
@@ -98,10 +112,13 @@ for (const [kind, share] of KINDS) {
     setTimeout(() => open(kind), (started / total) * 1000);
   }
 }
-const keepAlive = setInterval(() => undefined, 1 << 30);
+// Progress once a second: connections opened so far, closed by the daemon, open now.
+const progress = setInterval(() => {
+  process.stdout.write(`${JSON.stringify({ ...counts, open: counts.opened - counts.closed })}\n`);
+}, 1000);
 process.on("SIGTERM", () => {
   stopping = true;
-  clearInterval(keepAlive);
+  clearInterval(progress);
   process.stdout.write(`${JSON.stringify(counts)}\n`);
   process.exit(0);
 });

@@ -51,10 +51,10 @@ export const DEFAULT_SOCKET_LIMITS: SocketLimits = {
   authTimeoutMs: 10_000,
   idleTimeoutMs: 300_000,
   frameTimeoutMs: 10_000,
-  maxBufferedBytes: 64 * MIB,
+  maxBufferedBytes: 16 * MIB,
   writePauseBytes: 64 * 1024,
   writeCloseBytes: 4 * MIB,
-  maxQueuedBytes: 64 * MIB,
+  maxQueuedBytes: 16 * MIB,
   maxInFlight: 256,
   maxLongPolls: 32,
 };

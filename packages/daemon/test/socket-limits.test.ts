@@ -173,7 +173,11 @@ describe("socket limits", () => {
     running = await runDaemon("memory", {
       extra: { limits: { write_pause_bytes: 1024, write_close_bytes: 1024 * 1024 } },
     });
-    const session = await running.daemon.engine.register({ agent_id: "bot", organization_id: "acme", config: {} });
+    const session = await running.daemon.engine.register({
+      agent_id: "bot",
+      organization_id: "acme",
+      config: {},
+    });
     for (let i = 0; i < 400; i++) {
       await running.daemon.engine.evaluate({
         session_id: session.session_id,

@@ -111,9 +111,13 @@ const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.u
 /** Starts `leash serve` and resolves once it prints its listening line (parsed as `listening`). */
 export function serve(
   args: string[],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ child: ChildProcess; stderr: () => string; listening: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [BIN, "serve", ...args], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env,
+    });
     let out = "";
     let err = "";
     const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);
