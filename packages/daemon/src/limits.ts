@@ -51,7 +51,7 @@ export const DEFAULT_SOCKET_LIMITS: SocketLimits = {
   authTimeoutMs: 10_000,
   idleTimeoutMs: 300_000,
   frameTimeoutMs: 10_000,
-  maxBufferedBytes: 16 * MIB,
+  maxBufferedBytes: 8 * MIB,
   writePauseBytes: 64 * 1024,
   writeCloseBytes: 4 * MIB,
   maxQueuedBytes: 16 * MIB,
