@@ -2,7 +2,7 @@
 // It attacks one socket path and keeps its connection count up until killed; it checks nothing itself.
 //
 // node hostile-peers.mjs --socket PATH --connections N [--key-hex HEX --key-id ID] [--kinds partial,idle,…]
-//   [--tails N]   (tail requests per never-reading peer, besides its 200 small ones; default 0)
+//   [--tails N] [--requests N]   (per never-reading peer: tail requests, default 0; small ones, default 200)
 // Without a key there are no never-reading peers (they need authenticated requests to get answers).
 // Prints a JSON line of counts each second and on SIGTERM.
 import { connect } from "node:net";
@@ -18,6 +18,7 @@ const { values } = parseArgs({
     "key-id": { type: "string" },
     kinds: { type: "string" },
     tails: { type: "string", default: "0" },
+    requests: { type: "string", default: "200" },
   },
 });
 if (values.socket === undefined) throw new Error("--socket PATH is required");
@@ -67,7 +68,7 @@ function unreadRequests() {
     const payload = { case: "tailEntries", value: create(TailRequestSchema, { last: 500, limit: 500 }) };
     frames.push(encodeFrame(sealEnvelope(payload, { ...key, sender: "agent", clock })));
   }
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < Number(values.requests); i++) {
     const payload = {
       case: "getSessionState",
       value: create(GetSessionStateRequestSchema, { sessionId: `no-such-session-${i}` }),

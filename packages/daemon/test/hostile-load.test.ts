@@ -99,6 +99,8 @@ describe(`${HOSTILE} hostile connections`, () => {
         HOSTILE_SCRIPT,
         ...["--socket", socket, "--connections", String(HOSTILE)],
         ...["--key-hex", Buffer.from(ACME.key).toString("hex"), "--key-id", ACME.keyId],
+        // Peers that never read, each with 50 requests unread (a flood is the rate quota's, tested apart).
+        ...["--requests", "50"],
       ],
       { stdio: ["ignore", "pipe", "inherit"] },
     );
