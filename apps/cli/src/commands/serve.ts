@@ -15,6 +15,7 @@ import {
   SocketInUseError,
   startDaemon,
 } from "@leash/daemon";
+import { defaultStateDir, stateCheckpointStore } from "@leash/recovery";
 import type { Command } from "commander";
 import { engineFailure } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "../io.js";
@@ -34,6 +35,7 @@ export interface ServeOptions extends KeyOptions {
   readonly console?: string;
   readonly consoleTokens?: string;
   readonly hitlTimeout?: string;
+  readonly stateDir?: string;
 }
 
 /** The console flags as daemon options: both or neither, the address and the tokens file checked first. */
@@ -146,6 +148,12 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   const hitlTimeoutS = hitlTimeoutOf(options.hitlTimeout);
   const target = parseStoreUrl(resolveStoreUrl(options.store, io.env, config.store));
   const { signer } = resolveSigner(options, io);
+  const stateDir = options.stateDir ?? defaultStateDir(io.env);
+  try {
+    stateCheckpointStore(stateDir, target.url);
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
   const socketPath = options.socket ?? defaultSocketPath(io.env);
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
@@ -155,6 +163,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       store: target.url,
       socketPath,
       handleSignals: true,
+      stateDir,
       ...(options.http === undefined ? {} : { http: options.http }),
       ...(grpc === undefined ? {} : { grpc }),
       ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
@@ -218,6 +227,10 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "the console's operators: JSON {tokens: [{sha256, operator, readonly}]} (make one with `leash console token add`)",
       )
       .option(
+        "--state-dir <dir>",
+        "where the last chain head this daemon signed is kept, outside the store, one checkpoint file per store (default: $LEASH_STATE_DIR, else $XDG_STATE_HOME/leash, else ~/.local/state/leash)",
+      )
+      .option(
         "--hitl-timeout <seconds>",
         "how long a HITL request waits for a human before it is a DENY, when the policy sets no hitl_timeout_s (default 900)",
       ),
@@ -244,6 +257,10 @@ daemon is removed at start; if another daemon listens on it, serve refuses to st
 verified before the socket opens and the signing key must be its key in force. A daemon without a
 signing key refuses to start unless --ephemeral-key. SIGTERM or SIGINT: stop accepting, finish the
 requests in flight, close the store, remove the socket file.
+Rollback: the last chain head the daemon signed is checkpointed in --state-dir as the chain grows
+(about every 250 ms, and at shutdown); a store whose chain is behind it or forked from it (an older
+copy restored) is refused at start, naming both heads. Restored on purpose? \`leash recover
+--accept-rollback\` records that in a signed entry, and serve starts again.
 gRPC: the organization is the client certificate's URI SAN leash:org:<id>, else its subject CN
 (with --tls-client-ca); without client certificates, the only configured organization, or
 (--grpc-insecure only) the leash-organization metadata.

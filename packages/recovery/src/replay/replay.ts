@@ -306,6 +306,7 @@ export class ChainReplayer {
         return this.#expired(data, nowNs);
       case "key_rotation":
       case "snapshot_repaired":
+      case "rollback_accepted":
         return; // no state of a session or a budget changes
       default:
         // A kind the engine does not write (a note, another tool's record): folded as changing no
