@@ -9,6 +9,7 @@ import {
   defaultSocketPath,
   GrpcConfigError,
   type GrpcOptions,
+  isLoopback,
   loadConsoleTokens,
   loadDaemonConfig,
   parseHostPort,
@@ -34,6 +35,7 @@ export interface ServeOptions extends KeyOptions {
   readonly tlsClientCa?: string;
   readonly console?: string;
   readonly consoleTokens?: string;
+  readonly consoleInsecure?: boolean;
   readonly hitlTimeout?: string;
   readonly stateDir?: string;
 }
@@ -43,6 +45,8 @@ function consoleOptionsOf(options: ServeOptions): ConsoleOptions | undefined {
   if (options.console === undefined) {
     if (options.consoleTokens !== undefined)
       throw new CliError("--console-tokens needs --console HOST:PORT", EXIT_BAD_INPUT);
+    if (options.consoleInsecure === true)
+      throw new CliError("--console-insecure needs --console HOST:PORT", EXIT_BAD_INPUT);
     return undefined;
   }
   if (options.consoleTokens === undefined) {
@@ -51,18 +55,29 @@ function consoleOptionsOf(options: ServeOptions): ConsoleOptions | undefined {
       EXIT_BAD_INPUT,
     );
   }
+  let host: string;
   try {
-    parseHostPort(options.console);
+    ({ host } = parseHostPort(options.console));
   } catch {
     throw new CliError(
       `--console wants HOST:PORT (e.g. 127.0.0.1:8788), not ${JSON.stringify(options.console)}`,
       EXIT_BAD_INPUT,
     );
   }
+  if (!isLoopback(host) && options.consoleInsecure !== true) {
+    throw new CliError(
+      `--console ${options.console} is not a loopback address, and the console speaks plain HTTP (tokens and session cookies in the clear): listen on 127.0.0.1 behind a TLS reverse proxy, or give --console-insecure`,
+      EXIT_BAD_INPUT,
+    );
+  }
   try {
     const tokens = loadConsoleTokens(options.consoleTokens);
     if (tokens.length === 0) throw new Error(`${options.consoleTokens} holds no tokens`);
-    return { listen: options.console, tokens };
+    return {
+      listen: options.console,
+      tokens,
+      ...(options.consoleInsecure === true ? { insecure: true } : {}),
+    };
   } catch (err) {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT);
   }
@@ -224,7 +239,11 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
       .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
       .option(
         "--console-tokens <file>",
-        "the console's operators: JSON {tokens: [{sha256, operator, readonly}]} (make one with `leash console token add`)",
+        "the console's operators: JSON {tokens: [{sha256, operator, readonly, organizations}]} (make one with `leash console token add`)",
+      )
+      .option(
+        "--console-insecure",
+        "allow --console on a non-loopback address although it speaks plain HTTP (only behind a TLS proxy)",
       )
       .option(
         "--state-dir <dir>",
@@ -266,7 +285,9 @@ gRPC: the organization is the client certificate's URI SAN leash:org:<id>, else 
 (--grpc-insecure only) the leash-organization metadata.
 Console: --console 127.0.0.1:8788 --console-tokens tokens.json serves the HITL console; operators sign
 in with their token (the chain records the token's operator, never a typed name); a read-only token
-sees the queue but cannot answer. Put it behind TLS (a reverse proxy) when it leaves loopback.
+sees the queue but cannot answer; a token sees and answers only the organizations it names. The
+console speaks plain HTTP: on a non-loopback address serve refuses to start unless --console-insecure
+(put a TLS reverse proxy in front).
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,
