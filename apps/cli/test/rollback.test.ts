@@ -96,7 +96,14 @@ describe.each(STORE_KINDS)("a restored older copy of a %s store", (kind) => {
     );
     expect(refused.stderr).toContain(`is entry ${signed.seq} (${signed.entry_hash})`);
 
-    // recover reads the same checkpoint: refused until the restore is accepted.
+    // verify and recover read the same checkpoint: refused until the restore is accepted.
+    const verify = () =>
+      leash(["verify", "--store", store.url, "--pubkey", A.pubHex, "--state-dir", stateDir]);
+    const failed = await verify();
+    expect(failed.code).toBe(1);
+    expect(failed.stdout).toContain(
+      `FAILED at entry ${signed.seq} (seq ${signed.seq}): truncated: the store's chain is behind the last head checkpointed outside it`,
+    );
     const recover = (...flags: string[]) =>
       leash(["recover", "--store", store.url, "--pubkey", A.pubHex, "--state-dir", stateDir, ...flags]);
     const plain = await recover();
@@ -111,7 +118,7 @@ describe.each(STORE_KINDS)("a restored older copy of a %s store", (kind) => {
       `rollback: the store (head entry ${backedUp.seq}) is behind the checkpoint (entry ${signed.seq} ${signed.entry_hash}): accepted (rollback_accepted entry ${backedUp.seq + 1})`,
     );
     expect(await head()).toMatchObject({ seq: backedUp.seq + 1, kind: "rollback_accepted" });
-    expect((await leash(["verify", "--store", store.url, "--pubkey", A.pubHex])).stdout).toMatch(/^OK: /);
+    expect((await verify()).stdout).toMatch(/^OK: /);
 
     const again = await serve(serveArgs());
     await again.stop();
