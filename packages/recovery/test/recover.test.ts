@@ -440,7 +440,11 @@ describe.each(SQL_KINDS)("recover on %s, damaged by hand", (kind) => {
     const report = await recover(s.substrate, options(s, { clock, signer: KEY.signer }));
     expect(report.ok).toBe(false);
     // Shorter than its checkpoint: behind it, as a restored older copy would be, both heads named.
-    expect(report.chain.rollback).toMatchObject({ kind: "behind", checkpoint: { count }, accepted_seq: null });
+    expect(report.chain.rollback).toMatchObject({
+      kind: "behind",
+      checkpoint: { count },
+      accepted_seq: null,
+    });
     expect(report.problems[0]).toMatchObject({ code: "chain_rolled_back" });
     expect(report.problems[0]!.message).toContain(
       `the store's chain is behind the last head checkpointed outside it: the store has no entry ${count - 1}`,

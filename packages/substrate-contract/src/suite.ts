@@ -8,6 +8,7 @@ import { chainStoreContract } from "./chain.js";
 import { concurrencyContract } from "./concurrency.js";
 import { conventionsContract } from "./conventions.js";
 import { hitlStoreContract } from "./hitl.js";
+import { messageStoreContract } from "./messages.js";
 import { migrationContract } from "./migrations.js";
 import { nonceStoreContract } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
@@ -34,6 +35,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     hitlStoreContract(opts);
     chainStoreContract(opts);
     outboxStoreContract(opts);
+    messageStoreContract(opts);
     writeBatchContract(opts);
     valuesContract(opts);
     transactionContract(opts);

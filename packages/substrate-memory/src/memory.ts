@@ -26,6 +26,7 @@ import {
   type WriteBatch,
   writeBatchByRows,
 } from "@leash/core";
+import { memoryMessageStore, OverlayMessages } from "./messages.js";
 import {
   createDataSet,
   type DataSet,
@@ -151,6 +152,7 @@ class MemoryTransaction {
   readonly #nonces: OverlayNonces;
   readonly #chain: OverlayChain;
   readonly #outbox: OverlayTable<OutboxItem>;
+  readonly #messages: OverlayMessages;
   #ended = false;
   readonly stores: SubstrateTx;
 
@@ -162,6 +164,7 @@ class MemoryTransaction {
     this.#nonces = new OverlayNonces(data.nonces);
     this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
     this.#outbox = new OverlayTable(data.outbox);
+    this.#messages = new OverlayMessages(data.messages);
     const rows = {
       sessions: this.#sessionStore(),
       nonces: this.#nonceStore(),
@@ -169,6 +172,7 @@ class MemoryTransaction {
       hitl: this.#hitlStore(),
       chain: this.#chainStore(),
       outbox: this.#outboxStore(),
+      messages: memoryMessageStore(this.#messages, () => this.#live()),
     };
     this.stores = Object.freeze({
       ...rows,
@@ -185,6 +189,7 @@ class MemoryTransaction {
     this.#nonces.commit();
     this.#chain.commit();
     this.#outbox.commit();
+    this.#messages.commit();
   }
 
   /** Uncommitted writes are simply dropped with the overlay: that is the whole rollback. */

@@ -5,6 +5,7 @@ import type {
   BudgetAccount,
   ChainEntryRecord,
   HitlRequest,
+  MessageRecord,
   Nonce,
   OutboxItem,
   Reservation,
@@ -24,6 +25,8 @@ export interface DataSet {
   readonly chainEntryIds: Set<string>;
   /** Outbox items by `outboxKey(seq)`. */
   readonly outbox: Map<string, OutboxItem>;
+  /** Decided messages by `messageKey(session_id, message_id)` (messages.ts). */
+  readonly messages: Map<string, MessageRecord>;
   /** Tail of the transaction queue: the next transaction starts when this settles. */
   tail: Promise<void>;
   /** Token of the transaction running now, so a nested transaction fails instead of deadlocking. */
@@ -40,6 +43,7 @@ export function createDataSet(): DataSet {
     chain: [],
     chainEntryIds: new Set(),
     outbox: new Map(),
+    messages: new Map(),
     tail: Promise.resolve(),
     active: null,
   };

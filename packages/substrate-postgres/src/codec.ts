@@ -23,6 +23,7 @@ export interface TableNames {
   /** One row (id 1) holding the newest entry's seq and hash: the lock every appender queues on. */
   readonly chainHead: string;
   readonly outbox: string;
+  readonly messages: string;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
@@ -50,6 +51,7 @@ export function tableNames(schema: string | undefined): TableNames {
     chain: table("leash_chain"),
     chainHead: table("leash_chain_head"),
     outbox: table("leash_outbox"),
+    messages: table("leash_messages"),
   };
 }
 

@@ -189,6 +189,23 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE UNIQUE INDEX leash_chain_nonces ON ${t.chain} (session_id, nonce) WHERE nonce IS NOT NULL`,
     ],
   },
+  {
+    version: 8,
+    // Decided request messages (MessageStore, messages.ts): the primary key is what lets one of two
+    // daemons racing on a message record it, the sent_ns index serves the prune of rows past the
+    // replay window. The SQLite substrate's version 8 mirrors it.
+    description: "decided messages",
+    statements: (t) => [
+      `CREATE TABLE ${t.messages} (
+  session_id text NOT NULL,
+  message_id text NOT NULL,
+  entry_seq bigint NOT NULL,
+  sent_ns bigint NOT NULL,
+  PRIMARY KEY (session_id, message_id)
+)`,
+      `CREATE INDEX leash_messages_by_sent ON ${t.messages} (sent_ns)`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

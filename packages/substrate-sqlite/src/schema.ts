@@ -182,6 +182,23 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE UNIQUE INDEX leash_chain_nonces ON leash_chain (session_id, nonce) WHERE nonce IS NOT NULL;
     `,
   },
+  {
+    // Decided request messages (MessageStore): one row per signed request the cluster answered, so a
+    // re-delivered copy gets the recorded verdict. The primary key is what makes a second decision
+    // of one message fail; the sent_ns index serves the prune of rows past the replay window.
+    version: 8,
+    name: "decided messages",
+    sql: `
+      CREATE TABLE leash_messages (
+        session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        entry_seq INTEGER NOT NULL,
+        sent_ns INTEGER NOT NULL,
+        PRIMARY KEY (session_id, message_id)
+      ) STRICT, WITHOUT ROWID;
+      CREATE INDEX leash_messages_by_sent ON leash_messages (sent_ns);
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */
