@@ -47,8 +47,8 @@ export class CheckpointWriter {
       this.#timer = null;
       this.#inFlight = this.#write().finally(() => {
         this.#inFlight = null;
-        // Commits during the write are covered by the next one.
-        if (this.#written !== key(this.current())) this.poke();
+        // Commits during the write are covered by the next one; after a failure, the next commit retries.
+        if (this.#error === null && this.#written !== key(this.current())) this.poke();
       });
     }, wait);
     this.#timer.unref();
