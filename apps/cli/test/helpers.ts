@@ -23,6 +23,8 @@ export interface Captured {
 /** Where `leash serve` and `leash recover` keep their checkpoints in these tests (not the home directory). */
 export const STATE_DIR = mkdtempSync(join(tmpdir(), "leash-cli-state-"));
 process.once("exit", () => rmSync(STATE_DIR, { recursive: true, force: true }));
+// `leash serve` children spawned with this process's environment keep theirs there too.
+process.env.LEASH_STATE_DIR ??= STATE_DIR;
 
 /**
  * Runs `leash argv…` in-process; `stdin` is what the command reads for `-` or no file. The environment

@@ -15,6 +15,8 @@ const BIN = join(ROOT, "apps/cli/dist/bin.js");
  */
 export const STATE_DIR = mkdtempSync(join(tmpdir(), "leash-test-state-"));
 process.once("exit", () => rmSync(STATE_DIR, { recursive: true, force: true }));
+// Children a test spawns itself (with this process's environment) keep theirs there too.
+process.env.LEASH_STATE_DIR ??= STATE_DIR;
 
 let built = false;
 /** `leash` runs from dist: bring it up to date (incremental, about a second when current). */
