@@ -303,7 +303,8 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
         },
       });
     }
-    // Holds whose agent never sent its postExec are released about every half TTL (at most each 30 s).
+    // Holds whose agent never sent its postExec are charged at their estimate about every half TTL (at
+    // most each 30 s): an ALLOWed call may have run.
     const sweepMs = Math.min(30_000, Math.max(100, (config.reservationTtlS * 1000) / 2));
     let sweeping = false;
     const live = engine;
@@ -313,12 +314,12 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       Promise.all([
         live
           .expireReservations()
-          .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds")),
+          .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds")),
         // Requests opened by another daemon on the same store have no timer here.
         hitl?.expireDue(),
         forgetMessages(live, clock),
       ])
-        .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
+        .catch((error: unknown) => logger.warn({ err: error }, "charging expired holds failed"))
         .finally(() => {
           sweeping = false;
         });

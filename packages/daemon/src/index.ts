@@ -4,6 +4,7 @@
 export {
   type DaemonConfig,
   DaemonConfigError,
+  keyMayActAs,
   loadDaemonConfig,
   type OrganizationConfig,
   parseDaemonConfig,

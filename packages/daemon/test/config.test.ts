@@ -6,7 +6,13 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { ErrorCode, GetSessionStateRequestSchema, RegisterRequestSchema } from "@leash/wire";
 import { describe, expect, it } from "vitest";
-import { DaemonConfigError, loadDaemonConfig, parseDaemonConfig, policyFor } from "../src/index.js";
+import {
+  DaemonConfigError,
+  keyMayActAs,
+  loadDaemonConfig,
+  parseDaemonConfig,
+  policyFor,
+} from "../src/index.js";
 import { RawClient } from "./raw-client.js";
 import { ACME, configObject, runDaemon, scratchDir } from "./support.js";
 
@@ -41,6 +47,25 @@ describe("daemon config", () => {
     });
   });
 
+  it("binds a key to agents (file or hex form); a key without agents acts for the whole organization", () => {
+    const dir = scratchDir();
+    const base = configObject(dir) as { organizations: { acme: { hmac_keys: Record<string, unknown> } } };
+    base.organizations.acme.hmac_keys = {
+      [ACME.keyId]: { file: join(dir, "acme-k1.hmac"), agents: ["research-bot"] },
+      "acme-k2": { hex: HEX, agents: ["writer-bot", "editor-bot"] },
+      "acme-k3": { hex: "cd".repeat(32) },
+    };
+    (base.organizations.acme as Record<string, unknown>).current_key = "acme-k3";
+    const acme = parseDaemonConfig(base).organizations.get("acme")!;
+    expect(Buffer.from(acme.hmacKeys.get(ACME.keyId)!).equals(Buffer.from(ACME.key))).toBe(true);
+    expect([...acme.keyAgents.get(ACME.keyId)!]).toEqual(["research-bot"]);
+    expect(acme.keyAgents.has("acme-k3")).toBe(false);
+    expect(keyMayActAs(acme, ACME.keyId, "research-bot")).toBe(true);
+    expect(keyMayActAs(acme, ACME.keyId, "writer-bot")).toBe(false);
+    expect(keyMayActAs(acme, "acme-k2", "editor-bot")).toBe(true);
+    expect(keyMayActAs(acme, "acme-k3", "anyone")).toBe(true);
+  });
+
   it.each([
     [{}, "/organizations must name at least one organization"],
     [
@@ -65,6 +90,18 @@ describe("daemon config", () => {
     [
       { organizations: { o: { hmac_keys: { k: { hex: HEX } }, default_guard: { denied_tools: "rm" } } } },
       "/organizations/o/default_guard/denied_tools must be array",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: [] } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: ["bot", ""] } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: "bot" } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
     ],
     [
       { organizations: { o: { hmac_keys: { k: { hex: HEX } } } }, reservation_ttl_s: 0 },

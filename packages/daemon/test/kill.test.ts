@@ -172,7 +172,7 @@ describe.each(["sqlite", "postgres"] as const)("SIGKILL of the daemon under load
     expect(totals.verdicts).toBeGreaterThan(KILLS * 5);
     expect(totals.expired).toBeGreaterThan(0);
     console.log(
-      `[daemon-kill ${kind}] seed ${SEED}: ${KILLS} kills, ${totals.verdicts} verdicts received, chain ${chain.length} entries, ${totals.expired} leaked holds released by recover`,
+      `[daemon-kill ${kind}] seed ${SEED}: ${KILLS} kills, ${totals.verdicts} verdicts received, chain ${chain.length} entries, ${totals.expired} leaked holds charged by recover`,
     );
   }, 240_000);
 });

@@ -7,8 +7,8 @@ import {
   BudgetGuardError,
   chainAvailable,
   chainOverLimit,
+  chargeExpired,
   ensureAccount,
-  expire,
   type Money,
   moneyString,
   planHold,
@@ -56,6 +56,7 @@ import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.j
 import { CheckpointWriter, checkpointIntervalOf } from "./checkpoint-writer.js";
 import { countsOnly } from "./count-only.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
+import { expiryEntryData } from "./expiry-entry.js";
 import {
   bindToPausedTool,
   boundRequest,
@@ -1048,8 +1049,8 @@ export function createEngine(options: EngineOptions): Engine {
               ? { error_message: recordableErrorText(request.error_message) }
               : {}),
             budget_after_usd: remaining,
-            // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
-            // back already, and the actual was spent all the same (real money was).
+            // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been charged
+            // at its estimate (settled_by_expiry), and this corrects the charge to the actual.
             late: settled.late,
             hold_status: hold.status,
             // How far past its limit this left the budget (0 within it): what an overrun beyond
@@ -1472,21 +1473,13 @@ export function createEngine(options: EngineOptions): Engine {
     expireReservations(limit = 1000) {
       return transaction(async (tx) => {
         const nowNs = clock.nowNs();
-        const expired = await expire(tx, nowNs, limit);
-        for (const r of expired) {
-          await auditor.record(
-            tx,
-            "reservation_expired",
-            {
-              session_id: r.session_id,
-              call_number: r.call_number,
-              reservation_id: r.reservation_id,
-              released_usd: r.amount_usd,
-            },
-            nowNs,
-          );
+        // An ALLOWed call's hold stays spent at its estimate (the call may have run); a late
+        // post-exec corrects it to the actual.
+        const charged = await chargeExpired(tx, nowNs, limit);
+        for (const r of charged) {
+          await auditor.record(tx, "settled_by_expiry", await expiryEntryData(tx, r), nowNs);
         }
-        return expired.length;
+        return charged.length;
       });
     },
 

@@ -153,7 +153,7 @@ export interface RecoveryReport {
   reservations: {
     /** PENDING budget holds past their TTL when recovery looked. */
     overdue: number;
-    /** Released by this run, each with a "reservation_expired" chain entry. */
+    /** Charged at their estimate by this run, each with a "settled_by_expiry" chain entry. */
     expired: number;
   };
   snapshots: {
@@ -231,8 +231,8 @@ function inspectHint(options: RecoverOptions): string {
  *    item are re-enqueued with `repair` (the entries themselves are never touched);
  *    with `repair` and `requeueDead`, DEAD items go back to PENDING for the relay;
  * 3. frees `leaseOwner`'s leases and counts the rest (expired leases are reclaimable by design);
- * 4. with a signer: releases budget holds past their TTL through the engine (one "reservation_expired"
- *    entry each) and marks sessions STALE after missed heartbeats (one "session_stale" entry each);
+ * 4. with a signer: charges budget holds past their TTL at their estimate through the engine (one
+ *    "settled_by_expiry" entry each: an ALLOWed call may have run, so its money is not given back) and marks sessions STALE after missed heartbeats (one "session_stale" entry each);
  *    without one, counts them;
  * 5. writes the new checkpoint when nothing is wrong.
  * Nothing is written when the chain fails or the signer is not the key in force: the report says
@@ -511,7 +511,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     );
     if (report.reservations.overdue > 0) {
       if (writable && signer !== undefined) {
-        // Through the engine, so each release gets the engine's own "reservation_expired" entry.
+        // Through the engine, so each charge gets the engine's own "settled_by_expiry" entry.
         const engine = createEngine({ substrate, signer, clock, ...verifiedHere });
         for (;;) {
           const n = await engine.expireReservations(EXPIRE_BATCH);
@@ -519,7 +519,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
           if (n < EXPIRE_BATCH) break;
         }
         report.actions.push(
-          `released ${report.reservations.expired} expired budget holds (reservation_expired entries)`,
+          `charged ${report.reservations.expired} expired budget holds at their estimate (settled_by_expiry entries)`,
         );
       } else {
         report.warnings.push({

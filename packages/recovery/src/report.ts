@@ -85,7 +85,7 @@ export function formatReport(report: RecoveryReport): string {
       `${plural(outbox.expiredLeases, "expired lease")}${leases === "" ? "" : `, live leases (${leases})`}`,
   );
   out.push(
-    `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} released; ` +
+    `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} charged at their estimate; ` +
       `sessions: ${sessions.overdue.length} missed heartbeats, ${sessions.markedStale.length} marked STALE`,
   );
   out.push(`  hitl: ${report.hitl.overdue} past their expiry, ${report.hitl.expired} expired`);

@@ -1,4 +1,4 @@
-// `leash recover`: the startup check of a store — verify the chain, reconcile the outbox, release leaked holds.
+// `leash recover`: the startup check of a store — verify the chain, reconcile the outbox, charge leaked holds.
 // The checks and repairs are @leash/recovery's; this picks keys and files, prints its report, and sets the status.
 import { existsSync, statSync } from "node:fs";
 import { userInfo } from "node:os";
@@ -149,7 +149,7 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
       program
         .command("recover")
         .description(
-          "check a store before serving from it: verify the chain, reconcile the outbox, release leaked budget holds",
+          "check a store before serving from it: verify the chain, reconcile the outbox, charge leaked budget holds at their estimate",
         )
         .option(
           "--pubkey <key>",
@@ -190,8 +190,8 @@ tail is caught); checks that every outbox item names a chain entry and every ent
 --repair, missing items are queued again; entries are never touched); counts relay leases and DEAD
 items (with --repair --requeue-dead, moves the DEAD ones back to PENDING for the relay, attempts reset
 and their last error kept: for once the sink that refused them is fixed); with a signing key
-(--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) releases budget holds past
-their TTL and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
+(--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) charges budget holds past
+their TTL at their estimate (settled_by_expiry) and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
 without one only counts them; and, when all is well, writes the checkpoint.
 Before any of those writes it replays the verified chain (decide, feedback, the budget arithmetic) and
 compares the state tables with it: sessions' state, counters and circuit flag, nonces, budget

@@ -5,6 +5,7 @@ import {
   accountChain,
   chainAvailable,
   chainOverLimit,
+  chargeExpired,
   ensureAccount,
   expire,
   type Money,
@@ -304,6 +305,8 @@ export class ChainReplayer {
         return;
       case "reservation_expired":
         return this.#expired(data, nowNs);
+      case "settled_by_expiry":
+        return this.#settledByExpiry(data, nowNs);
       case "key_rotation":
       case "snapshot_repaired":
       case "rollback_accepted":
@@ -771,6 +774,25 @@ export class ChainReplayer {
       );
     }
     expectEqual("released_usd", done[0]!.amount_usd, data.released_usd);
+  }
+
+  /** An ALLOWed call's hold passed its TTL unsettled and was charged at its estimate. */
+  async #settledByExpiry(data: Data, nowNs: number): Promise<void> {
+    const ledger = this.projection.ledger;
+    const id = data.reservation_id as string;
+    const done = await ledger.expiring(id, () => chargeExpired(ledger, nowNs, 1));
+    if (done.length !== 1) {
+      const hold = ledger.reservations.get(id);
+      throw new Mismatch(
+        "reservation_id",
+        "a PENDING hold past its TTL",
+        hold?.status ?? null,
+        `hold ${id} could not be charged at this entry`,
+      );
+    }
+    expectEqual("charged_usd", done[0]!.amount_usd, data.charged_usd);
+    const accounts = await accountChain(ledger, done[0]!.account_ids[0]!);
+    expectEqual("budget_after_usd", chainAvailable(accounts).toFixed(), data.budget_after_usd);
   }
 }
 
