@@ -53,7 +53,7 @@ describe("daemon config", () => {
     base.organizations.acme.hmac_keys = {
       [ACME.keyId]: { file: join(dir, "acme-k1.hmac"), agents: ["research-bot"] },
       "acme-k2": { hex: HEX, agents: ["writer-bot", "editor-bot"] },
-      "acme-k3": { hex: "cd".repeat(32) },
+      "acme-k3": { hex: randomBytes(32).toString("hex") },
     };
     (base.organizations.acme as Record<string, unknown>).current_key = "acme-k3";
     const acme = parseDaemonConfig(base).organizations.get("acme")!;
