@@ -53,6 +53,7 @@ import {
   resolveEstimate,
 } from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
+import { CheckpointWriter, checkpointIntervalOf } from "./checkpoint-writer.js";
 import { countsOnly } from "./count-only.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
 import { expiryEntryData } from "./expiry-entry.js";
@@ -319,7 +320,20 @@ export function createEngine(options: EngineOptions): Engine {
     substrate,
     trustedKeys: trustedKeyMap([...(options.trustedKeys ?? []), options.signer.publicKeyHex]),
     readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
+    ...(options.checkpointStore === undefined
+      ? {}
+      : { checkpointLocation: options.checkpointStore.location }),
   });
+  // The last trusted head, kept outside the store as the chain grows (a restored older copy is refused).
+  const checkpoints =
+    options.checkpointStore === undefined
+      ? null
+      : new CheckpointWriter(
+          options.checkpointStore,
+          () => trust.checkpoint,
+          checkpointIntervalOf(options.checkpointIntervalMs),
+          options.onCheckpointError,
+        );
   const auditor = new Auditor(options.signer, trust);
   const signedByKnownKey = (entry: ChainEntryRecord) => trust.signedByKnownKey(entry);
   const tracing = new EngineTracing(options.tracer);
@@ -342,6 +356,7 @@ export function createEngine(options: EngineOptions): Engine {
         if (ptx !== undefined) projection.failed(ptx);
         ptx = projection.begin(tx);
         await ptx.open();
+        await trust.checkHeadRow(tx, ptx.headNow());
         const result = await fn(ptx);
         await ptx.flush();
         projection.judged(ptx);
@@ -350,6 +365,7 @@ export function createEngine(options: EngineOptions): Engine {
       });
       projection.committed(ptx!);
       auditor.committed(ptx!);
+      checkpoints?.poke();
       return value;
     } catch (error) {
       if (ptx !== undefined) projection.failed(ptx);
@@ -1481,8 +1497,7 @@ export function createEngine(options: EngineOptions): Engine {
       });
       auditor.signer = next; // only once the rotation entry is committed
       // A checkpoint past the rotation lets an engine that holds only the next key open from it.
-      const checkpoint = trust.checkpoint;
-      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
+      await checkpoints?.flush();
     },
 
     get publicKeyHex() {
@@ -1499,9 +1514,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     async close() {
-      const checkpoint = trust.checkpoint;
-      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
-      return checkpoint;
+      return checkpoints === null ? trust.checkpoint : await checkpoints.flush();
     },
   };
 }

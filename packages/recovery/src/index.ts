@@ -25,6 +25,7 @@ export {
   replayChain,
 } from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
+export { ROLLBACK_ACCEPTED, recordRollbackAccepted } from "./rollback.js";
 export {
   compareSnapshots,
   describeDifferences,
@@ -33,3 +34,4 @@ export {
   type SnapshotTable,
 } from "./snapshot-check.js";
 export { findStaleSessions, lastSeenNs } from "./stale.js";
+export { defaultStateDir, stateCheckpointStore, storeIdentity } from "./state-dir.js";

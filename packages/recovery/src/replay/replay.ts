@@ -309,6 +309,7 @@ export class ChainReplayer {
         return this.#settledByExpiry(data, nowNs);
       case "key_rotation":
       case "snapshot_repaired":
+      case "rollback_accepted":
         return; // no state of a session or a budget changes
       default:
         // A kind the engine does not write (a note, another tool's record): folded as changing no
