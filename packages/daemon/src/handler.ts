@@ -2,7 +2,13 @@
 // Every decision is @leash/engine's; this maps SP/1.0 messages onto engine calls and engine errors onto Appendix B.
 import { create } from "@bufbuild/protobuf";
 import type { Clock, Config, Nonce } from "@leash/core";
-import { type Engine, type EvaluateRequest, LeashError, type SessionView } from "@leash/engine";
+import {
+  DEFAULT_MAX_PARAMS_BYTES,
+  type Engine,
+  type EvaluateRequest,
+  LeashError,
+  type SessionView,
+} from "@leash/engine";
 import {
   BudgetScope,
   denyReasonFor,
@@ -19,6 +25,7 @@ import {
   HitlStatus,
   type HitlUpdate,
   HitlUpdateSchema,
+  MAX_FRAME_BYTES,
   moneyFromWire,
   moneyToWire,
   negotiateProtocolVersion,
@@ -39,6 +46,7 @@ import {
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
+import { answerFits, idProblem, largestParamsCap, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
@@ -353,6 +361,8 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       throw new Refusal(ErrorCode.AUTHENTICATION_FAILED, "unknown_key", "unknown organization");
     if (request.agentId === "")
       throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_agent_id", "agent_id is required");
+    const tooLong = idProblem(request.agentId, request.sessionId);
+    if (tooLong !== null) throw new Refusal(ErrorCode.INVALID_MESSAGE, "id_too_long", tooLong);
     if (request.sessionId !== "") {
       // Resuming: the session must be this organization's (a new id is created under it).
       const known = sessionOrgs.get(request.sessionId);
@@ -423,6 +433,21 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       ...(estimate === undefined ? {} : { estimated_cost_usd: estimate }),
       ...(expected === undefined ? {} : { expected_params_hash: expected }),
     };
+    // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
+    const org = config.organizations.get(context.auth.organizationId);
+    const texts = {
+      sessionId: request.sessionId,
+      toolName: request.toolName,
+      organizationId: context.auth.organizationId,
+      paramsBytes: org === undefined ? DEFAULT_MAX_PARAMS_BYTES : largestParamsCap(org),
+    };
+    if (!answerFits(texts)) {
+      throw new Refusal(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        "answer_too_large",
+        `the answer could be ${preExecAnswerBound(texts)} bytes, over the ${MAX_FRAME_BYTES}-byte frame: shorten tool_name`,
+      );
+    }
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;

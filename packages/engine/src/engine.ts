@@ -71,6 +71,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
@@ -772,6 +773,9 @@ export function createEngine(options: EngineOptions): Engine {
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;
     }
+    // Params over the guard's cap are refused whatever else was decided, and never stored (params-cap.ts).
+    const tooLarge = oversizedBytes(paramsText, maxParamsBytes(config));
+    if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -904,6 +908,7 @@ export function createEngine(options: EngineOptions): Engine {
         now_ns: nowNs,
         ...replayInputs({
           paramsText,
+          paramsBytes: tooLarge,
           expectedHash,
           hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
           holdTtlNs: reservation_id === null ? null : ttlNs,

@@ -45,6 +45,12 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
+export {
+  DEFAULT_MAX_PARAMS_BYTES,
+  maxParamsBytes,
+  oversizedBytes,
+  PARAMS_TOO_LARGE,
+} from "./params-cap.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

@@ -21,9 +21,10 @@ export const nodeSha256HexOfBytes: (bytes: Uint8Array) => string = nodeSha256Hex
 /**
  * Bumped when a decision entry's replay inputs change; entries without it are not re-derived.
  * 1: inputs beside a copy of the state decide() saw. 2: no state copy (replay folds it from the
- * entries before), and the optional inputs below are absent rather than null.
+ * entries before), and the optional inputs below are absent rather than null. 3: the guard's
+ * `max_params_bytes` applies (params-cap.ts); params over it are recorded as `params_bytes` alone.
  */
-export const REPLAY_INPUTS_VERSION = 2;
+export const REPLAY_INPUTS_VERSION = 3;
 
 /** The params' canonical JSON, as canonicalHash hashes it (number literals as Python reads them). */
 export function canonicalParamsText(params: unknown): string {
@@ -33,6 +34,8 @@ export function canonicalParamsText(params: unknown): string {
 export interface ReplayInputsArgs {
   /** Canonical JSON of the params, or null when they have none (rule 1 then decides). */
   paramsText: string | null;
+  /** The params' size when it exceeds the guard's cap: then it is recorded instead of the params. */
+  paramsBytes: number | null;
   /** The caller's digest of the params (a daemon's tool_params_hash), when given. */
   expectedHash: string | null | undefined;
   /** The HITL request this call opened, when it was paused. */
@@ -45,10 +48,10 @@ export interface ReplayInputsArgs {
 export function replayInputs(args: ReplayInputsArgs): Record<string, unknown> {
   // Absent, not null, when unused: every byte of an entry is hashed once and, inside the signature,
   // twice more (Ed25519's SHA-512), on every decision.
-  const inputs: Record<string, unknown> = {
-    replay_inputs: REPLAY_INPUTS_VERSION,
-    params_json: args.paramsText,
-  };
+  const inputs: Record<string, unknown> =
+    args.paramsBytes === null
+      ? { replay_inputs: REPLAY_INPUTS_VERSION, params_json: args.paramsText }
+      : { replay_inputs: REPLAY_INPUTS_VERSION, params_bytes: args.paramsBytes };
   if (args.expectedHash !== undefined && args.expectedHash !== null)
     inputs.expected_params_hash = args.expectedHash;
   if (args.hitlRequestId !== null) inputs.hitl_request_id = args.hitlRequestId;

@@ -43,10 +43,13 @@ import {
   HITL_TIMEOUT,
   hasTransition,
   hitlExpiresNs,
+  maxParamsBytes,
   nodeSha256Hex,
   nodeSha256HexOfBytes,
   outranksEstimate,
+  oversizedBytes,
   PARAMS_HASH_MISMATCH,
+  PARAMS_TOO_LARGE,
   pausedOf,
   releasesApproval,
   resolveEstimate,
@@ -390,12 +393,15 @@ export class ChainReplayer {
       accountId === null || malformed ? null : resolveEstimate(config, toolName, data.estimated_cost_usd);
     let params: unknown = {};
     let paramsHash = data.params_hash as string | null;
+    const text = data.params_json;
     if (provable) {
-      const text = data.params_json;
       if (typeof text === "string") {
         paramsHash = sha256Hex(text);
         expectEqual("params_hash", paramsHash, data.params_hash);
         params = readParams(text);
+      } else if (typeof data.params_bytes === "number") {
+        // Params over the cap were recorded by digest and size alone: the cap decides, not decide().
+        params = NON_CANONICAL;
       } else {
         expectEqual("params_hash", null, data.params_hash);
         params = NON_CANONICAL;
@@ -480,6 +486,15 @@ export class ChainReplayer {
       if (!malformed && decision.verdict !== "DENY" && timedOut(state, call)) decision = HITL_TIMEOUT;
       const expectedHash = data.expected_params_hash;
       if (typeof expectedHash === "string" && expectedHash !== paramsHash) decision = PARAMS_HASH_MISMATCH;
+      // From replay inputs 3 on, the guard's params cap applies, as in the engine (params-cap.ts).
+      if (typeof data.replay_inputs === "number" && data.replay_inputs >= 3) {
+        const cap = maxParamsBytes(config);
+        const recorded = typeof data.params_bytes === "number" ? data.params_bytes : null;
+        const tooLarge =
+          recorded === null ? oversizedBytes(typeof text === "string" ? text : null, cap) : recorded;
+        if (tooLarge !== null && tooLarge > cap) decision = PARAMS_TOO_LARGE;
+        expectEqual("params_bytes", tooLarge !== null && tooLarge > cap ? tooLarge : null, recorded);
+      }
     }
 
     let reservationId: string | null = null;
