@@ -151,6 +151,7 @@ class MemoryTransaction {
   readonly #nonces: OverlayNonces;
   readonly #chain: OverlayChain;
   readonly #outbox: OverlayTable<OutboxItem>;
+  readonly #params: OverlayTable<string>;
   #ended = false;
   readonly stores: SubstrateTx;
 
@@ -162,6 +163,7 @@ class MemoryTransaction {
     this.#nonces = new OverlayNonces(data.nonces);
     this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
     this.#outbox = new OverlayTable(data.outbox);
+    this.#params = new OverlayTable(data.params);
     const rows = {
       sessions: this.#sessionStore(),
       nonces: this.#nonceStore(),
@@ -185,6 +187,7 @@ class MemoryTransaction {
     this.#nonces.commit();
     this.#chain.commit();
     this.#outbox.commit();
+    this.#params.commit();
   }
 
   /** Uncommitted writes are simply dropped with the overlay: that is the whole rollback. */
@@ -338,6 +341,7 @@ class MemoryTransaction {
   #chainStore(): ChainStore {
     const chain = this.#chain;
     const nonces = this.#nonces;
+    const params = this.#params;
     return {
       head: async () => {
         this.#live();
@@ -362,9 +366,19 @@ class MemoryTransaction {
           }
         }
         // Stored without the field when it has no nonce, so range gives back what was appended.
-        const { nonce: _omit, ...rest } = entry;
+        const { nonce: _omit, params: blob, ...rest } = entry;
         chain.push(copy(nonce === null ? rest : { ...rest, nonce }));
         if (key !== null) nonces.add(entry.session_id as string, key, entry.seq);
+        if (blob !== undefined && !params.has(blob.hash)) params.set(blob.hash, blob.text);
+      },
+      params: async (hashes) => {
+        this.#live();
+        const found = new Map<string, string>();
+        for (const hash of hashes) {
+          const text = params.get(hash);
+          if (text !== undefined) found.set(hash, text);
+        }
+        return found;
       },
       range: async (fromSeq, limit) => {
         this.#live();

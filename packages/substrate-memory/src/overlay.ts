@@ -22,6 +22,8 @@ export interface DataSet {
   /** The committed chain: entry `seq` sits at index `seq`, because append only ever takes the next seq. */
   readonly chain: ChainEntryRecord[];
   readonly chainEntryIds: Set<string>;
+  /** Params texts by digest (ChainEntryRecord.params), each kept once. */
+  readonly params: Map<string, string>;
   /** Outbox items by `outboxKey(seq)`. */
   readonly outbox: Map<string, OutboxItem>;
   /** Tail of the transaction queue: the next transaction starts when this settles. */
@@ -39,6 +41,7 @@ export function createDataSet(): DataSet {
     nonces: new Map(),
     chain: [],
     chainEntryIds: new Set(),
+    params: new Map(),
     outbox: new Map(),
     tail: Promise.resolve(),
     active: null,

@@ -189,6 +189,14 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE UNIQUE INDEX leash_chain_nonces ON ${t.chain} (session_id, nonce) WHERE nonce IS NOT NULL`,
     ],
   },
+  {
+    version: 8,
+    // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
+    // digest, the text is kept once however many entries name it. Entries written before carry
+    // theirs inline. The SQLite substrate's version 8 mirrors it.
+    description: "params by digest (leash_params)",
+    statements: (t) => [`CREATE TABLE ${t.params} (hash text PRIMARY KEY, text text NOT NULL)`],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -182,6 +182,16 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE UNIQUE INDEX leash_chain_nonces ON leash_chain (session_id, nonce) WHERE nonce IS NOT NULL;
     `,
   },
+  {
+    // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
+    // digest, the text is kept once however many entries name it. Entries written before carry
+    // theirs inline. The PostgreSQL substrate's version 8 mirrors it.
+    version: 8,
+    name: "params by digest",
+    sql: `
+      CREATE TABLE leash_params (hash TEXT NOT NULL PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */
