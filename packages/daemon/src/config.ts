@@ -4,10 +4,8 @@ import { readFileSync, statSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
-import { maxParamsBytes } from "@leash/engine";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
-import { paramsCapLimit } from "./answer-size.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -144,7 +142,6 @@ export function parseDaemonConfig(
         agents.set(agentId, guardOf({ ...defaultGuard, ...(agent.guard as object) }, `${at}/guard`, fail));
       }
     }
-    checkParamsCaps(orgId, defaultGuard, agents, where, fail);
     organizations.set(orgId, { organizationId: orgId, hmacKeys, currentKeyId, defaultGuard, agents });
   }
   return {
@@ -153,27 +150,6 @@ export function parseDaemonConfig(
     organizations,
     keyOwners,
   };
-}
-
-/** Refuses a max_params_bytes whose answers could not be sent in one frame (answer-size.ts). */
-function checkParamsCaps(
-  orgId: string,
-  defaultGuard: Config,
-  agents: ReadonlyMap<string, Config>,
-  where: string,
-  fail: Fail,
-): void {
-  const limit = paramsCapLimit(orgId);
-  const guards: Array<[string, Config]> = [[`${where}/default_guard`, defaultGuard]];
-  for (const [agentId, guard] of agents) guards.push([`${where}/agents/${agentId}/guard`, guard]);
-  for (const [at, guard] of guards) {
-    const cap = maxParamsBytes(guard);
-    if (cap > limit) {
-      fail(
-        `${at}/max_params_bytes ${cap} is more than one 1 MiB answer can carry with its receipt (at most ${limit})`,
-      );
-    }
-  }
 }
 
 /** Reads a `.json`, `.yaml` or `.yml` daemon configuration. */

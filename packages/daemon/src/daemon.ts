@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
-import { compareSnapshots, describeDifferences, replayChain } from "@leash/recovery";
+import { compareSnapshots, describeDifferences, replayChain, storedParams } from "@leash/recovery";
 import { ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -120,7 +120,7 @@ async function checkChain(substrate: Substrate, signer: Signer, trusted: readonl
  * spent_usd or circuit flag would decide on a state its own chain contradicts (fail closed).
  */
 async function checkStateTables(substrate: Substrate): Promise<void> {
-  const replay = await replayChain(wholeChain(substrate));
+  const replay = await replayChain(wholeChain(substrate), { params: storedParams(substrate) });
   if (!replay.ok) {
     const m = replay.mismatch!;
     throw new Error(

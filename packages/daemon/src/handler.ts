@@ -2,13 +2,7 @@
 // Every decision is @leash/engine's; this maps SP/1.0 messages onto engine calls and engine errors onto Appendix B.
 import { create } from "@bufbuild/protobuf";
 import type { Clock, Config, Nonce } from "@leash/core";
-import {
-  DEFAULT_MAX_PARAMS_BYTES,
-  type Engine,
-  type EvaluateRequest,
-  LeashError,
-  type SessionView,
-} from "@leash/engine";
+import { type Engine, type EvaluateRequest, LeashError, type SessionView } from "@leash/engine";
 import {
   BudgetScope,
   denyReasonFor,
@@ -46,7 +40,7 @@ import {
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
-import { answerFits, idProblem, largestParamsCap, preExecAnswerBound } from "./answer-size.js";
+import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
@@ -434,12 +428,10 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       ...(expected === undefined ? {} : { expected_params_hash: expected }),
     };
     // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
-    const org = config.organizations.get(context.auth.organizationId);
     const texts = {
       sessionId: request.sessionId,
       toolName: request.toolName,
       organizationId: context.auth.organizationId,
-      paramsBytes: org === undefined ? DEFAULT_MAX_PARAMS_BYTES : largestParamsCap(org),
     };
     if (!answerFits(texts)) {
       throw new Refusal(

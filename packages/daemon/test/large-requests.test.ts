@@ -4,6 +4,7 @@ import { create } from "@bufbuild/protobuf";
 import { type Client, credentials, Metadata, makeGenericClientConstructor } from "@grpc/grpc-js";
 import { verifyChain } from "@leash/chain";
 import type { ChainEntryRecord } from "@leash/core";
+import { PARAMS_INLINE_MAX } from "@leash/engine";
 import {
   type Envelope,
   ErrorCode,
@@ -16,9 +17,9 @@ import {
   Verdict,
 } from "@leash/wire";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseDaemonConfig, preExecAnswerBound, shackleServiceDefinition } from "../src/index.js";
+import { preExecAnswerBound, shackleServiceDefinition } from "../src/index.js";
 import { RawClient } from "./raw-client.js";
-import { ACME, configObject, type Running, runDaemon, scratchDir } from "./support.js";
+import { ACME, type Running, runDaemon } from "./support.js";
 
 /** About 790 KB of params: a request that fits the 1 MiB frame, an answer with them inline that would not. */
 const BIG = { blob: "x".repeat(790_000) };
@@ -123,42 +124,52 @@ describe("answers that could not fit a frame (SQLite)", () => {
     expect(await readChain(running)).toEqual([]);
   });
 
-  it("the bound holds for an answer at its largest: longest ids, control characters, params at the cap", async () => {
+  it("the bound holds for an answer at its largest: longest ids, control characters, inline params at their longest", async () => {
     running = await runDaemon("sqlite");
     client = await RawClient.connect(running.socket, ACME);
     const sessionId = "\u0001".repeat(256);
     const agentId = "\u0002".repeat(256);
     const reg = await register(client, { agentId, sessionId });
     expect((reg.payload.value as RegisterResponse).sessionId).toBe(sessionId);
-    // Canonical {"p":"\"\"…"} of exactly 256 KiB: every quote is 2 bytes there, 4 inside the entry.
-    const params = { p: '"'.repeat((256 * 1024 - 8) / 2) };
-    const toolName = "\u0003".repeat(2000);
+    // Canonical {"p":"\"\"…"} one unit short of being stored by digest: every quote 2 bytes there, 4 in the entry.
+    const params = { p: '"'.repeat((PARAMS_INLINE_MAX - 9) / 2) };
+    const toolName = "\u0003".repeat(40_000);
     const answer = await client.request(preExec(sessionId, toolName, params));
     const response = answer.payload.value as PreExecResponse;
     expect([response.verdict, response.reason]).toEqual([Verdict.ALLOW, "within_thresholds"]);
+    const entries = await readChain(running);
+    expect(entries.at(-1)!.body).toContain('"params_json":"{');
     const size = client.bodySizes.at(-1)!;
-    const bound = preExecAnswerBound({
-      sessionId,
-      toolName,
-      organizationId: "acme",
-      paramsBytes: 256 * 1024,
-    });
-    expect(size).toBeGreaterThan(700_000);
+    const bound = preExecAnswerBound({ sessionId, toolName, organizationId: "acme" });
+    expect(size).toBeGreaterThan(300_000);
     expect(size).toBeLessThanOrEqual(bound);
     expect(bound).toBeLessThanOrEqual(MAX_FRAME_BYTES);
   }, 30_000);
 
-  it("refuses a config whose max_params_bytes could not be answered in one frame", () => {
-    const dir = scratchDir();
-    expect(() => parseDaemonConfig(configObject(dir, {}) as never)).not.toThrow();
-    const object = configObject(dir);
-    (object.organizations as { acme: { default_guard: Record<string, unknown> } }).acme.default_guard = {
-      max_params_bytes: 600_000,
-    };
-    expect(() => parseDaemonConfig(object)).toThrow(
-      /\/organizations\/acme\/default_guard\/max_params_bytes 600000 is more than one 1 MiB answer can carry/,
+  it("answers params of any size the policy allows: stored by digest, the receipt carries their digest only", async () => {
+    running = await runDaemon("sqlite", {
+      extra: {
+        organizations: {
+          acme: {
+            hmac_keys: { [ACME.keyId]: { hex: Buffer.from(ACME.key).toString("hex") } },
+            default_guard: { budget_usd: 1, max_params_bytes: 900_000 },
+          },
+        },
+      },
+    });
+    client = await RawClient.connect(running.socket, ACME);
+    const sessionId = ((await register(client)).payload.value as RegisterResponse).sessionId;
+    const answer = await client.request(preExec(sessionId, "upload", BIG));
+    const response = answer.payload.value as PreExecResponse;
+    expect([response.verdict, response.reason]).toEqual([Verdict.ALLOW, "within_thresholds"]);
+    expect(client.bodySizes.at(-1)!).toBeLessThan(8 * 1024);
+    const data = decisions(await readChain(running))[0]!;
+    expect([data.params_blob, data.params_json]).toEqual([true, undefined]);
+    const stored = await running.store.substrate.transaction((tx) =>
+      tx.chain.params([data.params_hash as string]),
     );
-  });
+    expect(stored.get(data.params_hash as string)?.length).toBeGreaterThan(790_000);
+  }, 30_000);
 });
 
 const ShackleClient = makeGenericClientConstructor(shackleServiceDefinition(), "ShackleDaemon");

@@ -73,7 +73,13 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { Projection, type ProjectionTx } from "./projection.js";
-import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
+import {
+  canonicalParamsText,
+  nodeSha256Hex,
+  nodeSha256HexOfBytes,
+  paramsBlobOf,
+  replayInputs,
+} from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
@@ -776,6 +782,8 @@ export function createEngine(options: EngineOptions): Engine {
     // Params over the guard's cap are refused whatever else was decided, and never stored (params-cap.ts).
     const tooLarge = oversizedBytes(paramsText, maxParamsBytes(config));
     if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
+    // Large params are stored once by digest beside the chain, not in every entry (params-cap.ts).
+    const blob = paramsBlobOf(paramsText, paramsHash, tooLarge);
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -909,6 +917,7 @@ export function createEngine(options: EngineOptions): Engine {
         ...replayInputs({
           paramsText,
           paramsBytes: tooLarge,
+          paramsBlob: blob !== null,
           expectedHash,
           hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
           holdTtlNs: reservation_id === null ? null : ttlNs,
@@ -916,7 +925,7 @@ export function createEngine(options: EngineOptions): Engine {
       },
       nowNs,
       head,
-      spends,
+      blob === null ? spends : { ...spends, params: blob },
     );
     if (opened !== null) {
       // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params

@@ -49,6 +49,7 @@ export {
   DEFAULT_MAX_PARAMS_BYTES,
   maxParamsBytes,
   oversizedBytes,
+  PARAMS_INLINE_MAX,
   PARAMS_TOO_LARGE,
 } from "./params-cap.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";

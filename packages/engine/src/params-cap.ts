@@ -8,6 +8,14 @@ import type { EngineReason } from "./types.js";
 export const DEFAULT_MAX_PARAMS_BYTES = 256 * 1024;
 
 /**
+ * Params whose canonical text has at least this many UTF-16 code units are stored once by digest
+ * beside the chain (ChainEntryRecord.params; the entry says `params_blob: true`), not in the entry:
+ * a hundred calls with the same large params store them once, and no entry (so no receipt, no
+ * answer) carries more than this of params. Smaller params stay inline, where they cost less than a row.
+ */
+export const PARAMS_INLINE_MAX = 1024;
+
+/**
  * Params over the cap: recorded (with their digest and size, without the params themselves) and
  * counted, no circuit trip, nothing held, no nonce spent — the input is refused, the session goes on.
  */

@@ -1,7 +1,7 @@
 // replayChain() over the guard's max_params_bytes: a params_too_large DENY (recorded without its params) is
 // re-derived from its recorded size; an entry that lies about it is found; entries before the cap existed still fold.
 import { appendEntry, generateKeyPair, type Json, parseEntryBody } from "@leash/chain";
-import type { ChainEntryRecord, Substrate } from "@leash/core";
+import { type ChainEntryRecord, canonicalJson, type Substrate } from "@leash/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { compareSnapshots, replayChain } from "../src/index.js";
 import { KINDS, type Kind, manualClock, openStore, type TestStore } from "./support.js";
@@ -39,6 +39,12 @@ async function resigned(
   } finally {
     await mem.close();
   }
+}
+
+/** A decision's data as engines before the cap and the params store wrote it: replay inputs 2, params inline. */
+function inlined(data: Record<string, unknown>): Record<string, unknown> {
+  const { params_blob: _stored, ...rest } = data;
+  return { ...rest, replay_inputs: 2, params_json: canonicalJson({ p: "q".repeat(300_000) }) };
 }
 
 describe.each(KINDS)("replayChain over max_params_bytes on %s", (kind: Kind) => {
@@ -105,7 +111,7 @@ describe.each(KINDS)("replayChain over max_params_bytes on %s", (kind: Kind) => 
           body.kind === "session_registered"
             ? { ...body.data, config: {} }
             : body.kind === "decision"
-              ? { ...body.data, replay_inputs: 2 }
+              ? inlined(body.data)
               : body.data;
         await mem.substrate.transaction((tx) =>
           appendEntry(tx, {
@@ -120,6 +126,7 @@ describe.each(KINDS)("replayChain over max_params_bytes on %s", (kind: Kind) => 
     } finally {
       await mem.close();
     }
+    expect(old.some((e) => e.body.includes('"params_json":"{'))).toBe(true);
     const result = await replayChain(old);
     expect(result.mismatch).toBeNull();
     expect(result.verdicts_checked).toBe(1);

@@ -3,7 +3,7 @@
 import { rename, writeFile } from "node:fs/promises";
 import { type Checkpoint, checkpointOf, type VerifyChainResult, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
-import { type ReplayResult, replayChain } from "@leash/recovery";
+import { type ReplayResult, replayChain, storedParams } from "@leash/recovery";
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
@@ -153,7 +153,10 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (!result.ok) return EXIT_REFUSED;
     if (options.replay === true) {
       // Only a chain whose signatures verify is worth replaying: what it proves rests on them.
-      const replayed = await replayChain(await again());
+      const replayed = await replayChain(
+        await again(),
+        substrate === undefined ? {} : { params: storedParams(substrate) },
+      );
       io.stdout(replayLine(replayed));
       if (!replayed.ok) return EXIT_REFUSED;
     }
