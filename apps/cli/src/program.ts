@@ -18,6 +18,7 @@ import { registerKey } from "./commands/key.js";
 import { registerKeygen } from "./commands/keygen.js";
 import { registerMcp } from "./commands/mcp.js";
 import { registerMigrate } from "./commands/migrate.js";
+import { registerPolicy } from "./commands/policy.js";
 import { registerReceipt } from "./commands/receipt.js";
 import { registerRecover } from "./commands/recover.js";
 import { registerRelay } from "./commands/relay.js";
@@ -92,6 +93,8 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerConsole(program, io, setExit);
   // Where agents live: an MCP server behind Leash.
   registerMcp(program, io, setExit);
+  // Policies operators write, checked and tested as code.
+  registerPolicy(program, io, setExit);
   const bench = registerBench(program, io, setExit);
   registerBenchEngine(bench, io, setExit);
   registerBenchDaemon(bench, io, setExit);

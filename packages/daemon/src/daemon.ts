@@ -6,7 +6,7 @@ import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
 import { compareSnapshots, describeDifferences, replayChain, storedParams } from "@leash/recovery";
-import { ReplayWindow } from "@leash/wire";
+import { DEFAULT_REPLAY_WINDOW_MS, ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
 import { type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
@@ -67,6 +67,23 @@ export interface Daemon {
   readonly closed: Promise<void>;
   /** Stops accepting, finishes the requests in flight, closes the store, removes the socket file. */
   close(): Promise<void>;
+}
+
+/** Passes on forgetting a decided message id: at most this many times MESSAGES_PER_PASS rows a sweep. */
+const MESSAGE_PASSES = 10;
+const MESSAGES_PER_PASS = 10_000;
+
+/**
+ * Forgets decided message ids sent more than two replay windows ago. Any daemon refuses a copy of
+ * such an envelope by its timestamp already (one window, on its own clock; the second absorbs up
+ * to a window of skew between the cluster's clocks), so forgetting it never lets a request be
+ * decided twice; it bounds the table to about two windows of decisions.
+ */
+async function forgetMessages(engine: Engine, clock: Clock): Promise<void> {
+  const beforeNs = Math.trunc(clock.nowNs()) - 2 * DEFAULT_REPLAY_WINDOW_MS * 1_000_000;
+  for (let pass = 0; pass < MESSAGE_PASSES; pass++) {
+    if ((await engine.forgetMessages(beforeNs, MESSAGES_PER_PASS)) < MESSAGES_PER_PASS) return;
+  }
 }
 
 /** This package's version, read from its package.json (works from src and dist). */
@@ -244,6 +261,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
           .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds")),
         // Requests opened by another daemon on the same store have no timer here.
         hitl?.expireDue(),
+        forgetMessages(engine, clock),
       ])
         .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
         .finally(() => {

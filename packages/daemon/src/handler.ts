@@ -61,6 +61,12 @@ export interface RequestContext {
   readonly protocolVersion: string;
   /** Aborted when the caller is gone (its connection closed, its call cancelled): long waits stop. */
   readonly signal?: AbortSignal;
+  /**
+   * The signed envelope's id and timestamp (the socket's; gRPC has no envelope). A PreExec carrying
+   * one is decided once per store: a copy that reaches another daemon, or this one after a restart,
+   * gets the recorded answer.
+   */
+  readonly message?: { readonly id: string; readonly sentNs: bigint };
 }
 
 /** One answer: a response payload, or null when the request takes none (a recorded PostExec). */
@@ -426,6 +432,9 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       // Exact decimal text: the engine reads it without a float (1.0000000000000000000000001 > 1).
       ...(estimate === undefined ? {} : { estimated_cost_usd: estimate }),
       ...(expected === undefined ? {} : { expected_params_hash: expected }),
+      ...(context.message === undefined
+        ? {}
+        : { message: { id: context.message.id, sent_ns: Number(context.message.sentNs) } }),
     };
     // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
     const texts = {
@@ -455,8 +464,11 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     // With HITL the agent learns which request to wait for, and until when.
     const hitlRequestId = result.verdict === "HITL" ? (result.hitl_request_id ?? "") : "";
     const hitlExpiresNs = hitlRequestId === "" ? 0n : toNs((await engine.getHitl(hitlRequestId)).expires_ns);
-    metrics.verdicts.inc({ verdict: result.verdict, reason });
-    if (result.reservation_id !== null) metrics.holdsPlaced.inc();
+    // A re-delivered message's answer is a decision already counted (by whichever daemon made it).
+    if (result.redelivered !== true) {
+      metrics.verdicts.inc({ verdict: result.verdict, reason });
+      if (result.reservation_id !== null) metrics.holdsPlaced.inc();
+    }
     const remaining = money(result.budget_remaining_usd);
     return {
       case: "preExecResponse",

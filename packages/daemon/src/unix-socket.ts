@@ -291,7 +291,12 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       }
       const signal = poll === undefined ? gone.signal : AbortSignal.any([gone.signal, poll.abort.signal]);
       const work = handler
-        .handle(envelope.payload, { auth, protocolVersion: envelope.protocolVersion, signal })
+        .handle(envelope.payload, {
+          auth,
+          protocolVersion: envelope.protocolVersion,
+          signal,
+          message: { id: envelope.messageId, sentNs: envelope.clientTimestampNs },
+        })
         .then((answer) => {
           if (answer !== null && poll?.superseded !== true) send(answer, key, auth.keyId, correlationId);
         })

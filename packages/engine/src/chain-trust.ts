@@ -7,6 +7,7 @@ import {
   nodeBackend,
   parseEntryBody,
   publicKeyBytes,
+  signingInputOf,
   type VerifyBackend,
   type VerifyChainResult,
   verifyChain,
@@ -103,6 +104,25 @@ export class ChainTrust {
   get checkpoint(): Checkpoint | null {
     if (this.#refused !== null || this.#tip === null || this.#tip.count === 0) return null;
     return { count: this.#tip.count, head_hash: this.#tip.head_hash };
+  }
+
+  /**
+   * Whether `entry` is as its signer wrote it: its body hashes to its entry_hash, names its seq and
+   * key, and carries a valid signature by a key this engine knows (trusted, or named by a verified
+   * rotation). For an entry read back on its own, without the chain around it (a recorded answer).
+   */
+  signedByKnownKey(entry: ChainEntryRecord): boolean {
+    const hex = this.#known.get(entry.key_id);
+    if (hex === undefined || this.#backend.sha256Hex(entry.body) !== entry.entry_hash) return false;
+    let body: { seq?: unknown; key_id?: unknown };
+    try {
+      body = JSON.parse(entry.body) as typeof body;
+    } catch {
+      return false;
+    }
+    if (body.seq !== entry.seq || body.key_id !== entry.key_id) return false;
+    const key = this.#backend.prepareKey(Buffer.from(hex, "hex"));
+    return this.#backend.verify(signingInputOf(entry), Buffer.from(entry.signature, "base64url"), key);
   }
 
   /** True once the chain verified (and was not refused since): calls may go straight to the store. */

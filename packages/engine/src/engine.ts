@@ -71,6 +71,7 @@ import {
 import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
+import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import {
@@ -275,6 +276,12 @@ export interface Engine {
   }): Promise<void>;
   /** Releases budget holds whose agent never reported back; returns how many. */
   expireReservations(limit?: number): Promise<number>;
+  /**
+   * Forgets up to `limit` (default 10,000) decided message ids sent before `beforeNs`, oldest first;
+   * returns how many. Call it with a time past which the transport refuses a copy by its timestamp
+   * anyway (the daemon: two replay windows ago), so forgetting never lets one be decided twice.
+   */
+  forgetMessages(beforeNs: number, limit?: number): Promise<number>;
   /** Signs a key_rotation entry naming `next` with the current key, then signs with `next`. */
   rotateKey(next: Signer, operatorId: string): Promise<void>;
   /** The public key that signs new entries (hex). */
@@ -320,6 +327,7 @@ export function createEngine(options: EngineOptions): Engine {
     readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
   });
   const auditor = new Auditor(options.signer, trust);
+  const signedByKnownKey = (entry: ChainEntryRecord) => trust.signedByKnownKey(entry);
   const tracing = new EngineTracing(options.tracer);
   /**
    * Every write transaction of the engine runs on the projection (projection.ts): it reads the chain
@@ -369,12 +377,20 @@ export function createEngine(options: EngineOptions): Engine {
   type Waiting = { request: EvaluateRequest; malformed: string | null };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
     return inProjection(async (ptx) => {
-      await Promise.all([ptx.prefetchNonces(noncesOf(items)), warm(ptx, items)]);
+      const messages = messagePairs(items.map((item) => item.request));
+      await Promise.all([
+        ptx.prefetchNonces(noncesOf(items)),
+        messages.length === 0 ? undefined : ptx.prefetchMessages(messages),
+        warm(ptx, items),
+      ]);
       const out: Outcome<Evaluated>[] = [];
       for (const { request, malformed } of items) {
         const mark = ptx.mark();
         try {
-          const evaluated = runSteps(evaluateSteps(ptx, request, malformed));
+          // A message decided before is answered from its record (message-ids.ts).
+          const evaluated = runSteps(
+            decideOnce(ptx, request, () => evaluateSteps(ptx, request, malformed), signedByKnownKey),
+          );
           out.push({ ok: true, value: evaluated instanceof Promise ? await evaluated : evaluated });
         } catch (error) {
           if (items.length === 1 || ptx.writesSince(mark)) throw error;
@@ -1168,9 +1184,12 @@ export function createEngine(options: EngineOptions): Engine {
           for (const event of hitl) events.emit(event);
           return { ...result, receipt: compactJws(entry) };
         },
-        (error: unknown) => {
+        async (error: unknown) => {
           if (error instanceof ChainUnverifiedError) return chainUnverified(request, error);
-          throw error;
+          // Two engines raced on one message and this one lost: it answers with the winner's decision.
+          const recorded = await recordedAfterConflict(substrate, request, error, signedByKnownKey);
+          if (recorded === null) throw error;
+          return { ...recorded.result, receipt: compactJws(recorded.entry) };
         },
       );
       return span.recording ? answer.then(...endSpan(span, evaluateAttributes)) : answer;
@@ -1434,6 +1453,18 @@ export function createEngine(options: EngineOptions): Engine {
           );
         }
       });
+    },
+
+    forgetMessages(beforeNs, limit = 10_000) {
+      if (!Number.isInteger(beforeNs) || !Number.isSafeInteger(limit) || limit < 1) {
+        return Promise.reject(
+          new LeashError(
+            "invalid_argument",
+            "forgetMessages needs an integral beforeNs and a positive limit",
+          ),
+        );
+      }
+      return substrate.transaction((tx) => tx.messages.prune(beforeNs, limit));
     },
 
     expireReservations(limit = 1000) {

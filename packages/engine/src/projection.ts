@@ -17,6 +17,8 @@ import type {
   ChainEntryRecord,
   ChainStore,
   HitlStore,
+  MessageRecord,
+  MessageStore,
   Nonce,
   NonceStore,
   OutboxEnqueue,
@@ -27,7 +29,7 @@ import type {
   SubstrateTx,
   WriteBatch,
 } from "@leash/core";
-import { writeBatchByRows } from "@leash/core";
+import { SubstrateError, writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
 import { RowOverlay } from "./row-overlay.js";
 
@@ -36,6 +38,7 @@ const FOLD_MAX = 512;
 /** Past this many cached sessions the projection starts afresh (a simple bound on its memory). */
 const SESSIONS_MAX = 50_000;
 
+const messageKey = (sessionId: string, messageId: string) => `${sessionId}\u0000${messageId}`;
 const nonceKey = (sessionId: string, nonce: Nonce) =>
   `${sessionId}\u0000${typeof nonce === "number" ? "n" : "s"}:${String(nonce)}`;
 
@@ -152,8 +155,12 @@ export class ProjectionTx implements SubstrateTx {
   #entries: ChainEntryRecord[] = [];
   #outboxItems: OutboxEnqueue[] = [];
   #holds: Reservation[] = [];
+  /** Decided messages recorded since the last flush (MessageStore.insert, held like the appends). */
+  #decided: MessageRecord[] = [];
   #head: ChainHead | null | undefined = undefined;
   readonly #seenNonces = new Map<string, boolean>();
+  /** What this transaction knows of (session, message id): a record, null for none, absent: unknown. */
+  readonly #knownMessages = new Map<string, MessageRecord | null>();
 
   readonly sessions: SessionStore;
   readonly budgets: BudgetStore;
@@ -161,6 +168,7 @@ export class ProjectionTx implements SubstrateTx {
   readonly chain: ChainStore;
   readonly hitl: HitlStore;
   readonly outbox: OutboxStore;
+  readonly messages: MessageStore;
 
   constructor(
     private readonly projection: Projection,
@@ -269,6 +277,17 @@ export class ProjectionTx implements SubstrateTx {
       list: (filter) => read(() => outbox.list(filter)),
       counts: () => read(() => outbox.counts()),
     };
+    this.messages = {
+      get: (sessionId, messageId) =>
+        self.messages.getEach([{ sessionId, messageId }]).then(([found]) => found ?? null),
+      async getEach(pairs) {
+        await self.prefetchMessages(pairs);
+        return pairs.map(({ sessionId, messageId }) => self.messageNow(sessionId, messageId) ?? null);
+      },
+      insert: async (record) => self.recordMessageNow(record),
+      prune: (beforeNs, limit) => write(() => tx.messages.prune(beforeNs, limit)),
+      count: () => read(() => tx.messages.count()),
+    };
   }
 
   // The hot path's synchronous side (evaluate's step, engine.ts): what memory holds, read without a
@@ -282,6 +301,44 @@ export class ProjectionTx implements SubstrateTx {
   /** Whether the session spent the nonce, when this transaction knows (prefetchNonces); else undefined. */
   spentNow(sessionId: string, nonce: Nonce): boolean | undefined {
     return this.#seenNonces.get(nonceKey(sessionId, nonce));
+  }
+
+  /**
+   * Asks the store about the messages this transaction does not know yet, in one call (one
+   * statement on PostgreSQL); their answers join what it recorded itself.
+   */
+  async prefetchMessages(pairs: ReadonlyArray<{ sessionId: string; messageId: string }>): Promise<void> {
+    const unknown = pairs.filter((p) => !this.#knownMessages.has(messageKey(p.sessionId, p.messageId)));
+    if (unknown.length === 0) return;
+    const answers = await this.tx.messages.getEach(unknown);
+    unknown.forEach(({ sessionId, messageId }, i) => {
+      const key = messageKey(sessionId, messageId);
+      if (!this.#knownMessages.has(key)) this.#knownMessages.set(key, answers[i] ?? null);
+    });
+  }
+
+  /** The record of a message when this transaction knows it (null: known to be none); else undefined. */
+  messageNow(sessionId: string, messageId: string): MessageRecord | null | undefined {
+    const known = this.#knownMessages.get(messageKey(sessionId, messageId));
+    return known === undefined || known === null ? known : { ...known };
+  }
+
+  /** MessageStore.insert, held for the flush; throws "conflict" for a message it knows is recorded. */
+  recordMessageNow(record: MessageRecord): void {
+    const key = messageKey(record.session_id, record.message_id);
+    const before = this.#knownMessages.get(key);
+    if (before !== undefined && before !== null) {
+      throw new SubstrateError(
+        "conflict",
+        `message ${JSON.stringify(record.message_id)} is already recorded`,
+      );
+    }
+    this.#journal.push(() => {
+      if (before === undefined) this.#knownMessages.delete(key);
+      else this.#knownMessages.set(key, before);
+    });
+    this.#knownMessages.set(key, { ...record });
+    this.#holdRow(this.#decided, { ...record });
   }
 
   /** ChainStore.append, held for the flush; throws what the append would reject with. */
@@ -332,7 +389,7 @@ export class ProjectionTx implements SubstrateTx {
 
   /** Sends the held appends (and the rows changed so far) before a statement that may read them. */
   #sendHeld(): Promise<void> {
-    return this.#entries.length + this.#outboxItems.length + this.#holds.length === 0
+    return this.#entries.length + this.#outboxItems.length + this.#holds.length + this.#decided.length === 0
       ? Promise.resolve()
       : this.flush();
   }
@@ -410,16 +467,25 @@ export class ProjectionTx implements SubstrateTx {
     const entries = this.#entries;
     const outbox = this.#outboxItems;
     const reservations = this.#holds;
+    const messages = this.#decided;
     const unchanged = !this.sessionRows.dirty && !this.accountRows.dirty;
-    if (unchanged && entries.length + outbox.length + reservations.length === 0) return;
+    if (unchanged && entries.length + outbox.length + reservations.length + messages.length === 0) return;
     this.#entries = [];
     this.#outboxItems = [];
     this.#holds = [];
+    this.#decided = [];
     const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
     const sessions = this.sessionRows.writeBack(atSeq);
     const accounts = this.accountRows.writeBack(atSeq);
     this.#writes++;
     this.#journal.length = 0;
-    await this.tx.writeBatch({ entries, outbox, reservations, sessions, accounts });
+    await this.tx.writeBatch({
+      entries,
+      outbox,
+      reservations,
+      sessions,
+      accounts,
+      ...(messages.length === 0 ? {} : { messages }),
+    });
   }
 }

@@ -87,6 +87,14 @@ export interface RegisterRequest {
   config: Config;
 }
 
+/** A request message's identity: its id (unique per sender) and the sender's timestamp. */
+export interface EvaluateMessage {
+  /** The envelope's message_id: 1 to 128 printable ASCII characters without spaces. */
+  id: string;
+  /** The envelope's timestamp (ns since the epoch); the store forgets the id some time after it. */
+  sent_ns: number;
+}
+
 export interface EvaluateRequest {
   session_id: string;
   tool_name: string;
@@ -112,6 +120,13 @@ export interface EvaluateRequest {
    * in `params` does (spec §3.9); recorded in the decision's entry (at most 1,024 characters).
    */
   previous_error?: string;
+  /**
+   * The signed request message this call comes from (a daemon fills it from the SP/1.0 envelope).
+   * A message is decided once per store: a copy delivered again, to this engine or another one
+   * sharing the store, gets the recorded answer (`redelivered: true`), never a second decision.
+   * Absent in library mode: every call is then decided.
+   */
+  message?: EvaluateMessage;
   /** The framework's id for this tool call (AI SDK toolCallId, …): the span's `gen_ai.tool.call.id` (else the nonce). Not recorded in the chain. */
   call_id?: string;
   /** A W3C traceparent (an MCP request's `_meta.traceparent`): the parent of this call's span. Not recorded in the chain. */
@@ -161,6 +176,8 @@ export interface EvaluateResult {
   error?: string;
   /** With HITL: the request a human answers (engine.getHitl / answerHitl / waitForHitl take it). */
   hitl_request_id?: string;
+  /** True when the request's message was decided before: this is that recorded answer, nothing new was written. */
+  redelivered?: true;
 }
 
 export interface PostExecRequest {

@@ -31,6 +31,7 @@ export {
   useHarness,
 } from "./harness.js";
 export { hitlStoreContract } from "./hitl.js";
+export { messageStoreContract } from "./messages.js";
 export { migrationContract } from "./migrations.js";
 export { nextEntry, nonceStoreContract, spend, spendIn } from "./nonces.js";
 export type { SubstrateContractOptions } from "./options.js";

@@ -8,6 +8,7 @@ import { chainStoreContract } from "./chain.js";
 import { concurrencyContract } from "./concurrency.js";
 import { conventionsContract } from "./conventions.js";
 import { hitlStoreContract } from "./hitl.js";
+import { messageStoreContract } from "./messages.js";
 import { migrationContract } from "./migrations.js";
 import { nonceStoreContract } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
@@ -36,6 +37,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     chainStoreContract(opts);
     paramsStoreContract(opts);
     outboxStoreContract(opts);
+    messageStoreContract(opts);
     writeBatchContract(opts);
     valuesContract(opts);
     transactionContract(opts);

@@ -26,6 +26,7 @@ import {
   type WriteBatch,
   writeBatchByRows,
 } from "@leash/core";
+import { memoryMessageStore, OverlayMessages } from "./messages.js";
 import {
   createDataSet,
   type DataSet,
@@ -151,6 +152,7 @@ class MemoryTransaction {
   readonly #nonces: OverlayNonces;
   readonly #chain: OverlayChain;
   readonly #outbox: OverlayTable<OutboxItem>;
+  readonly #messages: OverlayMessages;
   readonly #params: OverlayTable<string>;
   #ended = false;
   readonly stores: SubstrateTx;
@@ -163,6 +165,7 @@ class MemoryTransaction {
     this.#nonces = new OverlayNonces(data.nonces);
     this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
     this.#outbox = new OverlayTable(data.outbox);
+    this.#messages = new OverlayMessages(data.messages);
     this.#params = new OverlayTable(data.params);
     const rows = {
       sessions: this.#sessionStore(),
@@ -171,6 +174,7 @@ class MemoryTransaction {
       hitl: this.#hitlStore(),
       chain: this.#chainStore(),
       outbox: this.#outboxStore(),
+      messages: memoryMessageStore(this.#messages, () => this.#live()),
     };
     this.stores = Object.freeze({
       ...rows,
@@ -187,6 +191,7 @@ class MemoryTransaction {
     this.#nonces.commit();
     this.#chain.commit();
     this.#outbox.commit();
+    this.#messages.commit();
     this.#params.commit();
   }
 

@@ -5,6 +5,7 @@ import type {
   BudgetAccount,
   ChainEntryRecord,
   HitlRequest,
+  MessageRecord,
   Nonce,
   OutboxItem,
   Reservation,
@@ -26,6 +27,8 @@ export interface DataSet {
   readonly params: Map<string, string>;
   /** Outbox items by `outboxKey(seq)`. */
   readonly outbox: Map<string, OutboxItem>;
+  /** Decided messages by `messageKey(session_id, message_id)` (messages.ts). */
+  readonly messages: Map<string, MessageRecord>;
   /** Tail of the transaction queue: the next transaction starts when this settles. */
   tail: Promise<void>;
   /** Token of the transaction running now, so a nested transaction fails instead of deadlocking. */
@@ -43,6 +46,7 @@ export function createDataSet(): DataSet {
     chainEntryIds: new Set(),
     params: new Map(),
     outbox: new Map(),
+    messages: new Map(),
     tail: Promise.resolve(),
     active: null,
   };

@@ -25,6 +25,7 @@ export interface TableNames {
   /** Params texts by digest (ChainEntryRecord.params), each kept once. */
   readonly params: string;
   readonly outbox: string;
+  readonly messages: string;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
@@ -53,6 +54,7 @@ export function tableNames(schema: string | undefined): TableNames {
     chainHead: table("leash_chain_head"),
     params: table("leash_params"),
     outbox: table("leash_outbox"),
+    messages: table("leash_messages"),
   };
 }
 

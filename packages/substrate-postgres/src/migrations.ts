@@ -191,9 +191,26 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 8,
+    // Decided request messages (MessageStore, messages.ts): the primary key is what lets one of two
+    // daemons racing on a message record it, the sent_ns index serves the prune of rows past the
+    // replay window. The SQLite substrate's version 8 mirrors it.
+    description: "decided messages",
+    statements: (t) => [
+      `CREATE TABLE ${t.messages} (
+  session_id text NOT NULL,
+  message_id text NOT NULL,
+  entry_seq bigint NOT NULL,
+  sent_ns bigint NOT NULL,
+  PRIMARY KEY (session_id, message_id)
+)`,
+      `CREATE INDEX leash_messages_by_sent ON ${t.messages} (sent_ns)`,
+    ],
+  },
+  {
+    version: 9,
     // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
     // digest, the text is kept once however many entries name it. Entries written before carry
-    // theirs inline. The SQLite substrate's version 8 mirrors it.
+    // theirs inline. The SQLite substrate's version 9 mirrors it.
     description: "params by digest (leash_params)",
     statements: (t) => [`CREATE TABLE ${t.params} (hash text PRIMARY KEY, text text NOT NULL)`],
   },

@@ -1139,7 +1139,7 @@ describe("options", () => {
     expect([sub.kind, sub.capabilities, sub.specificationVersion]).toEqual([
       "postgres",
       { multiProcess: true, durable: true },
-      "leash-substrate-v6",
+      "leash-substrate-v7",
     ]);
   });
 });

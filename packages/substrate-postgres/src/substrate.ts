@@ -16,6 +16,7 @@ import { PostgresChainStore } from "./chain.js";
 import { type TableNames, tableNames } from "./codec.js";
 import { toSubstrateError } from "./errors.js";
 import { PostgresHitlStore } from "./hitl.js";
+import { type MessageStatements, messageStatements, PostgresMessageStore } from "./messages.js";
 import { runMigrations } from "./migrations.js";
 import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
@@ -236,6 +237,7 @@ export class PostgresSubstrate implements Substrate {
   private readonly ownsPool: boolean;
   private readonly names: TableNames;
   private readonly sql: Statements;
+  private readonly messageSql: MessageStatements;
   /** The multi-row forms a batch's held-back writes are sent with (see BatchWrites). */
   private readonly multi: MultiRowStatements;
   private readonly multiAppend: Statement;
@@ -313,6 +315,7 @@ export class PostgresSubstrate implements Substrate {
     this.names = tableNames(schema);
     this.schema = schema ?? null;
     this.sql = buildStatements(this.names);
+    this.messageSql = messageStatements(this.names);
     this.multi = multiRowStatements(this.names);
     this.multiAppend = multiAppendStatement(this.names);
     this.maxRetries = maxRetries;
@@ -965,6 +968,7 @@ export class PostgresSubstrate implements Substrate {
     const appended = (seq: number) => chain.appendedSeqs.has(seq);
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
     const outbox = new PostgresOutboxStore(ctx, this.sql.outbox, appended);
+    const messages = new PostgresMessageStore(ctx, this.messageSql);
     return {
       sessions,
       nonces,
@@ -972,6 +976,7 @@ export class PostgresSubstrate implements Substrate {
       hitl: new PostgresHitlStore(ctx, this.sql.hitl),
       chain,
       outbox,
+      messages,
       // Every row goes out without waiting (held back, on a pipelined connection, to go out a kind
       // at a time: BatchWrites), then every answer is waited for, so it fails here, not at COMMIT.
       writeBatch: async (batch) => {
@@ -986,6 +991,7 @@ export class PostgresSubstrate implements Substrate {
         for (const reservation of batch.reservations) sent.push(budgets.insertReservationHeld(reservation));
         for (const session of batch.sessions) sent.push(sessions.updateHeld(session));
         for (const account of batch.accounts) sent.push(budgets.updateAccountHeld(account));
+        if (batch.messages !== undefined) sent.push(messages.insertMany(batch.messages));
         await Promise.all(sent);
         await ctx.settleWrites("writeBatch");
       },

@@ -97,10 +97,11 @@ const VERSION_2_INDEXES = [
 ];
 
 // Version 4 dropped leash_chain_by_session and leash_outbox_by_session, which version 3 had made;
-// version 7 added the unique index of spent nonces.
+// version 7 added the unique index of spent nonces; version 8 the decided messages' prune index.
 const ALL_INDEXES = [
   "leash_chain_nonces",
   ...VERSION_2_INDEXES.slice(0, 2),
+  "leash_messages_by_sent",
   "leash_outbox_by_status",
   ...VERSION_2_INDEXES.slice(2),
 ];

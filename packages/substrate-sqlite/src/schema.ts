@@ -183,10 +183,27 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    // Decided request messages (MessageStore): one row per signed request the cluster answered, so a
+    // re-delivered copy gets the recorded verdict. The primary key is what makes a second decision
+    // of one message fail; the sent_ns index serves the prune of rows past the replay window.
+    version: 8,
+    name: "decided messages",
+    sql: `
+      CREATE TABLE leash_messages (
+        session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        entry_seq INTEGER NOT NULL,
+        sent_ns INTEGER NOT NULL,
+        PRIMARY KEY (session_id, message_id)
+      ) STRICT, WITHOUT ROWID;
+      CREATE INDEX leash_messages_by_sent ON leash_messages (sent_ns);
+    `,
+  },
+  {
     // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
     // digest, the text is kept once however many entries name it. Entries written before carry
-    // theirs inline. The PostgreSQL substrate's version 8 mirrors it.
-    version: 8,
+    // theirs inline. The PostgreSQL substrate's version 9 mirrors it.
+    version: 9,
     name: "params by digest",
     sql: `
       CREATE TABLE leash_params (hash TEXT NOT NULL PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;

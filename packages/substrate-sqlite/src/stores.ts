@@ -1,4 +1,4 @@
-// The six stores a SQLite transaction hands out, over prepared statements cached per connection.
+// The seven stores a SQLite transaction hands out, over prepared statements cached per connection.
 // They run inside a transaction the substrate opened; they never BEGIN, COMMIT or lock by themselves.
 
 import type {
@@ -9,6 +9,7 @@ import type {
   HitlRequest,
   HitlRequestStatus,
   HitlStore,
+  MessageStore,
   Nonce,
   NonceStore,
   OutboxItem,
@@ -49,6 +50,7 @@ import {
 } from "./codec.js";
 import { DECISION_SQL } from "./decision-sql.js";
 import { isDriverError, toSubstrateError } from "./errors.js";
+import { SqliteMessages } from "./messages.js";
 import type { HeadRow, RowCache } from "./row-cache.js";
 
 /** Prepared statements by SQL text, one cache per connection: preparing costs more than running. */
@@ -82,6 +84,7 @@ export class SqliteTx implements SubstrateTx {
   readonly hitl: HitlStore;
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
+  readonly messages: MessageStore;
 
   constructor(
     readonly statements: StatementCache,
@@ -93,6 +96,7 @@ export class SqliteTx implements SubstrateTx {
     this.hitl = new Hitl(this);
     this.chain = new Chain(this);
     this.outbox = new Outbox(this);
+    this.messages = new SqliteMessages(this);
   }
 
   // Row by row: on SQLite a statement is a library call in this process, not a round trip.

@@ -4,9 +4,10 @@
 import { LeashBaseError } from "../errors/leash-error.js";
 import type { Config, Nonce, Reason, SessionStatus, State } from "../types.js";
 import type { ChainEntryRecord, ChainStore, OutboxEnqueue, OutboxStore } from "./audit.js";
+import type { MessageRecord, MessageStore } from "./messages.js";
 
 /** Bumped on any change an implementation must follow; substrates declare the one they implement. */
-export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v6" as const;
+export const SUBSTRATE_SPECIFICATION_VERSION = "leash-substrate-v7" as const;
 
 /** Decimal amounts travel as strings ("0.001"), never as binary floats (docs/architecture.md §6). */
 export type DecimalString = string;
@@ -199,6 +200,8 @@ export interface WriteBatch {
   readonly sessions: readonly SessionRecord[];
   /** Existing rows written over, each as BudgetStore.updateAccount would; one row per account. */
   readonly accounts: readonly BudgetAccount[];
+  /** Inserted last, in this order, each as MessageStore.insert would (absent: none). */
+  readonly messages?: readonly MessageRecord[];
 }
 
 /** The stores a transaction hands out; all reads and writes through them commit or roll back together. */
@@ -209,13 +212,14 @@ export interface SubstrateTx {
   readonly hitl: HitlStore;
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
+  readonly messages: MessageStore;
   /**
    * Writes a batch as the single calls would, in the order entries, outbox, reservations,
-   * sessions, accounts, and resolves once every write is done: reads that follow see them all. It
+   * sessions, accounts, messages, and resolves once every write is done: reads that follow see them all. It
    * is one call so a store can send each kind as one statement (PostgreSQL: one multi-row statement
    * a kind, one round trip in all) instead of one per row.
    * - MUST reject with the error the first failing single call would give (SubstrateError
-   *   "conflict" for a taken seq, entry id, spent nonce, queued seq or hold id; "not_found" for a
+   *   "conflict" for a taken seq, entry id, spent nonce, queued seq, hold id or message id; "not_found" for a
    *   session or account that does not exist; TypeError for an entry with a nonce but no session).
    * - After it rejects, the transaction MUST NOT commit: the caller lets `fn` fail, and none of the
    *   batch's writes (nor any other of the transaction's) is kept. Before that, which of its writes

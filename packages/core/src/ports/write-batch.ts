@@ -16,6 +16,7 @@ export async function writeBatchByRows(
   for (const reservation of batch.reservations) await stores.budgets.insertReservation(reservation);
   for (const session of batch.sessions) await stores.sessions.update(session);
   for (const account of batch.accounts) await stores.budgets.updateAccount(account);
+  for (const message of batch.messages ?? []) await stores.messages.insert(message);
 }
 
 /** NonceStore.hasEach as one `has` after another. */

@@ -1,0 +1,85 @@
+// The counters limit rules keep (calls per rate window, micro-dollars per budget period), as plain JSON,
+// and the pure transition that applies a decision's updates. No clock: the call's time is an input.
+import type { Per, Period } from "./schema.js";
+
+/** One counter: the window or period [start, end) in unix seconds, and what was counted in it. */
+export interface PolicyCounter {
+  readonly start: number;
+  readonly end: number;
+  /** Calls for a rate rule; micro-dollars (integer) for a budget rule. */
+  readonly count: number;
+}
+
+/** Every counter of one policy, by key (`rule`, scope and scope value); JSON-serialisable. */
+export interface PolicyState {
+  readonly counters: Readonly<Record<string, PolicyCounter>>;
+}
+
+export const EMPTY_STATE: PolicyState = { counters: {} };
+
+export interface CounterUpdate {
+  readonly key: string;
+  readonly start: number;
+  readonly end: number;
+  readonly add: number;
+}
+
+export function counterKey(rule: string, per: Per, scope: string): string {
+  return `${rule}\u0000${per}\u0000${scope}`;
+}
+
+/** The fixed window holding `unixS`: windows are aligned to multiples of `windowS` since the epoch. */
+export function rateWindow(unixS: number, windowS: number): { start: number; end: number } {
+  const start = Math.floor(unixS / windowS) * windowS;
+  return { start, end: start + windowS };
+}
+
+const DAY = 86_400;
+
+/** The UTC calendar period holding `unixS` (weeks start on Monday). */
+export function budgetPeriod(unixS: number, period: Period): { start: number; end: number } {
+  switch (period) {
+    case "hour":
+      return rateWindow(unixS, 3600);
+    case "day":
+      return rateWindow(unixS, DAY);
+    case "week": {
+      // 1970-01-01 was a Thursday: shift so windows begin on Mondays.
+      const shifted = rateWindow(unixS + 3 * DAY, 7 * DAY);
+      return { start: shifted.start - 3 * DAY, end: shifted.end - 3 * DAY };
+    }
+    case "month": {
+      const d = new Date(Math.floor(unixS) * 1000);
+      const start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000;
+      const end = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) / 1000;
+      return { start, end };
+    }
+  }
+}
+
+/** What `key` has counted in the window starting at `start` (0 when its counter is for another window). */
+export function counted(state: PolicyState, key: string, start: number): number {
+  const c = state.counters[key];
+  return c !== undefined && c.start === start ? c.count : 0;
+}
+
+/**
+ * The state after a decision: each update adds to its key's counter (a new window starts from zero), and
+ * counters whose window ended at or before `nowUnixS` are dropped, so the state holds only live windows.
+ */
+export function applyCounterUpdates(
+  state: PolicyState,
+  updates: readonly CounterUpdate[],
+  nowUnixS: number,
+): PolicyState {
+  const next: Record<string, PolicyCounter> = {};
+  for (const [key, c] of Object.entries(state.counters)) {
+    if (c.end > nowUnixS) next[key] = c;
+  }
+  for (const u of updates) {
+    const c = next[u.key];
+    const base = c !== undefined && c.start === u.start ? c.count : 0;
+    next[u.key] = { start: u.start, end: u.end, count: base + u.add };
+  }
+  return { counters: next };
+}
