@@ -19,6 +19,7 @@ import {
   describeDifferences,
   replayChain,
   stateCheckpointStore,
+  storedParams,
 } from "@leash/recovery";
 import { DEFAULT_REPLAY_WINDOW_MS, ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
@@ -175,7 +176,7 @@ async function checkChain(
  * spent_usd or circuit flag would decide on a state its own chain contradicts (fail closed).
  */
 async function checkStateTables(substrate: Substrate): Promise<void> {
-  const replay = await replayChain(wholeChain(substrate));
+  const replay = await replayChain(wholeChain(substrate), { params: storedParams(substrate) });
   if (!replay.ok) {
     const m = replay.mismatch!;
     throw new Error(

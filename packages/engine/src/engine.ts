@@ -74,8 +74,15 @@ import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
+import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { Projection, type ProjectionTx } from "./projection.js";
-import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
+import {
+  canonicalParamsText,
+  nodeSha256Hex,
+  nodeSha256HexOfBytes,
+  paramsBlobOf,
+  replayInputs,
+} from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
@@ -805,6 +812,11 @@ export function createEngine(options: EngineOptions): Engine {
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;
     }
+    // Params over the guard's cap are refused whatever else was decided, and never stored (params-cap.ts).
+    const tooLarge = oversizedBytes(paramsText, maxParamsBytes(config));
+    if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
+    // Large params are stored once by digest beside the chain, not in every entry (params-cap.ts).
+    const blob = paramsBlobOf(paramsText, paramsHash, tooLarge);
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -937,6 +949,8 @@ export function createEngine(options: EngineOptions): Engine {
         now_ns: nowNs,
         ...replayInputs({
           paramsText,
+          paramsBytes: tooLarge,
+          paramsBlob: blob !== null,
           expectedHash,
           hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
           holdTtlNs: reservation_id === null ? null : ttlNs,
@@ -944,7 +958,7 @@ export function createEngine(options: EngineOptions): Engine {
       },
       nowNs,
       head,
-      spends,
+      blob === null ? spends : { ...spends, params: blob },
     );
     if (opened !== null) {
       // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params

@@ -46,6 +46,13 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
+export {
+  DEFAULT_MAX_PARAMS_BYTES,
+  maxParamsBytes,
+  oversizedBytes,
+  PARAMS_INLINE_MAX,
+  PARAMS_TOO_LARGE,
+} from "./params-cap.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export { findRollback, type RollbackFinding, rollbackMessage } from "./rollback.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";

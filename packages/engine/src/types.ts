@@ -151,6 +151,7 @@ export type EngineReason =
   | "policy_violation:invalid_estimate"
   | "policy_violation:params_hash_mismatch"
   | "policy_violation:tool_denied"
+  | "policy_violation:params_too_large"
   | "hitl_timeout";
 
 export interface EvaluateResult {

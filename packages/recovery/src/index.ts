@@ -18,11 +18,14 @@ export {
   ChainReplayer,
   emptyProjection,
   nonceKey,
+  type ParamsSource,
   type Projection,
   type ReplayMismatch,
+  type ReplayOptions,
   type ReplayResult,
   recordedForm,
   replayChain,
+  storedParams,
 } from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
 export { ROLLBACK_ACCEPTED, recordRollbackAccepted } from "./rollback.js";

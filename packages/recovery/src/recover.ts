@@ -21,7 +21,7 @@ import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
-import { type ReplayMismatch, replayChain } from "./replay/replay.js";
+import { type ReplayMismatch, replayChain, storedParams } from "./replay/replay.js";
 import { recordRollbackAccepted } from "./rollback.js";
 import {
   compareSnapshots,
@@ -619,7 +619,7 @@ async function checkSnapshotTables(
       from = page[page.length - 1]!.seq + 1;
     }
   }
-  const replay = await replayChain(entries());
+  const replay = await replayChain(entries(), { params: storedParams(substrate) });
   const s = report.snapshots;
   s.checked = true;
   s.replayed = replay.count;

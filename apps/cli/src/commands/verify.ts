@@ -4,13 +4,20 @@ import { rename, writeFile } from "node:fs/promises";
 import { type Checkpoint, checkpointOf, type VerifyChainResult, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { findRollback, rollbackMessage } from "@leash/engine";
-import { defaultStateDir, type ReplayResult, replayChain, stateCheckpointStore } from "@leash/recovery";
+import {
+  defaultStateDir,
+  type ReplayResult,
+  replayChain,
+  stateCheckpointStore,
+  storedParams,
+} from "@leash/recovery";
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io, parseJson, readSource } from "../io.js";
 import { collect, keyFailure, loadPublicKeys } from "../keys.js";
 import { openExistingStore, storeFailure } from "../store.js";
+import { StoredParamsCheck } from "../stored-params.js";
 
 export interface VerifyOptions extends StoreOptions {
   readonly file?: string;
@@ -189,8 +196,9 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
     const bar = progressBar(io, "leash verify:", total);
     let result: VerifyChainResult;
+    const stored = new StoredParamsCheck();
     try {
-      result = await verifyChain(entries, {
+      result = await verifyChain(stored.watch(entries), {
         publicKeys,
         verifier: options.verifier,
         onProgress: (n) => bar.update(n),
@@ -201,6 +209,13 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     } finally {
       bar.done();
     }
+    const params = substrate === undefined ? undefined : storedParams(substrate);
+    // Params stored by digest are part of what the entries sign: missing or altered, the chain fails.
+    const problem = result.ok ? await stored.problem(params) : null;
+    if (problem !== null) {
+      io.stdout(`FAILED at entry ${problem.index} (seq ${problem.seq}): params: ${problem.message}\n`);
+      return EXIT_REFUSED;
+    }
     if (result.ok && options.writeCheckpoint !== undefined) {
       await writeCheckpoint(options.writeCheckpoint, checkpointOf(result));
     }
@@ -208,7 +223,7 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (!result.ok) return EXIT_REFUSED;
     if (options.replay === true) {
       // Only a chain whose signatures verify is worth replaying: what it proves rests on them.
-      const replayed = await replayChain(await again());
+      const replayed = await replayChain(await again(), params === undefined ? {} : { params });
       io.stdout(replayLine(replayed));
       if (!replayed.ok) return EXIT_REFUSED;
     }
