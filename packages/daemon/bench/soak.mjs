@@ -114,7 +114,12 @@ const daemon = spawn(
   ],
   {
     stdio: ["ignore", "pipe", "ignore"],
-    env: { ...process.env, LEASH_STORE: store, NODE_OPTIONS: "--max-semi-space-size=2" },
+    env: {
+      ...process.env,
+      LEASH_STORE: store,
+      LEASH_STATE_DIR: dir,
+      NODE_OPTIONS: "--max-semi-space-size=2",
+    },
   },
 );
 const listening = await lineOf(daemon, "listening");
