@@ -6,6 +6,8 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { configSafetyProblem } from "./config-safety.js";
+import { type DaemonLimits, parseLimits } from "./limits.js";
 import { looseSecretProblem } from "./secret-file.js";
 
 /** A bad configuration: one line naming the file and field. */
@@ -39,6 +41,8 @@ export interface DaemonConfig {
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
   readonly keyOwners: ReadonlyMap<string, string>;
+  /** The `limits:` block (socket limits, per-organization quotas), defaults filled in. */
+  readonly limits: DaemonLimits;
 }
 
 /** The largest config file read, as the engine's loader: a config is a few kilobytes. */
@@ -119,7 +123,7 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "limits"], "/", fail);
   if (value.store !== undefined && (typeof value.store !== "string" || value.store === "")) {
     fail("/store must be a store URL (sqlite:PATH, postgres://…, memory:)");
   }
@@ -177,12 +181,16 @@ export function parseDaemonConfig(
       agents,
     });
   }
-  return {
+  const config: DaemonConfig = {
     store: value.store as string | undefined,
     reservationTtlS: ttl,
     organizations,
     keyOwners,
+    limits: parseLimits(value.limits, fail),
   };
+  const unsafe = configSafetyProblem(config);
+  if (unsafe !== null) fail(unsafe);
+  return config;
 }
 
 /** Reads a `.json`, `.yaml` or `.yml` daemon configuration. */
