@@ -45,6 +45,15 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
+export {
+  countedAfter,
+  isPolicyReason,
+  judgeByPolicy,
+  type PolicyLayerInput,
+  type PolicyLayerResult,
+  type PolicyRecord,
+} from "./policy-layer.js";
+export { POLICY_PUBLISHED, type PolicySource, publishedData } from "./policy-runtime.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

@@ -12,7 +12,9 @@ import type {
   Substrate,
   Verdict,
 } from "@leash/core";
+import type { CompiledPolicy } from "@leash/policy";
 import type { Tracer } from "@opentelemetry/api";
+import type { PolicySource } from "./policy-runtime.js";
 
 export interface EngineOptions {
   substrate: Substrate;
@@ -53,6 +55,12 @@ export interface EngineOptions {
    * `@leash/engine`, a no-op until the application installs an OpenTelemetry SDK.
    */
   tracer?: Tracer;
+  /**
+   * An operator's policy (@leash/policy loadPolicy), or a source whose current() may change (a reload):
+   * judged after SP/1.0's decide allowed a call, before its budget hold (README: Policies). Its
+   * versions are published in the chain and every decision entry names the one it used.
+   */
+  policy?: CompiledPolicy | PolicySource;
 }
 
 /** Keeps one checkpoint, somewhere the store's writers cannot reach (same shape as @leash/recovery's). */
@@ -145,7 +153,12 @@ export type EngineReason =
   | "policy_violation:invalid_estimate"
   | "policy_violation:params_hash_mismatch"
   | "policy_violation:tool_denied"
-  | "hitl_timeout";
+  | "hitl_timeout"
+  // The policy layer's (policy-layer.ts): the rule that refused or asked for a human.
+  | `policy_violation:rule:${string}`
+  | `policy_hitl:rule:${string}`
+  | `policy_error:rule:${string}`
+  | "policy_violation:default_deny";
 
 export interface EvaluateResult {
   session_id: string;

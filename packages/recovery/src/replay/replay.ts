@@ -37,6 +37,7 @@ import {
   boundRequestId,
   budgetEnabled,
   consumedTransitionOf,
+  countedAfter,
   countsOnly,
   denyListed,
   type EngineDecision,
@@ -44,10 +45,13 @@ import {
   HITL_TIMEOUT,
   hasTransition,
   hitlExpiresNs,
+  judgeByPolicy,
   nodeSha256Hex,
   nodeSha256HexOfBytes,
   outranksEstimate,
   PARAMS_HASH_MISMATCH,
+  POLICY_PUBLISHED,
+  type PolicyRecord,
   pausedOf,
   releasesApproval,
   resolveEstimate,
@@ -55,6 +59,7 @@ import {
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
+import { type CompiledPolicy, EMPTY_STATE, loadPolicy, type PolicyState } from "@leash/policy";
 import { ReplayLedger } from "./budget-ledger.js";
 
 /** The state a chain implies, as the snapshot tables should hold it. */
@@ -235,6 +240,9 @@ export class ChainReplayer {
   provedFrom = 0;
   verdictsChecked = 0;
   readonly unknownKinds = new Set<string>();
+  /** Policy versions the chain published, by hash, and each organization's limit counters. */
+  readonly policies = new Map<string, CompiledPolicy>();
+  readonly policyCounters = new Map<string, PolicyState>();
 
   #session(data: Data): SessionRecord {
     const id = data.session_id;
@@ -307,6 +315,8 @@ export class ChainReplayer {
         return this.#expired(data, nowNs);
       case "settled_by_expiry":
         return this.#settledByExpiry(data, nowNs);
+      case POLICY_PUBLISHED:
+        return this.#published(data);
       case "key_rotation":
       case "snapshot_repaired":
         return; // no state of a session or a budget changes
@@ -316,6 +326,38 @@ export class ChainReplayer {
         this.unknownKinds.add(kind);
         return;
     }
+  }
+
+  /** A published version must load from its own canonical text to the hash it names. */
+  #published(data: Data): void {
+    let policy: CompiledPolicy;
+    try {
+      policy = loadPolicy(String(data.canonical));
+    } catch (error) {
+      throw new Mismatch(
+        "canonical",
+        "a policy that loads",
+        null,
+        `policy_published: ${(error as Error).message}`,
+      );
+    }
+    expectEqual("policy_hash", policy.hash, data.policy_hash);
+    this.policies.set(policy.hash, policy);
+  }
+
+  /** The policy version a decision entry names; it must have been published before it. */
+  #policyOf(data: Data): CompiledPolicy | undefined {
+    if (data.policy_hash === undefined) return undefined;
+    const policy = typeof data.policy_hash === "string" ? this.policies.get(data.policy_hash) : undefined;
+    if (policy === undefined) {
+      throw new Mismatch(
+        "policy_hash",
+        "a published policy",
+        data.policy_hash,
+        "the policy was never published",
+      );
+    }
+    return policy;
   }
 
   #put(session: SessionRecord): void {
@@ -484,6 +526,30 @@ export class ChainReplayer {
       const expectedHash = data.expected_params_hash;
       if (typeof expectedHash === "string" && expectedHash !== paramsHash) decision = PARAMS_HASH_MISMATCH;
     }
+    // The policy layer, with the version the entry names and the counters folded so far.
+    const policy = this.#policyOf(data);
+    const counters = this.policyCounters.get(session.organization_id) ?? EMPTY_STATE;
+    let policyRecord = (data.policy ?? null) as PolicyRecord | null;
+    if (policy !== undefined && provable) {
+      const judged = judgeByPolicy({
+        policy,
+        decision,
+        malformed,
+        session,
+        toolName,
+        paramsText: typeof data.params_json === "string" ? data.params_json : null,
+        estimate: call.estimated_cost_usd,
+        budget:
+          remainingBefore === null
+            ? null
+            : { limit_usd: Number(config.budget_usd), remaining_usd: remainingBefore.toNumber() },
+        nowNs,
+        counters,
+      });
+      expectEqual("policy", judged.record, policyRecord);
+      policyRecord = judged.record;
+      decision = judged.decision;
+    }
 
     let reservationId: string | null = null;
     let remainingAfter = remainingBefore;
@@ -516,6 +582,12 @@ export class ChainReplayer {
     }
     expectEqual("verdict", decision.verdict, data.verdict);
     expectEqual("reason", decision.reason, data.reason);
+    if (policy !== undefined) {
+      this.policyCounters.set(
+        session.organization_id,
+        countedAfter(counters, policyRecord, decision.verdict, nowNs),
+      );
+    }
     expectEqual("reservation_id", reservationId, data.reservation_id);
     expectEqual("budget_before_usd", remainingBefore?.toFixed() ?? null, data.budget_before_usd);
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
