@@ -38,6 +38,8 @@ export interface DaemonConfig {
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
   readonly keyOwners: ReadonlyMap<string, string>;
+  /** `policy: FILE` (relative to the config's directory): the operator's policy file, when given. */
+  readonly policyFile?: string;
 }
 
 /** The largest config file read, as the engine's loader: a config is a few kilobytes. */
@@ -116,7 +118,10 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "policy"], "/", fail);
+  if (value.policy !== undefined && (typeof value.policy !== "string" || value.policy === "")) {
+    fail("/policy must be the path of a policy file (see @leash/policy)");
+  }
   if (value.store !== undefined && (typeof value.store !== "string" || value.store === "")) {
     fail("/store must be a store URL (sqlite:PATH, postgres://…, memory:)");
   }
@@ -179,6 +184,9 @@ export function parseDaemonConfig(
     reservationTtlS: ttl,
     organizations,
     keyOwners,
+    ...(typeof value.policy === "string"
+      ? { policyFile: isAbsolute(value.policy) ? value.policy : resolve(baseDir, value.policy) }
+      : {}),
   };
 }
 

@@ -15,6 +15,7 @@ import { createRequestHandler, type RequestHandler } from "./handler.js";
 import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
+import { PolicyFile, type ReloadResult } from "./policy-file.js";
 import { defaultSocketPath } from "./socket-path.js";
 import { TailFeed } from "./tail/feed.js";
 import { TailReader } from "./tail/reader.js";
@@ -47,6 +48,11 @@ export interface DaemonOptions {
   readonly console?: ConsoleOptions;
   /** Seconds a HITL request waits for a human when the policy sets no `hitl_timeout_s` (default 900). */
   readonly hitlTimeoutS?: number;
+  /**
+   * An operator's policy file (@leash/policy; overrides config.policyFile): loaded before the store is
+   * opened, reloaded on SIGHUP (with handleSignals) and when it changes (README: Policies).
+   */
+  readonly policyFile?: string;
 }
 
 export interface Daemon {
@@ -63,6 +69,11 @@ export interface Daemon {
   readonly engine: Engine;
   readonly handler: RequestHandler;
   readonly metrics: DaemonMetrics;
+  /**
+   * Reads the policy file again (what SIGHUP and a change on disk do): a file that loads replaces the
+   * version in force whole; one that does not keeps it and says why. Null without a policy file.
+   */
+  reloadPolicy(): ReloadResult | null;
   /** Resolves once the daemon has shut down (after close(), or a signal). */
   readonly closed: Promise<void>;
   /** Stops accepting, finishes the requests in flight, closes the store, removes the socket file. */
@@ -163,6 +174,9 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   // A refused gRPC set-up is refused before the store is opened.
   if (options.grpc !== undefined) checkGrpcOptions(options.grpc);
 
+  // A policy file that does not load is refused before the store is opened.
+  const policyPath = options.policyFile ?? config.policyFile;
+  const policy = policyPath === undefined ? undefined : new PolicyFile(policyPath, logger);
   const substrate = await openStore(url);
   let transport: UnixTransport | undefined;
   let http: HttpEndpoint | undefined;
@@ -173,6 +187,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   let sweeper: NodeJS.Timeout | undefined;
   const cleanup = async () => {
     clearInterval(sweeper);
+    policy?.close();
     // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
     hitl?.close();
     tailFeed?.close();
@@ -189,7 +204,12 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       signer,
       clock,
       reservationTtlMs: config.reservationTtlS * 1000,
+      ...(policy === undefined ? {} : { policy }),
     });
+    if (policy !== undefined) {
+      policy.watch();
+      logger.info({ policy_file: policy.path, policy_hash: policy.current().hash }, "policy loaded");
+    }
     hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
     const feed = new TailFeed({
       substrate,
@@ -280,6 +300,10 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       logger.info({ signal }, "shutting down");
       void daemon.close();
     };
+    // SIGHUP reloads the policy file (validated first; a broken one keeps the version in force).
+    const onReload = () => {
+      policy?.reload();
+    };
     const daemon: Daemon = {
       address: transport.path,
       httpAddress: http?.address ?? null,
@@ -289,12 +313,14 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       engine,
       handler,
       metrics,
+      reloadPolicy: () => policy?.reload() ?? null,
       closed,
       close() {
         closing ??= (async () => {
           if (options.handleSignals) {
             process.off("SIGTERM", onSignal);
             process.off("SIGINT", onSignal);
+            process.off("SIGHUP", onReload);
           }
           await cleanup();
           storeOpen = false;
@@ -307,6 +333,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     if (options.handleSignals) {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
+      process.on("SIGHUP", onReload);
     }
     logger.info(
       {

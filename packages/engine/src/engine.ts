@@ -429,10 +429,9 @@ export function createEngine(options: EngineOptions): Engine {
     if (!trust.trusted) await trust.ready();
     await policies.load((fromSeq, limit) => substrate.transaction((tx) => tx.chain.range(fromSeq, limit)));
     const policy = policies.current();
-    if (!policies.isPublished(policy.hash)) {
+    await policies.publishOnce(policy.hash, async () => {
       await transaction((tx) => auditor.record(tx, POLICY_PUBLISHED, publishedData(policy), clock.nowNs()));
-      policies.published(policy.hash);
-    }
+    });
     return policy;
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
@@ -1038,6 +1037,7 @@ export function createEngine(options: EngineOptions): Engine {
         entry_seq: entry.seq,
         entry_hash: entry.entry_hash,
         ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
+        ...(policy === undefined ? {} : { policy_hash: policy.hash, policy: judged?.record ?? null }),
       },
       entry,
       hitl: hitlEvents,

@@ -42,6 +42,7 @@ export class EnginePolicies {
   readonly #committed = new Map<string, PolicyState>();
   readonly #pending: CounterLayer[] = [];
   readonly #published = new Set<string>();
+  readonly #publishing = new Map<string, Promise<void>>();
   #loaded: Promise<void> | undefined;
 
   constructor(policy: CompiledPolicy | PolicySource) {
@@ -56,12 +57,24 @@ export class EnginePolicies {
     return this.#source.current();
   }
 
-  isPublished(hash: string): boolean {
-    return this.#published.has(hash);
-  }
-
-  published(hash: string): void {
-    this.#published.add(hash);
+  /** Runs `publish` once per version (concurrent first calls share it); a failed one is tried again. */
+  publishOnce(hash: string, publish: () => Promise<void>): Promise<void> {
+    if (this.#published.has(hash)) return Promise.resolve();
+    let running = this.#publishing.get(hash);
+    if (running === undefined) {
+      running = publish().then(
+        () => {
+          this.#published.add(hash);
+          this.#publishing.delete(hash);
+        },
+        (error: unknown) => {
+          this.#publishing.delete(hash);
+          throw error;
+        },
+      );
+      this.#publishing.set(hash, running);
+    }
+    return running;
   }
 
   /**

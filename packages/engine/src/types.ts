@@ -14,6 +14,7 @@ import type {
 } from "@leash/core";
 import type { CompiledPolicy } from "@leash/policy";
 import type { Tracer } from "@opentelemetry/api";
+import type { PolicyRecord } from "./policy-layer.js";
 import type { PolicySource } from "./policy-runtime.js";
 
 export interface EngineOptions {
@@ -188,6 +189,9 @@ export interface EvaluateResult {
   error?: string;
   /** With HITL: the request a human answers (engine.getHitl / answerHitl / waitForHitl take it). */
   hitl_request_id?: string;
+  /** With a policy (EngineOptions.policy): the version in force, and what it judged (null: it did not run). */
+  policy_hash?: string;
+  policy?: PolicyRecord | null;
   /** True when the request's message was decided before: this is that recorded answer, nothing new was written. */
   redelivered?: true;
 }

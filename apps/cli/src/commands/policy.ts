@@ -39,6 +39,11 @@ function asCliError(error: unknown): never {
   throw error;
 }
 
+/** Reads and compiles a policy file (bounded); a file that does not load is a CliError (exit 2). */
+export async function loadPolicyFile(file: string, io: Io): Promise<CompiledPolicy> {
+  return load(file, io);
+}
+
 async function load(file: string, io: Io): Promise<CompiledPolicy> {
   const text = await readBounded(file, io, limits.MAX_POLICY_BYTES);
   try {

@@ -15,6 +15,7 @@ import {
   SocketInUseError,
   startDaemon,
 } from "@leash/daemon";
+import { PolicyError } from "@leash/policy";
 import type { Command } from "commander";
 import { engineFailure } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "../io.js";
@@ -23,6 +24,8 @@ import { parseStoreUrl, resolveStoreUrl } from "../store.js";
 
 export interface ServeOptions extends KeyOptions {
   readonly store?: string;
+  /** An operator's policy file (overrides the config's `policy:`). */
+  readonly policy?: string;
   readonly config?: string;
   readonly socket?: string;
   readonly http?: string;
@@ -159,11 +162,14 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       ...(grpc === undefined ? {} : { grpc }),
       ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
       ...(hitlTimeoutS === undefined ? {} : { hitlTimeoutS }),
+      ...(options.policy === undefined ? {} : { policyFile: options.policy }),
     });
   } catch (err) {
     if (
       err instanceof SocketInUseError ||
       err instanceof DaemonConfigError ||
+      err instanceof PolicyError ||
+      (err as NodeJS.ErrnoException)?.code === "ENOENT" ||
       err instanceof GrpcConfigError ||
       ConsoleConfigError.isInstance(err)
     ) {
@@ -213,6 +219,10 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "require client certificates from this CA (PEM): mTLS, the certificate names the organization",
       )
       .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
+      .option(
+        "--policy <file>",
+        "an operator's policy (YAML/JSON, see `leash policy check`): rules judged after SP/1.0's decide; reloaded on SIGHUP or change",
+      )
       .option(
         "--console-tokens <file>",
         "the console's operators: JSON {tokens: [{sha256, operator, readonly}]} (make one with `leash console token add`)",
