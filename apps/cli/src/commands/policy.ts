@@ -14,6 +14,7 @@ import {
 } from "@leash/policy";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, type Io, readSource, sourceLabel } from "../io.js";
+import { registerPolicyStore } from "./policy-store.js";
 
 /** Exit status of `policy test` when a case's outcome differs from what it expects. */
 const EXIT_MISMATCH = 1;
@@ -126,4 +127,5 @@ export function registerPolicy(program: Command, io: Io, setExit: (code: number)
     .action(async (file: string, cases: string) => {
       setExit(await runPolicyTest(file, cases, io));
     });
+  registerPolicyStore(policy, io, setExit);
 }
