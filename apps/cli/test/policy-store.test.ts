@@ -1,6 +1,8 @@
 // `leash evaluate --policy`, `leash policy report` and `leash policy explain` on SQLite and PostgreSQL
 // (STORE_KINDS): rule verdicts from the shell, would-be verdicts of monitor rules summed per rule,
 // and the rule that decided one call with its inputs, all read back from the chain.
+import { verify } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type Captured, leash, scratchDir, testKey } from "./helpers.js";
 import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
@@ -89,5 +91,21 @@ describe.each(STORE_KINDS)("policies from the shell on %s", (kind) => {
     expect(missing.stderr).toContain(`no decision for call 99 of session ${sid}`);
     const verified = await L(["verify", "--replay", "--pubkey", PUB]);
     expect(verified.code, verified.stderr).toBe(0);
+  });
+});
+
+describe("leash policy sign", () => {
+  it("writes FILE.sig, the Ed25519 signature of the file's bytes by the operator's key", async () => {
+    const signed = await leash(["policy", "sign", POLICY, "--key-file", KEY.file]);
+    expect(signed.code, signed.stderr).toBe(0);
+    expect(signed.stdout).toContain(`signed by key ${KEY.keyId}`);
+    const sig = Buffer.from(readFileSync(`${POLICY}.sig`, "utf8").trim(), "hex");
+    const der = Buffer.concat([
+      Buffer.from("302a300506032b6570032100", "hex"),
+      Buffer.from(KEY.publicKeyHex, "hex"),
+    ]);
+    expect(verify(null, readFileSync(POLICY), { key: der, format: "der", type: "spki" }, sig)).toBe(true);
+    const unsigned = await leash(["policy", "sign", POLICY]);
+    expect(unsigned.code).toBe(2);
   });
 });

@@ -53,6 +53,8 @@ export interface DaemonOptions {
    * opened, reloaded on SIGHUP (with handleSignals) and when it changes (README: Policies).
    */
   readonly policyFile?: string;
+  /** The operator's public key (64 hex): the policy file must then carry a verifying `FILE.sig`. */
+  readonly policyPublicKey?: string;
 }
 
 export interface Daemon {
@@ -176,7 +178,8 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
 
   // A policy file that does not load is refused before the store is opened.
   const policyPath = options.policyFile ?? config.policyFile;
-  const policy = policyPath === undefined ? undefined : new PolicyFile(policyPath, logger);
+  const policy =
+    policyPath === undefined ? undefined : new PolicyFile(policyPath, logger, options.policyPublicKey);
   const substrate = await openStore(url);
   let transport: UnixTransport | undefined;
   let http: HttpEndpoint | undefined;

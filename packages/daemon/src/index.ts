@@ -53,7 +53,13 @@ export { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions } from "./hitl/queue.js";
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
-export { PolicyFile, type PolicyLogger, type ReloadResult, readPolicyFile } from "./policy-file.js";
+export {
+  PolicyFile,
+  PolicyFileError,
+  type PolicyLogger,
+  type ReloadResult,
+  readPolicyFile,
+} from "./policy-file.js";
 export { defaultSocketPath } from "./socket-path.js";
 export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";
 export { type TailFilter, type TailPage, TailReader, tailEventOf } from "./tail/reader.js";

@@ -1,16 +1,26 @@
 // The daemon's policy file over a real socket, on SQLite and PostgreSQL: rule verdicts reach the agent and
 // /metrics per rule (monitor rules as would-be verdicts); a reload swaps the version atomically, a broken
 // file keeps the old one and says why; the chain replays with the version in force at each entry.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
+import { generateKeyPair } from "@leash/chain";
 import { replayChain } from "@leash/recovery";
 import { type StoreKind, startServeFixture } from "@leash/test-stores";
 import { type Payload, PreExecRequestSchema, RegisterRequestSchema } from "@leash/wire";
 import { afterEach, describe, expect, it } from "vitest";
+import { type Daemon, parseDaemonConfig, startDaemon } from "../src/index.js";
 import { RawClient } from "./raw-client.js";
-import { ACME, ensureBuilt, type Running, runDaemon } from "./support.js";
+import {
+  ACME,
+  configObject,
+  ensureBuilt,
+  openStore,
+  quietLogger,
+  type Running,
+  runDaemon,
+} from "./support.js";
 
 const V1 = `
 version: 1
@@ -90,6 +100,41 @@ describe.each(["sqlite", "postgres"] as StoreKind[])("the daemon's policy on %s"
     const replayed = await replayChain(entries);
     expect(replayed.mismatch).toBeNull();
     expect(replayed.proved_from).toBe(0);
+  });
+});
+
+describe("a signed policy (policyPublicKey)", () => {
+  it("refuses an unsigned or re-written file at start and at reload; a signed one loads", async () => {
+    const operator = generateKeyPair();
+    const dir = mkdtempSync(join(tmpdir(), "leash-policy-signed-"));
+    const file = join(dir, "policy.yaml");
+    const sign = () =>
+      writeFileSync(`${file}.sig`, Buffer.from(operator.signer.sign(readFileSync(file))).toString("hex"));
+    writeFileSync(file, V1);
+    const store = await openStore("sqlite");
+    const options = {
+      config: parseDaemonConfig(configObject(dir)),
+      signer: generateKeyPair().signer,
+      store: store.url as string,
+      socketPath: join(dir, "leash.sock"),
+      logger: quietLogger(),
+      policyFile: file,
+      policyPublicKey: operator.publicKeyHex,
+    };
+    let daemon: Daemon | undefined;
+    try {
+      await expect(startDaemon(options)).rejects.toThrow(/policy\.yaml\.sig: missing/);
+      sign();
+      daemon = await startDaemon(options);
+      writeFileSync(file, V2); // not signed again
+      const refused = daemon.reloadPolicy();
+      expect(refused?.ok === false && refused.error).toMatch(/does not verify/);
+      sign();
+      expect(daemon.reloadPolicy()).toMatchObject({ ok: true, changed: true });
+    } finally {
+      await daemon?.close();
+      await store.close();
+    }
   });
 });
 
