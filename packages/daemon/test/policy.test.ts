@@ -6,6 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { generateKeyPair } from "@leash/chain";
+import { createEngine } from "@leash/engine";
+import { loadPolicy } from "@leash/policy";
 import { replayChain } from "@leash/recovery";
 import { type StoreKind, startServeFixture } from "@leash/test-stores";
 import { type Payload, PreExecRequestSchema, RegisterRequestSchema } from "@leash/wire";
@@ -100,6 +102,76 @@ describe.each(["sqlite", "postgres"] as StoreKind[])("the daemon's policy on %s"
     const replayed = await replayChain(entries);
     expect(replayed.mismatch).toBeNull();
     expect(replayed.proved_from).toBe(0);
+  });
+});
+
+const SAME = `
+version: 1
+name: same
+rules:
+  - { name: no-db, match: { tool: db.drop }, action: deny, message: no }
+  - { name: big, match: { tool: pay }, when: "has(args.n) && args.n > 5", action: deny, message: too big }
+  - { name: search-rate, match: { tool: search }, action: { rate: { limit: 2, window_s: 2592000, per: session } } }
+  - { name: shadow, match: { tool: "*" }, action: deny, message: would, mode: monitor }
+`;
+const CALLS: Array<[string, number]> = [
+  ["search", 1],
+  ["db.drop", 2],
+  ["pay", 3],
+  ["pay", 9],
+  ["search", 5],
+  ["search", 6],
+  ["fs.read", 7],
+];
+
+describe.each(["sqlite", "postgres"] as StoreKind[])("one policy, library and daemon (%s)", (kind) => {
+  it("decides the same calls the same way as a library engine on memory", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "leash-policy-same-"));
+    const file = join(dir, "same.yaml");
+    writeFileSync(file, SAME);
+    const running = await runDaemon(kind, { extra: { policy: file } });
+    const c = await RawClient.connect(running.socket, ACME);
+    const memory = await openStore("memory");
+    try {
+      const sid = ((await c.request(register("writer-bot"))).payload.value as { sessionId: string })
+        .sessionId;
+      const viaDaemon: string[] = [];
+      for (const [tool, n] of CALLS) {
+        const value = (await c.request(preExec(sid, n, tool))).payload.value as { reason: string };
+        viaDaemon.push(value.reason);
+      }
+      const engine = createEngine({
+        substrate: memory.substrate,
+        signer: generateKeyPair().signer,
+        policy: loadPolicy(SAME),
+      });
+      await engine.register({ agent_id: "writer-bot", session_id: "lib", config: { budget_usd: 1 } });
+      const viaLibrary: string[] = [];
+      for (const [tool, n] of CALLS) {
+        const r = await engine.evaluate({
+          session_id: "lib",
+          tool_name: tool,
+          params: { n },
+          nonce: n,
+          estimated_cost_usd: "0.01",
+        });
+        viaLibrary.push(r.reason);
+      }
+      expect(viaDaemon).toEqual(viaLibrary);
+      expect(viaDaemon).toEqual([
+        "within_thresholds",
+        "policy_violation:rule:no-db",
+        "within_thresholds",
+        "policy_violation:rule:big",
+        "within_thresholds",
+        "policy_violation:rule:search-rate",
+        "within_thresholds",
+      ]);
+    } finally {
+      c.close();
+      await running.stop();
+      await memory.close();
+    }
   });
 });
 
