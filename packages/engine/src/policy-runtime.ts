@@ -15,13 +15,8 @@ export interface PolicySource {
 export const POLICY_PUBLISHED = "policy_published";
 
 /** The data of a `policy_published` entry. */
-export function publishedData(policy: CompiledPolicy, source?: string): Record<string, unknown> {
-  return {
-    policy_hash: policy.hash,
-    name: policy.name,
-    canonical: policy.canonical,
-    ...(source === undefined ? {} : { source }),
-  };
+export function publishedData(policy: CompiledPolicy): Record<string, unknown> {
+  return { policy_hash: policy.hash, name: policy.name, canonical: policy.canonical };
 }
 
 interface Staged {
