@@ -6,6 +6,8 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { configSafetyProblem } from "./config-safety.js";
+import { type DaemonLimits, parseLimits } from "./limits.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -38,6 +40,8 @@ export interface DaemonConfig {
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
   readonly keyOwners: ReadonlyMap<string, string>;
+  /** The `limits:` block (socket limits, per-organization quotas), defaults filled in. */
+  readonly limits: DaemonLimits;
   /** `policy: FILE` (relative to the config's directory): the operator's policy file, when given. */
   readonly policyFile?: string;
 }
@@ -118,7 +122,7 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations", "policy"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "limits", "policy"], "/", fail);
   if (value.policy !== undefined && (typeof value.policy !== "string" || value.policy === "")) {
     fail("/policy must be the path of a policy file (see @leash/policy)");
   }
@@ -179,15 +183,19 @@ export function parseDaemonConfig(
       agents,
     });
   }
-  return {
+  const config: DaemonConfig = {
     store: value.store as string | undefined,
     reservationTtlS: ttl,
     organizations,
     keyOwners,
+    limits: parseLimits(value.limits, fail),
     ...(typeof value.policy === "string"
       ? { policyFile: isAbsolute(value.policy) ? value.policy : resolve(baseDir, value.policy) }
       : {}),
   };
+  const unsafe = configSafetyProblem(config);
+  if (unsafe !== null) fail(unsafe);
+  return config;
 }
 
 /** Reads a `.json`, `.yaml` or `.yml` daemon configuration. */

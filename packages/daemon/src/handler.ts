@@ -19,6 +19,7 @@ import {
   HitlStatus,
   type HitlUpdate,
   HitlUpdateSchema,
+  MAX_FRAME_BYTES,
   moneyFromWire,
   moneyToWire,
   negotiateProtocolVersion,
@@ -40,10 +41,12 @@ import {
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
+import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
 import { countPolicy, type DaemonMetrics } from "./metrics.js";
+import type { OrganizationQuotaBook } from "./org-quotas.js";
 import type { TailFeed } from "./tail/feed.js";
 import type { TailFilter, TailReader } from "./tail/reader.js";
 
@@ -114,6 +117,8 @@ export interface HandlerOptions {
   readonly hitlTimeoutS?: number;
   /** Serves TailEntries / tail_entries from the store's chain. Without it they are refused. */
   readonly tail?: { readonly reader: TailReader; readonly feed: TailFeed };
+  /** Per-organization quotas: each organization's tails count against its own (as well as MAX_TAILS). */
+  readonly quotas?: OrganizationQuotaBook;
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -376,6 +381,8 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       throw new Refusal(ErrorCode.AUTHENTICATION_FAILED, "unknown_key", "unknown organization");
     if (request.agentId === "")
       throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_agent_id", "agent_id is required");
+    const tooLong = idProblem(request.agentId, request.sessionId);
+    if (tooLong !== null) throw new Refusal(ErrorCode.INVALID_MESSAGE, "id_too_long", tooLong);
     if (!keyMayActAs(org, context.auth.keyId, request.agentId)) {
       metrics.authFailures.inc({ detail: "agent_not_allowed" });
       throw new Refusal(
@@ -458,6 +465,19 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         ? {}
         : { message: { id: context.message.id, sent_ns: Number(context.message.sentNs) } }),
     };
+    // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
+    const texts = {
+      sessionId: request.sessionId,
+      toolName: request.toolName,
+      organizationId: context.auth.organizationId,
+    };
+    if (!answerFits(texts)) {
+      throw new Refusal(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        "answer_too_large",
+        `the answer could be ${preExecAnswerBound(texts)} bytes, over the ${MAX_FRAME_BYTES}-byte frame: shorten tool_name`,
+      );
+    }
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
@@ -625,17 +645,28 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     };
   }
 
-  /** Runs `fn` holding one of the MAX_TAILS slots. */
-  async function withTailSlot<T>(fn: () => Promise<T>): Promise<T> {
+  /** Runs `fn` holding one of the MAX_TAILS slots and one of its organization's. */
+  async function withTailSlot<T>(org: string, fn: () => Promise<T>): Promise<T> {
     if (tails >= MAX_TAILS) {
       metrics.rateLimited.inc();
       throw new Refusal(ErrorCode.RATE_LIMITED, "too_many_tails", `more than ${MAX_TAILS} tails at once`);
+    }
+    const quotas = options.quotas;
+    if (quotas !== undefined && !quotas.takeTail(org)) {
+      metrics.rateLimited.inc();
+      metrics.limitRefusals.inc({ limit: "org_tails" });
+      throw new Refusal(
+        ErrorCode.RATE_LIMITED,
+        "org_tails",
+        `organization ${org} has ${quotas.quotas.tails} tails open`,
+      );
     }
     tails++;
     try {
       return await fn();
     } finally {
       tails--;
+      quotas?.releaseTail(org);
     }
   }
 
@@ -645,7 +676,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   /** The socket's tail_entries: one batch; with follow, waits (bounded) until there is something to send. */
   async function tailBatch(request: TailRequest, context: RequestContext): Promise<Payload> {
     const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-    return withTailSlot(async () => {
+    return withTailSlot(context.auth.organizationId, async () => {
       const signal = context.signal;
       let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
       const maxEvents =
@@ -725,7 +756,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     async streamTail(request, context, send) {
       try {
         const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-        return await withTailSlot(async () => {
+        return await withTailSlot(context.auth.organizationId, async () => {
           const signal = context.signal;
           let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
           let left = request.limit === 0 ? Number.POSITIVE_INFINITY : request.limit;

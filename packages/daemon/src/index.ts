@@ -1,6 +1,7 @@
 // @leash/daemon: the Leash sidecar (SHACKLE SP/1.0 Model B) — SP/1.0 envelopes on a Unix socket, decided by @leash/engine.
 // Start it with startDaemon() or `leash serve`; agents connect with @leash/client (or any SP/1.0 client).
 
+export { type AnswerTexts, answerFits, MAX_ID_BYTES, preExecAnswerBound } from "./answer-size.js";
 export {
   type DaemonConfig,
   DaemonConfigError,
@@ -52,6 +53,14 @@ export {
 export { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions } from "./hitl/queue.js";
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
+export {
+  type DaemonLimits,
+  DEFAULT_LIMITS,
+  DEFAULT_ORGANIZATION_QUOTAS,
+  DEFAULT_SOCKET_LIMITS,
+  type OrganizationQuotas,
+  type SocketLimits,
+} from "./limits.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
 export {
   PolicyFile,

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
-import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
+import { openStore as openTestStore, STATE_DIR, type StoreKind, type TestStore } from "@leash/test-stores";
 import { pino } from "pino";
 import {
   type ConsoleOptions,
@@ -111,9 +111,14 @@ const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.u
 /** Starts `leash serve` and resolves once it prints its listening line (parsed as `listening`). */
 export function serve(
   args: string[],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ child: ChildProcess; stderr: () => string; listening: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    // LEASH_STATE_DIR: the daemon's checkpoints go to a temporary directory, not the home directory.
+    const child = spawn(process.execPath, [BIN, "serve", ...args], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...env, LEASH_STATE_DIR: STATE_DIR },
+    });
     let out = "";
     let err = "";
     const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);
