@@ -11,6 +11,7 @@ import {
   LeashError,
   loadConfigFile,
 } from "@leash/engine";
+import type { CompiledPolicy } from "@leash/policy";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "./io.js";
 import { readOnlySigner } from "./keys.js";
@@ -76,8 +77,18 @@ export async function loadSettings(options: StoreOptions, io: Io): Promise<Setti
 }
 
 /** Every engine the CLI makes, with the config file's reservation TTL and the chain's signer. */
-export function newEngine(substrate: Substrate, file: LeashConfigFile, signer: Signer): Engine {
-  return createEngine({ substrate, signer, reservationTtlMs: file.reservation_ttl_s * 1000 });
+export function newEngine(
+  substrate: Substrate,
+  file: LeashConfigFile,
+  signer: Signer,
+  policy?: CompiledPolicy,
+): Engine {
+  return createEngine({
+    substrate,
+    signer,
+    reservationTtlMs: file.reservation_ttl_s * 1000,
+    ...(policy === undefined ? {} : { policy }),
+  });
 }
 
 /** The key that must sign the chain's next entry: the head's signer, or the key a head key_rotation names. */
@@ -127,6 +138,7 @@ export async function withEngine<T>(
   settings: Settings,
   signer: Signer | "read-only",
   fn: (engine: Engine) => Promise<T>,
+  policy?: CompiledPolicy,
 ): Promise<T> {
   const { target, file } = settings;
   const substrate = await connectStore(target);
@@ -134,7 +146,7 @@ export async function withEngine<T>(
   try {
     if (signer !== "read-only") await checkSigner(substrate, target, signer);
     return await fn(
-      newEngine(substrate, file, signer === "read-only" ? readOnlySigner("this command") : signer),
+      newEngine(substrate, file, signer === "read-only" ? readOnlySigner("this command") : signer, policy),
     );
   } catch (err) {
     throw engineFailure(err, target.url) ?? err;
