@@ -10,6 +10,7 @@ export {
   compactJws,
   keyRotationData,
 } from "./entry.js";
+export * from "./events/index.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";
 export {
   fromJsonl,
