@@ -7,6 +7,7 @@ import { type ReplayResult, replayChain } from "@leash/recovery";
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
+import { checkedEvents, type FoundViolation, violationFirst, violationLine } from "../event-check.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io, parseJson, readSource } from "../io.js";
 import { collect, keyFailure, loadPublicKeys } from "../keys.js";
 import { openExistingStore, storeFailure } from "../store.js";
@@ -134,8 +135,9 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
     const bar = progressBar(io, "leash verify:", total);
     let result: VerifyChainResult;
+    const found: { first: FoundViolation | null } = { first: null };
     try {
-      result = await verifyChain(entries, {
+      result = await verifyChain(checkedEvents(entries, found), {
         publicKeys,
         verifier: options.verifier,
         onProgress: (n) => bar.update(n),
@@ -145,6 +147,11 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
       throw keyFailure(err, "verify");
     } finally {
       bar.done();
+    }
+    const violation = violationFirst(result, found.first);
+    if (violation !== null) {
+      io.stdout(violationLine(violation));
+      return EXIT_REFUSED;
     }
     if (result.ok && options.writeCheckpoint !== undefined) {
       await writeCheckpoint(options.writeCheckpoint, checkpointOf(result));
@@ -210,7 +217,10 @@ a shorter chain. The store is only read: nothing is created or migrated.
 Output: one line on stdout,
   OK: <n> entries verified, head <hash>
   FAILED at entry <index> (seq <seq>): <kind>: <message>
-with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key.
+with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key,
+or schema: an entry whose data its kind's JSON Schema refuses (docs/chain-format.md), or a kind
+no schema describes,
+  FAILED at entry <index> (seq <seq>): schema: <entry kind> v<version> <JSON pointer> <message>
 With --replay, once the signatures verify, a second line:
   REPLAY OK: <n> entries replayed, <d> decisions, every verdict re-derived
   REPLAY FAILED at entry <index> (seq <seq>, session <id>): <kind> <field>: expected <json>, recorded <json>
