@@ -86,8 +86,12 @@ export function checkEventData(kind: string, data: Record<string, unknown>): Eve
   };
 }
 
-/** `checkEventData` on a stored entry's body; a body that does not parse is the chain verifier's to report. */
-export function checkEntryEvent(entry: Pick<ChainEntryRecord, "body">): EventViolation | null {
+/**
+ * `checkEventData` on a stored entry's body. Null for what is not an entry or whose body does not
+ * parse: that is the chain verifier's to report (as `edited`).
+ */
+export function checkEntryEvent(entry: Pick<ChainEntryRecord, "body"> | null): EventViolation | null {
+  if (typeof entry?.body !== "string") return null;
   const body = parseEntryBody(entry.body);
   if (typeof body === "string") return null;
   return checkEventData(body.kind, body.data);
