@@ -10,8 +10,8 @@ export {
   compactJws,
   keyRotationData,
 } from "./entry.js";
-export * from "./events/index.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";
+export * from "./events/index.js";
 export {
   fromJsonl,
   keyInForceAfter,
