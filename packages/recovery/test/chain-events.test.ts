@@ -98,6 +98,19 @@ async function everyKind(): Promise<ChainEntryRecord[]> {
     nonce: 1,
   });
   await engine.answerHitl(h1.hitl_request_id!, { decision: "approve", operatorId: "alice", comment: "ok" });
+  // A modify answer names its successor call: the entry's `successor` object.
+  const modified = await engine.register({ agent_id: "bot", config: hitlConfig });
+  const h2 = await engine.evaluate({
+    session_id: modified.session_id,
+    tool_name: "pay",
+    params: { to: "c" },
+    nonce: 1,
+  });
+  await engine.answerHitl(h2.hitl_request_id!, {
+    decision: "modify",
+    operatorId: "bob",
+    params: { to: "d" },
+  });
   const unanswered = await engine.register({ agent_id: "bot", config: hitlConfig });
   await engine.evaluate({
     session_id: unanswered.session_id,
@@ -146,7 +159,16 @@ describe("the writers' entries against the chain event schemas", () => {
     }
     // The optional fields were written too, so their schema entries are checked, not just allowed.
     const fields = new Set(
-      entries.flatMap((e) => Object.keys(JSON.parse(e.body).data).map((f) => `${e.kind}.${f}`)),
+      entries.flatMap((e) => {
+        const data = JSON.parse(e.body).data as Record<string, unknown>;
+        const nested = (f: string) => {
+          const v = data[f];
+          return typeof v === "object" && v !== null ? Object.keys(v).map((g) => `${f}.${g}`) : [];
+        };
+        return Object.keys(data)
+          .flatMap((f) => [f, ...nested(f)])
+          .map((f) => `${e.kind}.${f}`);
+      }),
     );
     for (const field of [
       "decision.rng",
@@ -157,6 +179,7 @@ describe("the writers' entries against the chain event schemas", () => {
       "decision.hold_ttl_ns",
       "post_exec.error_message",
       "hitl_decision.comment",
+      "hitl_decision.successor.nonce",
       "key_rotation.operator_id",
     ]) {
       expect(fields).toContain(field);
