@@ -206,4 +206,43 @@ describe("the writers' entries against the chain event schemas", () => {
     });
     expect(checkEventData("a_note", {})).toMatchObject({ version: null, pointer: "/kind" });
   });
+
+  it("older shapes match their kind's earlier version; a current decision with an extra field does not", () => {
+    // replay_inputs 1: a copy of the state, rng and operator_id null (before replay inputs version 2).
+    const v1 = {
+      session_id: "s",
+      agent_id: "bot",
+      call_number: 1,
+      tool_name: "t",
+      verdict: "ALLOW",
+      reason: "within_thresholds",
+      rng: null,
+      operator_id: null,
+      state: { call_count: 0 },
+      replay_inputs: 1,
+    };
+    expect(eventVersionOf("decision", v1)).toBe(1);
+    expect(eventVersionOf("decision", { ...v1, replay_inputs: undefined })).toBe(1);
+    expect(checkEventData("decision", { ...v1, verdict: "MAYBE" })).toMatchObject({
+      version: 1,
+      pointer: "/data/verdict",
+    });
+    expect(checkEventData("decision", { ...v1, replay_inputs: 2 })).toMatchObject({ version: 2 });
+    // A post_exec from before the settlement fields (late, hold_status, over_limit_usd, idempotency_key).
+    const postExec = {
+      session_id: "s",
+      call_number: 1,
+      reservation_id: "s#1",
+      estimated_usd: "0.5",
+      actual_usd: "0.25",
+      overrun_usd: "0",
+      success: true,
+      budget_after_usd: "4.75",
+    };
+    expect(eventVersionOf("post_exec", postExec)).toBe(1);
+    expect(checkEventData("post_exec", { ...postExec, actual_usd: 0.25 })).toMatchObject({
+      pointer: "/data/actual_usd",
+    });
+    expect(eventVersionOf("reservation_expired", { reservation_id: "s#1", released_usd: "0.4" })).toBe(1);
+  });
 });

@@ -41,13 +41,35 @@ export function isChainEventKind(kind: string): kind is ChainEventKind {
   return Object.hasOwn(EVENT_SCHEMAS, kind);
 }
 
+/** The first error of `data` against one version, or null when it matches. */
+function firstError(version: Compiled[number], data: Record<string, unknown>): ErrorObject | null {
+  return version.validate(data) ? null : (version.validate.errors?.[0] ?? null);
+}
+
 /**
- * The version a failing entry is reported against: its own version field where it has one (a
- * decision's `replay_inputs`), else the newest.
+ * The version and error a failing entry is reported with: its own version field's where it has one
+ * (a decision's `replay_inputs`); else the newest's, unless the entry lacks a newer field and an
+ * earlier version finds something wrong with a field it has (an older entry, mistyped).
  */
-function reportedVersion(kind: string, data: Record<string, unknown>, versions: Compiled): number {
-  if (kind === "decision" && data.replay_inputs !== 2) return 1;
-  return versions[0]!.version;
+function reported(
+  kind: string,
+  data: Record<string, unknown>,
+  versions: Compiled,
+): { version: number; error: ErrorObject | null } {
+  if (kind === "decision") {
+    // A decision's schema version is its replay_inputs version (v1 also covers entries without it).
+    const own = versions.find((v) => v.version === data.replay_inputs) ?? versions.at(-1)!;
+    return { version: own.version, error: firstError(own, data) };
+  }
+  const newest = { version: versions[0]!.version, error: firstError(versions[0]!, data) };
+  if (newest.error?.keyword !== "required") return newest;
+  for (const earlier of versions.slice(1)) {
+    const error = firstError(earlier, data);
+    if (error !== null && error.keyword !== "required" && error.keyword !== "not") {
+      return { version: earlier.version, error };
+    }
+  }
+  return newest;
 }
 
 function pointerOf(error: ErrorObject): string {
@@ -74,15 +96,12 @@ export function checkEventData(kind: string, data: Record<string, unknown>): Eve
     };
   }
   if (versions.some((v) => v.validate(data))) return null;
-  const version = reportedVersion(kind, data, versions);
-  const reported = versions.find((v) => v.version === version)!;
-  reported.validate(data);
-  const error = reported.validate.errors?.[0];
+  const { version, error } = reported(kind, data, versions);
   return {
     kind,
     version,
-    pointer: error === undefined ? "/data" : pointerOf(error),
-    message: error === undefined ? "does not match" : messageOf(error),
+    pointer: error === null ? "/data" : pointerOf(error),
+    message: error === null ? "does not match" : messageOf(error),
   };
 }
 
