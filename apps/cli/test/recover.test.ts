@@ -81,7 +81,7 @@ describe.each(STORE_KINDS)("leash recover on %s", (kind) => {
     const r = await recoverCmd("--repair");
     expectFailed(r, 1);
     expect(r.stderr).toMatch(
-      /^leash: error: the audit chain fails verification at entry 2 \(seq 2\): edited: .+; inspect with `leash verify --store .+ --pubkey [0-9a-f]{64}`\n$/,
+      /^leash: error: the audit chain fails verification at entry 2 \(seq 2\): edited: .+; inspect with `leash verify --store .+ --pubkey [0-9a-f]{64} --checkpoint \S+`\n$/,
     );
     expect(r.stdout).toMatch(/^recovery FAILED in \d+ ms: do not serve from this store\n/);
     expect(r.stdout).toContain("ERROR chain_unverifiable");
@@ -171,7 +171,12 @@ describe.each(STORE_KINDS)("leash recover on %s", (kind) => {
     await store.exec("DELETE FROM leash_chain WHERE seq = (SELECT max(seq) FROM leash_chain)");
     const r = await recoverCmd("--checkpoint", checkpoint);
     expectFailed(r, 1);
-    expect(r.stderr).toContain("(seq 2): truncated");
+    // A deleted tail looks like a restored older copy: behind the checkpoint, both heads named.
+    expect(r.stderr).toContain(
+      "the store's chain is behind the last head checkpointed outside it: the store has no entry 2 (its head is entry",
+    );
+    expect(r.stderr).toContain(`the checkpoint's head (${checkpoint}) is entry 2 (${written.head_hash})`);
+    expect(r.stdout).toContain("ERROR chain_rolled_back");
     expect(r.stderr).toContain(`--checkpoint ${checkpoint}\``);
     // A failed store never moves the checkpoint.
     expect(JSON.parse(readFileSync(checkpoint, "utf8"))).toEqual(written);

@@ -6,6 +6,7 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { configSafetyProblem } from "./config-safety.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -174,12 +175,15 @@ export function parseDaemonConfig(
       agents,
     });
   }
-  return {
+  const config: DaemonConfig = {
     store: value.store as string | undefined,
     reservationTtlS: ttl,
     organizations,
     keyOwners,
   };
+  const unsafe = configSafetyProblem(config);
+  if (unsafe !== null) fail(unsafe);
+  return config;
 }
 
 /** Reads a `.json`, `.yaml` or `.yml` daemon configuration. */

@@ -19,6 +19,7 @@ import {
   HitlStatus,
   type HitlUpdate,
   HitlUpdateSchema,
+  MAX_FRAME_BYTES,
   moneyFromWire,
   moneyToWire,
   negotiateProtocolVersion,
@@ -40,6 +41,7 @@ import {
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
+import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
@@ -376,6 +378,8 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       throw new Refusal(ErrorCode.AUTHENTICATION_FAILED, "unknown_key", "unknown organization");
     if (request.agentId === "")
       throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_agent_id", "agent_id is required");
+    const tooLong = idProblem(request.agentId, request.sessionId);
+    if (tooLong !== null) throw new Refusal(ErrorCode.INVALID_MESSAGE, "id_too_long", tooLong);
     if (!keyMayActAs(org, context.auth.keyId, request.agentId)) {
       metrics.authFailures.inc({ detail: "agent_not_allowed" });
       throw new Refusal(
@@ -458,6 +462,19 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         ? {}
         : { message: { id: context.message.id, sent_ns: Number(context.message.sentNs) } }),
     };
+    // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
+    const texts = {
+      sessionId: request.sessionId,
+      toolName: request.toolName,
+      organizationId: context.auth.organizationId,
+    };
+    if (!answerFits(texts)) {
+      throw new Refusal(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        "answer_too_large",
+        `the answer could be ${preExecAnswerBound(texts)} bytes, over the ${MAX_FRAME_BYTES}-byte frame: shorten tool_name`,
+      );
+    }
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;

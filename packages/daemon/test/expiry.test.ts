@@ -35,7 +35,7 @@ describe.each(["sqlite", "postgres"] as StoreKind[])("an unsettled hold on a liv
   });
 
   it("is charged at its estimate past its TTL; a call of 0.90 is then DENIED; a late post-exec corrects it", async () => {
-    running = await runDaemon(kind, { extra: { reservation_ttl_s: 0.2 } });
+    running = await runDaemon(kind, { extra: { reservation_ttl_s: 1 } }); // the shortest a daemon accepts
     const client = await RawClient.connect(running.socket, ACME);
     try {
       const registered = await client.request({

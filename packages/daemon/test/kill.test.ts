@@ -19,7 +19,7 @@ import { RawClient } from "./raw-client.js";
 import { ACME, configObject, ensureBuilt, openStore, scratchDir, serve } from "./support.js";
 
 const KILLS = 10;
-const TTL_S = 0.1;
+const TTL_S = 1;
 const SEED = Number(process.env.LEASH_CRASH_SEED ?? Date.now() % 1_000_000);
 
 function mulberry32(seed: number): () => number {

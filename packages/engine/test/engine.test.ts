@@ -479,7 +479,7 @@ describe.each(KINDS)("engine on %s", (kind) => {
       session_id: s.session_id,
     });
     expect(body.data.state).toBeUndefined();
-    expect(body.data.replay_inputs).toBe(2);
+    expect(body.data.replay_inputs).toBe(3);
 
     // Every decision's receipt verifies offline and names its chain position.
     for (const r of [a, h, denied, after, held]) {

@@ -13,7 +13,13 @@ import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { canonicalHash } from "@leash/core";
 import { createEngine } from "@leash/engine";
 import { afterEach, describe, expect, it } from "vitest";
-import { compareSnapshots, repairSnapshots, replayChain } from "../src/index.js";
+import {
+  compareSnapshots,
+  recordRollbackAccepted,
+  repairSnapshots,
+  replayChain,
+  storedParams,
+} from "../src/index.js";
 import { manualClock, openStore, type TestStore } from "./support.js";
 
 let store: TestStore | undefined;
@@ -79,6 +85,11 @@ async function everyKind(): Promise<ChainEntryRecord[]> {
     nonce: 2,
     estimated_cost_usd: 100,
   });
+  // Params of 1,024 characters or more are stored by digest (params_blob); over the cap, by size alone.
+  const big = { text: "x".repeat(2000) };
+  await engine.evaluate({ session_id: sid, tool_name: "search", params: big, nonce: 6 });
+  const capped = await engine.register({ agent_id: "bot", config: { max_params_bytes: 100 } });
+  await engine.evaluate({ session_id: capped.session_id, tool_name: "search", params: big, nonce: 1 });
   await engine.reset(sid, "alice");
 
   // Below a fifth of its budget, probabilistic denial draws a random number: the entry records it.
@@ -129,10 +140,24 @@ async function everyKind(): Promise<ChainEntryRecord[]> {
   await engine.rotateKey(next.signer, "alice");
   await engine.close();
 
-  const replay = await replayChain(await readChain(store.substrate));
+  const replay = await replayChain(await readChain(store.substrate), {
+    params: storedParams(store.substrate),
+  });
   await store.sql("UPDATE leash_sessions SET call_count = 99 WHERE session_id = ?", [sid]);
   const differences = await compareSnapshots(store.substrate, replay.projection);
   await repairSnapshots(store.substrate, replay, differences, next.signer, clock.nowNs());
+  // An operator accepting a store behind its last checkpoint (a restored backup).
+  const head = await store.substrate.transaction((tx) => tx.chain.head());
+  await recordRollbackAccepted(
+    store.substrate,
+    {
+      kind: "behind",
+      store_head: head,
+      checkpoint: { count: head!.seq + 5, head_hash: "ab".repeat(32) },
+      store_hash_at_checkpoint: null,
+    },
+    { signer: next.signer, operatorId: "alice", nowNs: clock.nowNs() },
+  );
   return readChain(store.substrate);
 }
 
@@ -177,6 +202,8 @@ describe("the writers' entries against the chain event schemas", () => {
       "decision.input_problem",
       "decision.hitl_request_id",
       "decision.hold_ttl_ns",
+      "decision.params_blob",
+      "decision.params_bytes",
       "post_exec.error_message",
       "hitl_decision.comment",
       "hitl_decision.successor.nonce",

@@ -445,8 +445,16 @@ describe.each(SQL_KINDS)("recover on %s, damaged by hand", (kind) => {
 
     const report = await recover(s.substrate, options(s, { clock, signer: KEY.signer }));
     expect(report.ok).toBe(false);
-    expect(report.chain.failure).toMatchObject({ seq: count - 3, kind: "truncated" });
-    expect(report.problems[0]!.message).toContain(`the checkpoint counts ${count} entries`);
+    // Shorter than its checkpoint: behind it, as a restored older copy would be, both heads named.
+    expect(report.chain.rollback).toMatchObject({
+      kind: "behind",
+      checkpoint: { count },
+      accepted_seq: null,
+    });
+    expect(report.problems[0]).toMatchObject({ code: "chain_rolled_back" });
+    expect(report.problems[0]!.message).toContain(
+      `the store's chain is behind the last head checkpointed outside it: the store has no entry ${count - 1}`,
+    );
     // The checkpoint still says what it said: a failed run never lowers it.
     expect(JSON.parse(readFileSync(join(s.dir, "checkpoint.json"), "utf8")).count).toBe(count);
 

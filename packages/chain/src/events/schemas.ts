@@ -99,6 +99,40 @@ const decisionV2 = closed(
   ["input_problem", "rng", "previous_error", "expected_params_hash", "hitl_request_id", "hold_ttl_ns"],
 );
 
+/**
+ * Replay inputs version 3: exactly one of `params_json` (inline), `params_bytes` (over the guard's
+ * cap: size alone) and `params_blob` (stored by digest beside the entry).
+ */
+const decisionV3Closed = closed(
+  "decision",
+  3,
+  "A verdict on one tool call (replay inputs version 3)",
+  {
+    ...(decisionV2.schema.properties as Record<string, JsonSchema>),
+    replay_inputs: { const: 3 },
+    params_bytes: { type: "integer", minimum: 0 },
+    params_blob: { const: true },
+  },
+  [
+    "input_problem",
+    "rng",
+    "previous_error",
+    "expected_params_hash",
+    "hitl_request_id",
+    "hold_ttl_ns",
+    "params_json",
+    "params_bytes",
+    "params_blob",
+  ],
+);
+const decisionV3: EventSchemaVersion = {
+  version: 3,
+  schema: {
+    ...decisionV3Closed.schema,
+    oneOf: [{ required: ["params_json"] }, { required: ["params_bytes"] }, { required: ["params_blob"] }],
+  },
+};
+
 /** Decisions before replay inputs version 2: an open record around the SP/1.0 audit fields. */
 const decisionV1: EventSchemaVersion = {
   version: 1,
@@ -289,9 +323,23 @@ const snapshotRepairedV1 = closed("snapshot_repaired", 1, "Store rows rewritten 
   left: { type: "array", items: string },
 });
 
+const rollbackAcceptedV1 = closed(
+  "rollback_accepted",
+  1,
+  "An operator accepted a store restored to an older (or forked) chain",
+  {
+    operator_id: nonEmpty,
+    rollback: { enum: ["behind", "forked"] },
+    checkpoint_count: count,
+    checkpoint_head_hash: hash,
+    store_count: count,
+    store_head_hash: { anyOf: [hash, { type: "null" }] },
+  },
+);
+
 /** Every kind the engine and recovery write or have written, newest version first. */
 export const EVENT_SCHEMAS = {
-  decision: [decisionV2, decisionV1],
+  decision: [decisionV3, decisionV2, decisionV1],
   hitl_request: [hitlRequestV2, earlier("hitl_request", 1, hitlRequestV2, ["session_id", "request_id"])],
   hitl_decision: [
     hitlDecisionV2,
@@ -308,6 +356,7 @@ export const EVENT_SCHEMAS = {
   reservation_expired: [reservationExpiredV1],
   key_rotation: [keyRotationV1],
   snapshot_repaired: [snapshotRepairedV1],
+  rollback_accepted: [rollbackAcceptedV1],
 } as const satisfies Record<string, readonly EventSchemaVersion[]>;
 
 export type ChainEventKind = keyof typeof EVENT_SCHEMAS;

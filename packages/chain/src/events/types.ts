@@ -35,6 +35,13 @@ export interface DecisionEvent {
   hold_ttl_ns?: number;
 }
 
+/** A decision of replay inputs version 3: the params inline, by size alone, or stored by digest. */
+export type DecisionEventV3 = Omit<DecisionEvent, "replay_inputs" | "params_json"> & { replay_inputs: 3 } & (
+    | { params_json: string | null }
+    | { params_bytes: number }
+    | { params_blob: true }
+  );
+
 /** A decision written before replay inputs version 2: open, only these fields are sure. */
 export interface EarlierDecisionEvent {
   session_id: string;
@@ -167,12 +174,22 @@ export interface SnapshotRepairedEvent {
   left: string[];
 }
 
+export interface RollbackAcceptedEvent {
+  operator_id: string;
+  /** `behind`: the store ends before the checkpoint; `forked`: it has another entry there. */
+  rollback: "behind" | "forked";
+  checkpoint_count: number;
+  checkpoint_head_hash: string;
+  store_count: number;
+  store_head_hash: string | null;
+}
+
 /** An entry of a kind's earlier version: only the fields it has always had (`K`) are sure. */
 export type Earlier<T, K extends keyof T> = Pick<T, K> & Partial<T> & { [field: string]: Json | undefined };
 
 /** One entry's kind and data, as the schema versions of ./schemas.ts allow them. */
 export type ChainEvent =
-  | { kind: "decision"; data: DecisionEvent | EarlierDecisionEvent }
+  | { kind: "decision"; data: DecisionEventV3 | DecisionEvent | EarlierDecisionEvent }
   | { kind: "hitl_request"; data: HitlRequestEvent | Earlier<HitlRequestEvent, "session_id" | "request_id"> }
   | {
       kind: "hitl_decision";
@@ -190,7 +207,8 @@ export type ChainEvent =
   | { kind: "settled_by_expiry"; data: SettledByExpiryEvent }
   | { kind: "reservation_expired"; data: ReservationExpiredEvent }
   | { kind: "key_rotation"; data: KeyRotationEvent }
-  | { kind: "snapshot_repaired"; data: SnapshotRepairedEvent };
+  | { kind: "snapshot_repaired"; data: SnapshotRepairedEvent }
+  | { kind: "rollback_accepted"; data: RollbackAcceptedEvent };
 
 /** The data type of one kind. */
 export type ChainEventData<K extends ChainEvent["kind"]> = Extract<ChainEvent, { kind: K }>["data"];
