@@ -33,9 +33,9 @@ export interface EntryBody {
   /** Id of the key that signed this entry (see keyId). */
   key_id: string;
   /**
- * Kind-specific fields. The envelope leaves them open (a new field needs no new body version);
- * each kind's fields are versioned by its own JSON Schema (../events/schemas.ts).
- */
+   * Kind-specific fields. The envelope leaves them open (a new field needs no new body version);
+   * each kind's fields are versioned by its own JSON Schema (../events/schemas.ts).
+   */
   data: Record<string, Json>;
 }
 
