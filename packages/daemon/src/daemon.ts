@@ -21,7 +21,7 @@ import {
   stateCheckpointStore,
   storedParams,
 } from "@leash/recovery";
-import { DEFAULT_REPLAY_WINDOW_MS, ReplayWindow } from "@leash/wire";
+import { DEFAULT_REPLAY_WINDOW_MS } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
 import { type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
@@ -30,6 +30,7 @@ import { createRequestHandler, type RequestHandler } from "./handler.js";
 import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
+import { OrganizationQuotaBook } from "./org-quotas.js";
 import { defaultSocketPath } from "./socket-path.js";
 import { TailFeed } from "./tail/feed.js";
 import { TailReader } from "./tail/reader.js";
@@ -254,6 +255,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     // An operator's answer (console) appends too: followers look at once.
     engine.onHitlEvent(() => feed.poke());
     const version = daemonVersion();
+    const quotas = new OrganizationQuotaBook(config.limits.perOrganization, clock);
     const handler = createRequestHandler({
       engine,
       config,
@@ -263,13 +265,15 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       daemonVersion: version,
       hitl,
       tail: { reader: new TailReader(substrate), feed },
+      quotas,
       ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({
       path: socketPath,
       handler,
       config,
-      replay: new ReplayWindow({ clock }),
+      quotas,
+      limits: config.limits.socket,
       clock,
       logger,
       metrics,

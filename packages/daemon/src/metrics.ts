@@ -18,6 +18,10 @@ export interface DaemonMetrics {
   readonly holdsPlaced: Counter;
   readonly holdsSettled: Counter;
   readonly connections: Gauge;
+  /** Connections closed, refused or paused, and requests refused, by the limit or quota that did it. */
+  readonly limitRefusals: Counter<"limit">;
+  /** Bytes of partial frames held across connections. */
+  readonly bufferedBytes: Gauge;
 }
 
 export function createMetrics(): DaemonMetrics {
@@ -68,6 +72,17 @@ export function createMetrics(): DaemonMetrics {
     connections: new Gauge({
       name: "leash_daemon_connections",
       help: "Open socket connections",
+      registers,
+    }),
+    limitRefusals: new Counter({
+      name: "leash_daemon_limit_refusals_total",
+      help: "Connections closed, refused or paused and requests refused, by limit or quota",
+      labelNames: ["limit"],
+      registers,
+    }),
+    bufferedBytes: new Gauge({
+      name: "leash_daemon_buffered_frame_bytes",
+      help: "Bytes of partial frames held across socket connections",
       registers,
     }),
   };

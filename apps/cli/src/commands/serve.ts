@@ -6,6 +6,8 @@ import {
   type ConsoleOptions,
   checkGrpcOptions,
   DaemonConfigError,
+  DEFAULT_ORGANIZATION_QUOTAS,
+  DEFAULT_SOCKET_LIMITS,
   defaultSocketPath,
   GrpcConfigError,
   type GrpcOptions,
@@ -205,6 +207,22 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   return 0;
 }
 
+/** The `limits:` block with its defaults, from the daemon's own numbers. */
+function limitsHelp(): string {
+  const l = DEFAULT_SOCKET_LIMITS;
+  const q = DEFAULT_ORGANIZATION_QUOTAS;
+  return `Limits (the config's \`limits:\` block; defaults shown): max_connections ${l.maxConnections} (at the
+cap a new connection replaces the oldest never authenticated), auth_timeout_s ${l.authTimeoutMs / 1000},
+idle_timeout_s ${l.idleTimeoutMs / 1000}, frame_timeout_s ${l.frameTimeoutMs / 1000} (a frame must arrive whole that long after its
+first byte), max_buffered_bytes ${l.maxBufferedBytes} (partial frames across connections),
+write_pause_bytes ${l.writePauseBytes} and write_close_bytes ${l.writeCloseBytes} (answers queued unread on one
+connection: stop reading it, close it), max_queued_bytes ${l.maxQueuedBytes} (unread answers across
+connections), max_in_flight ${l.maxInFlight} and max_long_polls ${l.maxLongPolls} per connection; per_organization:
+{ in_flight: ${q.inFlight}, tails: ${q.tails}, replay_ids: ${q.replayIds}, rate_per_s: ${q.ratePerS}, burst: ${q.burst} }.
+Each refusal is counted in leash_daemon_limit_refusals_total{limit} (/metrics). Run it with
+NODE_OPTIONS=--max-semi-space-size=2 to keep garbage out of its RSS under load.`;
+}
+
 export function registerServe(program: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     program
@@ -288,6 +306,7 @@ in with their token (the chain records the token's operator, never a typed name)
 sees the queue but cannot answer; a token sees and answers only the organizations it names. The
 console speaks plain HTTP: on a non-loopback address serve refuses to start unless --console-insecure
 (put a TLS reverse proxy in front).
+${limitsHelp()}
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,
