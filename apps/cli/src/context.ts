@@ -1,7 +1,7 @@
 // What every store command shares: the --store/--config options, settings resolution, one engine per run.
 // It decides nothing and prints nothing; it only turns engine, budget and store errors into one-line CliErrors.
 
-import { parseEntryBody, type Signer } from "@leash/chain";
+import { type ChainEventData, parseEntryBody, type Signer } from "@leash/chain";
 import type { Substrate } from "@leash/core";
 import {
   createEngine,
@@ -112,7 +112,11 @@ export async function keyInForce(
   if (entry === undefined || entry.seq !== head.seq) throw broken("the entry is missing");
   const body = parseEntryBody(entry.body);
   if (typeof body === "string") throw broken(body);
-  const keyId = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
+  // parseEntryBody has checked a key_rotation's data (next_key_id is the id of next_public_key).
+  const keyId =
+    body.kind === "key_rotation"
+      ? (body.data as unknown as ChainEventData<"key_rotation">).next_key_id
+      : body.key_id;
   return { keyId, headSeq: head.seq };
 }
 
