@@ -43,6 +43,8 @@ export interface DaemonConfig {
   readonly keyOwners: ReadonlyMap<string, string>;
   /** The `limits:` block (socket limits, per-organization quotas), defaults filled in. */
   readonly limits: DaemonLimits;
+  /** `policy: FILE` (relative to the config's directory): the operator's policy file, when given. */
+  readonly policyFile?: string;
 }
 
 /** The largest config file read, as the engine's loader: a config is a few kilobytes. */
@@ -123,7 +125,10 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations", "limits"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "limits", "policy"], "/", fail);
+  if (value.policy !== undefined && (typeof value.policy !== "string" || value.policy === "")) {
+    fail("/policy must be the path of a policy file (see @leash/policy)");
+  }
   if (value.store !== undefined && (typeof value.store !== "string" || value.store === "")) {
     fail("/store must be a store URL (sqlite:PATH, postgres://…, memory:)");
   }
@@ -187,6 +192,9 @@ export function parseDaemonConfig(
     organizations,
     keyOwners,
     limits: parseLimits(value.limits, fail),
+    ...(typeof value.policy === "string"
+      ? { policyFile: isAbsolute(value.policy) ? value.policy : resolve(baseDir, value.policy) }
+      : {}),
   };
   const unsafe = configSafetyProblem(config);
   if (unsafe !== null) fail(unsafe);

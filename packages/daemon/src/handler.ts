@@ -45,7 +45,7 @@ import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
-import type { DaemonMetrics } from "./metrics.js";
+import { countPolicy, type DaemonMetrics } from "./metrics.js";
 import type { OrganizationQuotaBook } from "./org-quotas.js";
 import type { TailFeed } from "./tail/feed.js";
 import type { TailFilter, TailReader } from "./tail/reader.js";
@@ -496,6 +496,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     // A re-delivered message's answer is a decision already counted (by whichever daemon made it).
     if (result.redelivered !== true) {
       metrics.verdicts.inc({ verdict: result.verdict, reason });
+      countPolicy(metrics, result.policy);
       if (result.reservation_id !== null) metrics.holdsPlaced.inc();
     }
     const remaining = money(result.budget_remaining_usd);

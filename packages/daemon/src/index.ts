@@ -62,6 +62,13 @@ export {
   type SocketLimits,
 } from "./limits.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
+export {
+  PolicyFile,
+  PolicyFileError,
+  type PolicyLogger,
+  type ReloadResult,
+  readPolicyFile,
+} from "./policy-file.js";
 export { looseSecretProblem } from "./secret-file.js";
 export { defaultSocketPath } from "./socket-path.js";
 export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";

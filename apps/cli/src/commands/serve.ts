@@ -1,6 +1,7 @@
 // `leash serve`: runs the sidecar daemon (@leash/daemon) on a Unix socket (and gRPC) until SIGTERM or SIGINT.
 // The daemon is @leash/daemon's; this reads flags, the config file and the signing key, and prints where it listens.
 import { readFileSync } from "node:fs";
+import { loadPublicKey } from "@leash/chain";
 import {
   ConsoleConfigError,
   type ConsoleOptions,
@@ -14,10 +15,12 @@ import {
   isLoopback,
   loadConsoleTokens,
   loadDaemonConfig,
+  PolicyFileError,
   parseHostPort,
   SocketInUseError,
   startDaemon,
 } from "@leash/daemon";
+import { PolicyError } from "@leash/policy";
 import { defaultStateDir, stateCheckpointStore } from "@leash/recovery";
 import type { Command } from "commander";
 import { engineFailure } from "../context.js";
@@ -27,6 +30,10 @@ import { parseStoreUrl, resolveStoreUrl } from "../store.js";
 
 export interface ServeOptions extends KeyOptions {
   readonly store?: string;
+  /** An operator's policy file (overrides the config's `policy:`). */
+  readonly policy?: string;
+  /** The operator's public key file: the policy must be signed with it (`FILE.sig`). */
+  readonly policyPubkey?: string;
   readonly config?: string;
   readonly socket?: string;
   readonly http?: string;
@@ -172,6 +179,20 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
   const socketPath = options.socket ?? defaultSocketPath(io.env);
+  let policyPublicKey: string | undefined;
+  if (options.policyPubkey !== undefined) {
+    if (options.policy === undefined && config.policyFile === undefined) {
+      throw new CliError(
+        "--policy-pubkey needs a policy (--policy FILE or `policy:` in the config)",
+        EXIT_BAD_INPUT,
+      );
+    }
+    try {
+      policyPublicKey = loadPublicKey(options.policyPubkey).publicKeyHex;
+    } catch (err) {
+      throw new CliError(`--policy-pubkey: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
+    }
+  }
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
     daemon = await startDaemon({
@@ -185,11 +206,15 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       ...(grpc === undefined ? {} : { grpc }),
       ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
       ...(hitlTimeoutS === undefined ? {} : { hitlTimeoutS }),
+      ...(options.policy === undefined ? {} : { policyFile: options.policy }),
+      ...(policyPublicKey === undefined ? {} : { policyPublicKey }),
     });
   } catch (err) {
     if (
       err instanceof SocketInUseError ||
       err instanceof DaemonConfigError ||
+      err instanceof PolicyError ||
+      err instanceof PolicyFileError ||
       err instanceof GrpcConfigError ||
       ConsoleConfigError.isInstance(err)
     ) {
@@ -255,6 +280,14 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "require client certificates from this CA (PEM): mTLS, the certificate names the organization",
       )
       .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
+      .option(
+        "--policy <file>",
+        "an operator's policy (YAML/JSON, see `leash policy check`): rules judged after SP/1.0's decide; reloaded on SIGHUP or change",
+      )
+      .option(
+        "--policy-pubkey <file>",
+        "require the policy file to be signed with this operator key (FILE.sig, made by `leash policy sign`)",
+      )
       .option(
         "--console-tokens <file>",
         "the console's operators: JSON {tokens: [{sha256, operator, readonly, organizations}]} (make one with `leash console token add`)",
