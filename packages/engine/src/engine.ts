@@ -1007,8 +1007,6 @@ export function createEngine(options: EngineOptions): Engine {
         ...(rngValue === null ? {} : { rng: rngValue }),
         // An input decide() saw (error amplification), so replay sees it too; absent when not given.
         ...(previousError === undefined ? {} : { previous_error: previousError }),
-        // What rule 6 counted (the wire's repeat_count), so a redelivered message is answered with it.
-        ...(repeatCount > 0 ? { repeat_count: repeatCount } : {}),
         // Inputs and outcome only: the state decide() saw is the fold of the entries before this
         // one (replay re-derives it), so it is not copied here; the config is in session_registered.
         now_ns: nowNs,

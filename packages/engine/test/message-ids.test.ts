@@ -119,22 +119,6 @@ describe.each(KINDS)("message ids on %s", (kind) => {
     expect((await verifyChain(chain, { publicKeys: [KEY.signer.publicKeyHex] })).ok).toBe(true);
   });
 
-  it("a redelivered answer carries the repeat count the original was judged with", async () => {
-    const { engine } = await setup();
-    const s = await engine.register({ agent_id: "bot", config: { max_repeat_calls: 3 } });
-    const sent: EvaluateResult[] = [];
-    for (let i = 1; i <= 3; i++) {
-      sent.push(
-        await engine.evaluate(call(s.session_id, { nonce: `n${i}`, message: { ...MESSAGE, id: `m${i}` } })),
-      );
-    }
-    expect(sent.map((r) => r.repeat_count)).toEqual([0, 1, 2]);
-    const again = await engine.evaluate(
-      call(s.session_id, { nonce: "n3", message: { ...MESSAGE, id: "m3" } }),
-    );
-    expect([again.redelivered, again.repeat_count]).toEqual([true, 2]);
-  });
-
   it("two engines racing on one message, and two copies in one batch, make exactly one decision", async () => {
     const { engine, make, store } = await setup();
     const other = make(await store.another());
