@@ -66,6 +66,7 @@ try {
     "@leash/chain",
     "@leash/budget-guard",
     "@leash/outbox",
+    "@leash/policy",
     "@leash/engine",
     "@leash/substrate-sqlite",
     "@leash/substrate-postgres",
@@ -183,7 +184,14 @@ console.log(JSON.stringify({ url: url.replace(/\\/\\/[^@]*@/, "//"), verdicts })
   step("opening a sqlite: URL in a project without @leash/substrate-sqlite");
   const bare = join(work, "bare");
   run("mkdir", ["-p", bare]);
-  const bareDeps = ["@leash/core", "@leash/chain", "@leash/budget-guard", "@leash/outbox", "@leash/engine"];
+  const bareDeps = [
+    "@leash/core",
+    "@leash/chain",
+    "@leash/budget-guard",
+    "@leash/outbox",
+    "@leash/policy",
+    "@leash/engine",
+  ];
   writeFileSync(
     join(bare, "package.json"),
     JSON.stringify({
