@@ -5,7 +5,6 @@ import type { Clock } from "@leash/core";
 import {
   decodeEnvelope,
   type Envelope,
-  encodeFrame,
   errorCodeName,
   FrameDecoder,
   newMessageId,
@@ -13,7 +12,7 @@ import {
   type Payload,
   PendingRequests,
   ReplayWindow,
-  sealEnvelope,
+  sealFrame,
   WireError,
 } from "@leash/wire";
 import type { RequestOutcome, SettleOutcome, Transport } from "./transport.js";
@@ -73,10 +72,10 @@ export class Connection implements Transport {
     const socket = ready.socket;
     const remaining = Math.max(1, timeoutMs - (Date.now() - started));
     const messageId = newMessageId();
-    const body = this.#seal(payload, messageId);
+    const frame = this.#seal(payload, messageId);
     const answer = this.#pending.wait(messageId, { timeoutMs: remaining });
     socket.ref(); // a request in flight keeps the process alive; an idle client does not
-    socket.write(encodeFrame(body));
+    socket.write(frame);
     try {
       return { ok: true, answer: (await answer).payload };
     } catch (error) {
@@ -99,10 +98,10 @@ export class Connection implements Transport {
     const ready = await this.#ready(timeoutMs);
     if (!("socket" in ready)) return ready;
     const messageId = newMessageId();
-    const body = this.#seal(payload, messageId);
+    const frame = this.#seal(payload, messageId);
     this.#rememberLate(messageId);
     return new Promise((resolve) => {
-      ready.socket.write(encodeFrame(body), (error) => {
+      ready.socket.write(frame, (error) => {
         resolve(
           error
             ? {
@@ -144,7 +143,7 @@ export class Connection implements Transport {
   }
 
   #seal(payload: Payload, messageId: string): Uint8Array {
-    return sealEnvelope(payload, {
+    return sealFrame(payload, {
       key: this.#options.key,
       keyId: this.#options.keyId,
       sender: "agent",

@@ -12,6 +12,7 @@ export {
   type SealOptions,
   type Sender,
   sealEnvelope,
+  sealFrame,
 } from "./envelope.js";
 export {
   APPENDIX_B_ERROR_CODES,
@@ -21,7 +22,15 @@ export {
   WireError,
   type WireErrorCode,
 } from "./errors.js";
-export { decodeEnvelope, encodeEnvelope, encodeFrame, FrameDecoder, MAX_FRAME_BYTES } from "./framing.js";
+export {
+  decodeEnvelope,
+  encodeEnvelope,
+  encodeFrame,
+  FRAME_PREFIX_BYTES,
+  FrameDecoder,
+  MAX_FRAME_BYTES,
+  prefixFrame,
+} from "./framing.js";
 export * from "./gen/shackle/sp1/shackle_pb.js";
 export {
   GRPC_ERROR_CODE_METADATA,
@@ -37,6 +46,7 @@ export {
   HMAC_FIELD,
   MIN_KEY_BYTES,
   signEnvelope,
+  signedEnvelopeBytes,
   splitHmac,
   verifyEnvelopeHmac,
 } from "./hmac.js";
