@@ -9,7 +9,7 @@ import { RANDOM_POOL_BYTES } from "./random-pool.js";
 import { ReplayWindow } from "./replay.js";
 
 const key = new Uint8Array(32).map((_, i) => 200 - i);
-const NOW_NS = 1_764_600_000_123_456_789;
+const NOW_NS = 1_764_600_000_123_456_800;
 const clock = { nowNs: () => NOW_NS };
 const payload = {
   case: "preExec" as const,
