@@ -17,14 +17,29 @@ const config = scratch.write(
 describe("leash console token add", () => {
   it("prints a new token once and stores only its SHA-256 with the operator", async () => {
     const file = join(scratch.dir, "tokens.json");
-    const r = await leash(["console", "token", "add", "--file", file, "--operator", "alice"]);
+    const r = await leash([
+      "console",
+      "token",
+      "add",
+      "--file",
+      file,
+      "--operator",
+      "alice",
+      "--organization",
+      "acme",
+    ]);
     expect(r.code).toBe(0);
     const token = r.stdout.trim();
     expect(token).toMatch(/^lct_[A-Za-z0-9_-]{40,}$/);
     const stored = JSON.parse(readFileSync(file, "utf8"));
     expect(stored).toEqual({
       tokens: [
-        { sha256: createHash("sha256").update(token).digest("hex"), operator: "alice", readonly: false },
+        {
+          sha256: createHash("sha256").update(token).digest("hex"),
+          operator: "alice",
+          readonly: false,
+          organizations: ["acme"],
+        },
       ],
     });
     const ro = await leash([
@@ -36,11 +51,16 @@ describe("leash console token add", () => {
       "--operator",
       "auditor",
       "--readonly",
+      "--organization",
+      "acme",
+      "--organization",
+      "globex",
     ]);
     expect(ro.code).toBe(0);
     expect(JSON.parse(readFileSync(file, "utf8")).tokens[1]).toMatchObject({
       operator: "auditor",
       readonly: true,
+      organizations: ["acme", "globex"],
     });
   });
 
@@ -51,7 +71,21 @@ describe("leash console token add", () => {
     expectOneLineError(noOp.stderr);
     const noFile = await leash(["console", "token", "add", "--operator", "a"]);
     expect(noFile.code).toBe(2);
-    const badName = await leash(["console", "token", "add", "--file", file, "--operator", "two words"]);
+    const noOrg = await leash(["console", "token", "add", "--file", file, "--operator", "alice"]);
+    expect(noOrg.code).toBe(2);
+    expectOneLineError(noOrg.stderr);
+    expect(noOrg.stderr).toContain("console token add needs --organization ORG");
+    const badName = await leash([
+      "console",
+      "token",
+      "add",
+      "--file",
+      file,
+      "--operator",
+      "two words",
+      "--organization",
+      "acme",
+    ]);
     expect(badName.code).toBe(2);
     expectOneLineError(badName.stderr);
     expect(() => readFileSync(file)).toThrow();
@@ -89,6 +123,21 @@ describe("leash serve --console", () => {
     expect((await serve("--console", "127.0.0.1:0", "--console-tokens", empty)).stderr).toContain(
       "holds no tokens",
     );
+  });
+
+  it("refuses the console on a non-loopback address unless --console-insecure", async () => {
+    const tokens = join(scratch.dir, "org-tokens.json");
+    await leash(["console", "token", "add", "--file", tokens, "--operator", "a", "--organization", "acme"]);
+    const r = await serve("--console", "0.0.0.0:0", "--console-tokens", tokens);
+    expect(r.code).toBe(2);
+    expectOneLineError(r.stderr);
+    expect(r.stderr).toContain("is not a loopback address");
+    expect(r.stderr).toContain("--console-insecure");
+    const alone = await serve("--console-insecure");
+    expect([alone.code, alone.stderr]).toEqual([
+      2,
+      "leash: error: --console-insecure needs --console HOST:PORT\n",
+    ]);
   });
 
   it("refuses a --hitl-timeout that is not seconds > 0", async () => {

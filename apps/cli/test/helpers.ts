@@ -20,15 +20,23 @@ export interface Captured {
   readonly stderr: string;
 }
 
+/** Where `leash serve` and `leash recover` keep their checkpoints in these tests (not the home directory). */
+export const STATE_DIR = mkdtempSync(join(tmpdir(), "leash-cli-state-"));
+process.once("exit", () => rmSync(STATE_DIR, { recursive: true, force: true }));
+// `leash serve` children spawned with this process's environment keep theirs there too.
+process.env.LEASH_STATE_DIR ??= STATE_DIR;
+
 /**
  * Runs `leash argv…` in-process; `stdin` is what the command reads for `-` or no file. The environment
- * is `env` alone (empty by default), so a LEASH_STORE in the caller's shell cannot redirect a test.
+ * is `env` alone (plus LEASH_STATE_DIR, this file's STATE_DIR, unless `env` names one), so a
+ * LEASH_STORE in the caller's shell cannot redirect a test.
  */
 export async function leash(
   argv: readonly string[],
   stdin = "",
-  env: Record<string, string> = {},
+  givenEnv: Record<string, string> = {},
 ): Promise<Captured> {
+  const env = { LEASH_STATE_DIR: STATE_DIR, ...givenEnv };
   let stdout = "";
   let stderr = "";
   const code = await run(argv, {

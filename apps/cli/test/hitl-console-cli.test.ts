@@ -72,8 +72,8 @@ describe("leash hitl --console against a daemon on sqlite", () => {
       console: {
         listen: "127.0.0.1:0",
         tokens: [
-          { sha256: tokenHash(ALICE), operator: "alice", readonly: false },
-          { sha256: tokenHash(VIEWER), operator: "viewer", readonly: true },
+          { sha256: tokenHash(ALICE), operator: "alice", readonly: false, organizations: ["acme"] },
+          { sha256: tokenHash(VIEWER), operator: "viewer", readonly: true, organizations: ["acme"] },
         ],
       },
     });

@@ -299,7 +299,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     expect(missing.stderr).toContain("reservation_not_found");
   });
 
-  it("expire releases holds past the config file's reservation TTL", async () => {
+  it("expire charges holds past the config file's reservation TTL at their estimate", async () => {
     const config = join(store.dir, "short-ttl.json");
     writeFileSync(config, JSON.stringify({ reservation_ttl_s: 0.001 }));
     const s = await create("--budget", "1");
@@ -321,7 +321,7 @@ describe.each(STORE_KINDS)("library mode on %s", (kind) => {
     const expired = await L(["expire", "--config", config]);
     expect(expired.code).toBe(0);
     expect(json(expired)).toEqual({ expired: 1, hitl_expired: 0 });
-    expect(json(await L(["session", "show", s])).budget_remaining_usd).toBe("1");
+    expect(json(await L(["session", "show", s])).budget_remaining_usd).toBe("0.5");
     expect(json(await L(["expire"]))).toEqual({ expired: 0, hitl_expired: 0 });
   });
 

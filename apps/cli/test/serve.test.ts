@@ -54,6 +54,30 @@ describe("leash serve", () => {
     expect(http.stderr).toContain("--http wants HOST:PORT");
   });
 
+  it("refuses an all-zero HMAC key, an empty organization id and a hold TTL under a second: exit 2, one line", async () => {
+    const cases: [unknown, string][] = [
+      [
+        { organizations: { acme: { hmac_keys: { k: { hex: "00".repeat(32) } } } } },
+        "/organizations/acme/hmac_keys/k: the key is all zeros",
+      ],
+      [
+        { organizations: { "": { hmac_keys: { k: { file: hmac } } } } },
+        "/organizations: an organization id must not be empty",
+      ],
+      [
+        { reservation_ttl_s: 0.2, organizations: { acme: { hmac_keys: { k: { file: hmac } } } } },
+        "/reservation_ttl_s is 0.2: at least 1 second is needed",
+      ],
+    ];
+    for (const [i, [value, message]] of cases.entries()) {
+      const file = scratch.write(`unsafe-${i}.json`, JSON.stringify(value));
+      const r = await leash(["serve", "--config", file, "--store", "memory:", "--ephemeral-key"]);
+      expect(r.code).toBe(2);
+      expectOneLineError(r.stderr);
+      expect(r.stderr).toContain(message);
+    }
+  });
+
   it("--help shows an example and the default socket path", async () => {
     const r = await leash(["serve", "--help"]);
     expect(r.code).toBe(0);

@@ -116,7 +116,12 @@ const KINDS: Readonly<Record<string, readonly [one: string, many: string, long: 
   reservation_expired: [
     "expired hold",
     "expired holds",
-    "a budget hold released after its agent never reported",
+    "a budget hold released after its agent never reported (older chains)",
+  ],
+  settled_by_expiry: [
+    "hold charged on expiry",
+    "holds charged on expiry",
+    "an allowed call's hold kept spent at its estimate after its agent never reported",
   ],
   circuit_reset: ["reset", "resets", "an operator's reset of a tripped circuit"],
   key_rotation: ["key rotation", "key rotations", "a signing-key rotation"],

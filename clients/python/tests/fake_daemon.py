@@ -145,7 +145,13 @@ class FakeDaemon:
                 unsigned, mac = split_hmac(body)
                 ok = mac is not None and hmac.compare_digest(hmac.new(KEY, unsigned, hashlib.sha256).digest(), mac)
                 self.received.append((env, ok))
-                out = self.handler(env, self)
+                # As Leash's daemon does: a post_exec that asks for it is acknowledged (the handler
+                # plays the rest of the daemon).
+                if env.WhichOneof("payload") == "post_exec" and env.post_exec.ack_requested:
+                    ack = pb.PostExecAck(session_id=env.post_exec.session_id, call_number=env.post_exec.call_number)
+                    out = daemon_envelope("post_exec_ack", ack, env.message_id)
+                else:
+                    out = self.handler(env, self)
                 if out:
                     try:
                         conn.sendall(out)

@@ -137,18 +137,13 @@ class AppendixA(unittest.TestCase):
                     c.get_session("no-such-session")
                 self.assertEqual(caught.exception.code, "daemon_error")
                 self.assertIn("SESSION_NOT_FOUND", str(caught.exception))
-                # A settlement for a call that holds no budget: gRPC answers now, the socket later.
-                if transport == "grpc":
-                    with self.assertRaises(LeashError) as caught:
-                        c.post_exec(999, "0.01")
-                    self.assertIn("reservation_not_found", str(caught.exception))
-                else:
+                # A settlement for a call that holds no budget: refused now on both transports (the
+                # socket's post_exec asks for its ack), and not kept for a re-send.
+                with self.assertRaises(LeashError) as caught:
                     c.post_exec(999, "0.01")
-                    deadline = time.monotonic() + 5
-                    while not background and time.monotonic() < deadline:
-                        time.sleep(0.02)
-                    self.assertEqual(len(background), 1)
-                    self.assertIn("reservation_not_found", str(background[0]))
+                self.assertIn("reservation_not_found", str(caught.exception))
+                self.assertEqual(c.pending_settlements, 0)
+                self.assertEqual(background, [])
 
 
 class MutualTls(unittest.TestCase):

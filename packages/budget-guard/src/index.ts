@@ -9,6 +9,7 @@ export {
   InvalidAmountError,
 } from "./errors.js";
 export { type EstimateReading, readEstimate } from "./estimate.js";
+export { chargeExpired } from "./expiry.js";
 export type { MoneyInput, RoundingMode } from "./fixed-money.js";
 export {
   accountAvailable,

@@ -222,8 +222,9 @@ export interface SettleResult {
  * estimate and `spent` grows by the actual. An actual above the estimate is recorded as it is, even
  * when it takes `spent` past the limit: hiding an overrun would make the ledger lie, and the next
  * `available` simply reads 0. A settlement is never refused for coming late, since real money was
- * spent: a PENDING hold past its TTL is settled as usual, and one that `expire` already took
- * (EXPIRED, its hold given back) has the actual added to `spent` alone. Settling again with the
+ * spent: a PENDING hold past its TTL is settled as usual, one that `chargeExpired` charged at its
+ * estimate is corrected to the actual, and one that the older `expire` gave back (EXPIRED without
+ * an `actual_usd`) has the actual added to `spent` alone. Settling again with the
  * same key and the same actual is a replay; with another actual it fails with
  * `settlement_conflict` and the first settlement stands.
  */
@@ -250,7 +251,6 @@ export async function settle(
     }
     return first;
   }
-  // An expired hold was given back by `expire`; only the spending is left to record.
   const expired = reservation.status === "EXPIRED";
   if (reservation.status !== "PENDING" && !expired) throw alreadyResolved(reservation, "settle");
 
@@ -259,12 +259,7 @@ export async function settle(
     `reservation ${JSON.stringify(reservationId)} amount_usd`,
   );
   const chain = await loadAccounts(budgets, reservation);
-  await adjustChain(
-    budgets,
-    chain,
-    options.nowNs,
-    expired ? { spent: actual } : { reserved: amount.neg(), spent: actual },
-  );
+  await adjustChain(budgets, chain, options.nowNs, settlementDelta(reservation, amount, actual));
   const settled: Reservation = {
     ...reservation,
     status: "SETTLED",
@@ -274,6 +269,26 @@ export async function settle(
   };
   await budgets.updateReservation(settled);
   return settleResult(settled, false);
+}
+
+/**
+ * What a settlement moves. A PENDING hold turns from reserved into spent. An EXPIRED hold that
+ * `chargeExpired` charged (its `actual_usd` holds the charge) is corrected from that charge to the
+ * actual, which may give part of it back; one that `expire` released (no `actual_usd`) spends the
+ * actual alone.
+ */
+function settlementDelta(
+  reservation: Reservation,
+  amount: Money,
+  actual: Money,
+): { reserved?: Money; spent: Money } {
+  if (reservation.status === "PENDING") return { reserved: amount.neg(), spent: actual };
+  if (reservation.actual_usd === null) return { spent: actual };
+  const charged = readStoredMoney(
+    reservation.actual_usd,
+    `reservation ${JSON.stringify(reservation.reservation_id)} actual_usd`,
+  );
+  return { spent: subtractMoney(actual, charged) };
 }
 
 // Built from the stored reservation alone, so a replay returns exactly what the first settle did.
@@ -347,8 +362,9 @@ export async function release(
 }
 
 /**
- * Returns the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
- * first) and marks them EXPIRED, so an agent that never reports back cannot pin budget forever.
+ * Gives back the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
+ * first) and marks them EXPIRED. The engine no longer releases on silence (it uses `chargeExpired`);
+ * this stays for replaying chains whose `reservation_expired` entries gave the hold back.
  * Returns the expired reservations so the caller can record each one (in the audit chain); a later
  * settle of one of them still spends its actual (see `settle`), a release fails with
  * `already_resolved` and status EXPIRED.
@@ -403,7 +419,7 @@ function alreadyResolved(reservation: Reservation, operation: "settle" | "releas
 }
 
 /** The accounts a hold was charged to, in the stored (child → root) order, each read and locked. */
-async function loadAccounts(budgets: BudgetStore, reservation: Reservation): Promise<BudgetAccount[]> {
+export async function loadAccounts(budgets: BudgetStore, reservation: Reservation): Promise<BudgetAccount[]> {
   const accounts: BudgetAccount[] = [];
   for (const accountId of reservation.account_ids) {
     const account = await budgets.getAccount(accountId);
@@ -423,7 +439,7 @@ async function loadAccounts(budgets: BudgetStore, reservation: Reservation): Pro
  * before the first write, so a corrupt or overflowing account fails the call before anything is
  * written (the transaction would roll it back anyway; this keeps the store calls clean).
  */
-async function adjustChain(
+export async function adjustChain(
   budgets: BudgetStore,
   chain: readonly BudgetAccount[],
   nowNs: number,

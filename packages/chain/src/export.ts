@@ -2,7 +2,7 @@
 // The formats stream; writeVerifiedShackleLedger also verifies the chain and the signer, toJsonl does not.
 
 import { createHash } from "node:crypto";
-import { type ChainEntryRecord, canonicalJson } from "@leash/core";
+import { type ChainEntryRecord, canonicalJson, type ParamsBlob } from "@leash/core";
 import { ChainError } from "./errors.js";
 import type { Signer } from "./keys.js";
 import { parseEntryBody, ZERO_HASH } from "./verify/format.js";
@@ -27,7 +27,10 @@ function createdNsText(e: ChainEntryRecord, body: unknown): string | number {
  * (fromJsonl does that). A body that is not JSON (a corrupt row) is kept as its original string.
  * `created_ns` is a string of decimal digits: as a JSON number, nanoseconds past 2^53 lose digits.
  */
-export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
+export async function* toJsonl(
+  entries: ChainEntries,
+  options: { params?: (hashes: readonly string[]) => Promise<Map<string, string>> } = {},
+): AsyncGenerator<string> {
   for await (const e of entries) {
     let body: unknown;
     try {
@@ -35,6 +38,7 @@ export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
     } catch {
       body = e.body;
     }
+    const params = await storedParamsOf(e, body, options.params);
     const line = {
       seq: e.seq,
       entry_id: e.entry_id,
@@ -46,9 +50,28 @@ export async function* toJsonl(entries: ChainEntries): AsyncGenerator<string> {
       entry_hash: e.entry_hash,
       signature: e.signature,
       body,
+      ...(params === null ? {} : { params }),
     };
     yield `${JSON.stringify(line)}\n`;
   }
+}
+
+/**
+ * The params an entry commits to by digest alone (`params_blob: true`), fetched and checked against
+ * the digest, for its line: an export replays on its own. Null for other entries, and for params
+ * missing or altered in the store (the line then lacks them, and a replay of the file says so).
+ */
+async function storedParamsOf(
+  entry: ChainEntryRecord,
+  body: unknown,
+  source: ((hashes: readonly string[]) => Promise<Map<string, string>>) | undefined,
+): Promise<ParamsBlob | null> {
+  const data = (body as { data?: { params_blob?: unknown; params_hash?: unknown } } | null)?.data;
+  if (data?.params_blob !== true || typeof data.params_hash !== "string") return null;
+  const hash = data.params_hash;
+  const text = entry.params?.hash === hash ? entry.params.text : (await source?.([hash]))?.get(hash);
+  if (text === undefined || createHash("sha256").update(text, "utf8").digest("hex") !== hash) return null;
+  return { hash, text };
 }
 
 /**
@@ -75,11 +98,20 @@ export function fromJsonl(line: string): ChainEntryRecord {
     key_id: value.key_id as string,
     kind: value.kind as string,
     session_id: (value.session_id ?? null) as string | null,
+    ...paramsOfLine(value.params),
     created_ns:
       typeof value.created_ns === "string" && /^-?\d+$/.test(value.created_ns)
         ? Number(value.created_ns)
         : (value.created_ns as number),
   };
+}
+
+/** A line's stored params (toJsonl), as ChainEntryRecord.params; anything else is no params. */
+function paramsOfLine(value: unknown): { params?: ParamsBlob } {
+  const blob = value as { hash?: unknown; text?: unknown } | null | undefined;
+  return typeof blob?.hash === "string" && typeof blob.text === "string"
+    ? { params: { hash: blob.hash, text: blob.text } }
+    : {};
 }
 
 /**

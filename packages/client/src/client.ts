@@ -23,6 +23,7 @@ import { GrpcConnection } from "./grpc-connection.js";
 import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
 import { paramsOnWire } from "./params-on-wire.js";
 import { receiptProblem } from "./receipt-check.js";
+import { SettlementOutbox } from "./settlement-outbox.js";
 import { tailOn } from "./tail.js";
 import type { RequestOutcome, Transport } from "./transport.js";
 import type {
@@ -52,10 +53,15 @@ export interface Client {
   /** The daemon's verdict, or a DENY the client decided itself (fail_closed: true). Never throws. */
   preExec(call: PreExecCall): Promise<PreExecResult>;
   /**
-   * Sends the settlement (a notification: the daemon does not answer it) and resolves once it is
-   * written; a refusal arriving later goes to onBackgroundError.
+   * Sends the settlement and resolves once the daemon has it durably (its post_exec_ack; gRPC's
+   * `Empty`). Until then the client keeps it: when no answer comes (a timeout, a daemon stopped or
+   * gone), this throws but the settlement is sent again after the next reconnect, heartbeat or
+   * post-exec, until the daemon confirms it (the daemon records one settlement per call). A refusal
+   * of such a re-send goes to onBackgroundError.
    */
   postExec(settlement: PostExecSettlement): Promise<{ session_id: string; call_number: number }>;
+  /** Settlements sent but not yet confirmed durable by the daemon (kept and re-sent). */
+  readonly pendingSettlements: number;
   heartbeat(): Promise<HeartbeatResult>;
   getSession(sessionId?: string): Promise<SessionState>;
   /**
@@ -126,6 +132,20 @@ export function createClient(options: ClientOptions): Client {
       : socketConnection(options, reconnect);
   connection.start();
 
+  const outbox = new SettlementOutbox({
+    send: (payload) => connection.settle(payload, controlTimeoutMs),
+    onGiveUp: (payload, why) => {
+      const p = payload.value as { sessionId?: string; callNumber?: bigint };
+      options.onBackgroundError?.(
+        new LeashError(
+          "daemon_error",
+          `the settlement of call ${p.callNumber} of session ${p.sessionId} was not recorded: ${why}`,
+        ),
+      );
+    },
+  });
+  connection.onConnected?.(() => void outbox.retry());
+
   let currentSession: string | null = null;
   /** The highest call number the daemon gave each session: the next request says the one after. */
   const lastCall = new Map<string, number>();
@@ -164,6 +184,10 @@ export function createClient(options: ClientOptions): Client {
       return currentSession;
     },
 
+    get pendingSettlements() {
+      return outbox.size;
+    },
+
     async register(request = {}) {
       const value = await control(
         {
@@ -185,6 +209,7 @@ export function createClient(options: ClientOptions): Client {
       currentSession = value.sessionId;
       if (heartbeatMs > 0 && heartbeatTimer === null) {
         heartbeatTimer = setInterval(() => {
+          void outbox.retry();
           client.heartbeat().catch((error) => options.onBackgroundError?.(error));
         }, heartbeatMs);
         heartbeatTimer.unref();
@@ -323,31 +348,38 @@ export function createClient(options: ClientOptions): Client {
       } catch (error) {
         throw new LeashError("invalid_argument", `postExec: actual_cost_usd: ${messageOf(error)}`);
       }
-      const outcome = await connection.settle(
-        {
-          case: "postExec",
-          value: create(PostExecNotificationSchema, {
-            sessionId,
-            callNumber: BigInt(settlement.call_number),
-            actualCostUsd: cost.double,
-            actualCostUsdDecimal: cost.decimal,
-            success: settlement.success ?? true,
-            errorMessage: settlement.error_message ?? "",
-            durationMs: BigInt(Math.max(0, Math.trunc(settlement.duration_ms ?? 0))),
-            idempotencyKey: settlement.idempotency_key ?? "",
-          }),
-        },
-        controlTimeoutMs,
-      );
-      if (!outcome.ok)
-        throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
-      // gRPC acknowledges (Empty) or refuses; the socket's notification has no answer to wait for.
-      if (outcome.answer?.case === "error") {
-        const e = outcome.answer.value;
+      void outbox.retry(); // earlier settlements still unconfirmed go first
+      const outcome = await outbox.send(`${sessionId}#${settlement.call_number}`, {
+        case: "postExec",
+        value: create(PostExecNotificationSchema, {
+          sessionId,
+          callNumber: BigInt(settlement.call_number),
+          actualCostUsd: cost.double,
+          actualCostUsdDecimal: cost.decimal,
+          success: settlement.success ?? true,
+          errorMessage: settlement.error_message ?? "",
+          durationMs: BigInt(Math.max(0, Math.trunc(settlement.duration_ms ?? 0))),
+          idempotencyKey: settlement.idempotency_key ?? "",
+          ackRequested: true,
+        }),
+      });
+      if (!outcome.ok) {
+        throw new LeashError(
+          FAILURE_CODES[outcome.failure] ?? "bad_response",
+          `${outcome.message} (the settlement is kept and sent again)`,
+        );
+      }
+      // gRPC acknowledges with Empty (null here), the socket with a post_exec_ack; or a refusal.
+      const answer = outcome.answer;
+      if (answer?.case === "error") {
+        const e = answer.value;
         throw new LeashError(
           "daemon_error",
           `the daemon refused: ${errorCodeName(e.code)} ${e.detail}: ${e.message}`,
         );
+      }
+      if (answer !== null && answer.case !== "postExecAck") {
+        throw new LeashError("bad_response", `the daemon answered ${answer.case} to a post_exec`);
       }
       return { session_id: sessionId, call_number: settlement.call_number };
     },

@@ -45,6 +45,7 @@ export class Connection implements Transport {
   #retryTimer: ReturnType<typeof setTimeout> | null = null;
   #attempts = 0;
   #closed = false;
+  readonly #connectedListeners: Array<() => void> = [];
   protocolVersion: string | undefined;
 
   constructor(options: ConnectionOptions) {
@@ -91,28 +92,16 @@ export class Connection implements Transport {
   }
 
   /**
-   * Sends a notification that gets no answer (post_exec: the RPC returns Empty, which has no envelope
-   * payload); resolves once the frame is written. A later answer to it (an Error) goes to onStray.
+   * Sends a post_exec with ack_requested and waits for its post_exec_ack (the settlement is durable)
+   * or Error: a written frame is not a recorded settlement (the daemon may be stopped or die first).
    */
-  async settle(payload: Payload, timeoutMs: number): Promise<SettleOutcome> {
-    const ready = await this.#ready(timeoutMs);
-    if (!("socket" in ready)) return ready;
-    const messageId = newMessageId();
-    const frame = this.#seal(payload, messageId);
-    this.#rememberLate(messageId);
-    return new Promise((resolve) => {
-      ready.socket.write(frame, (error) => {
-        resolve(
-          error
-            ? {
-                ok: false,
-                failure: "daemon_unavailable",
-                message: `cannot write to the daemon: ${error.message}`,
-              }
-            : { ok: true, answer: null },
-        );
-      });
-    });
+  settle(payload: Payload, timeoutMs: number): Promise<SettleOutcome> {
+    return this.request(payload, timeoutMs);
+  }
+
+  /** `listener` runs after each connection is established (a reconnect included). */
+  onConnected(listener: () => void): void {
+    this.#connectedListeners.push(listener);
   }
 
   /** The open socket, connecting first when needed (within `timeoutMs`), or why there is none. */
@@ -215,6 +204,10 @@ export class Connection implements Transport {
     };
     socket.on("error", lost);
     socket.on("close", lost);
+    // After #connect has settled, so a listener's request finds the socket ready.
+    setImmediate(() => {
+      if (this.#socket === socket) for (const listener of this.#connectedListeners) listener();
+    });
   }
 
   /** Routes one frame to its request; false when the stream was dropped as untrustworthy. */

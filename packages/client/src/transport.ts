@@ -17,8 +17,13 @@ export interface Transport {
   start(): void;
   /** Sends `payload`, waits up to `timeoutMs` (connecting included) for its authenticated answer. */
   request(payload: Payload, timeoutMs: number): Promise<RequestOutcome>;
-  /** Sends a post_exec: written (socket, a notification) or acknowledged (gRPC, `Empty` or a refusal). */
+  /**
+   * Sends a post_exec and waits until the daemon has it durably: a post_exec_ack (socket) or `Empty`
+   * (gRPC), or a refusal.
+   */
   settle(payload: Payload, timeoutMs: number): Promise<SettleOutcome>;
+  /** Runs `listener` after each (re)connection, when the transport knows of them (the socket does). */
+  onConnected?(listener: () => void): void;
   /** The version negotiated at Register; sent on every later request. */
   protocolVersion: string | undefined;
   /** Closes for good; requests in flight fail as daemon_unavailable. */

@@ -13,6 +13,7 @@ import {
   FrameDecoder,
   openEnvelope,
   type Payload,
+  PostExecAckSchema,
   PreExecResponseSchema,
   ReplayWindow,
   sealEnvelope,
@@ -54,7 +55,10 @@ export interface FakeDaemon {
   close(): Promise<void>;
 }
 
-/** Listens on `path`, authenticates each agent envelope with KEY, and hands it to `respond`. */
+/**
+ * Listens on `path`, authenticates each agent envelope with KEY, acknowledges post_execs and hands
+ * every other one to `respond`.
+ */
 export async function startFakeDaemon(path: string, respond: Responder): Promise<FakeDaemon> {
   const received: Envelope[] = [];
   const sockets = new Set<Socket>();
@@ -70,6 +74,18 @@ export async function startFakeDaemon(path: string, respond: Responder): Promise
       for (const body of decoder.push(new Uint8Array(chunk))) {
         const envelope = openEnvelope(body, { keyFor: () => KEY, sender: "agent", replay });
         received.push(envelope);
+        // As Leash's daemon does: a post_exec that asks for it is acknowledged (the responder
+        // plays the rest of the daemon).
+        if (envelope.payload.case === "postExec" && envelope.payload.value.ackRequested) {
+          const { sessionId, callNumber } = envelope.payload.value;
+          socket.write(
+            answer(envelope, {
+              case: "postExecAck",
+              value: create(PostExecAckSchema, { sessionId, callNumber }),
+            }),
+          );
+          continue;
+        }
         void respond(envelope, socket);
       }
     });

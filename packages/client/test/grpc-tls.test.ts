@@ -1,5 +1,6 @@
 // @leash/client over gRPC with TLS and mTLS against the real daemon (openssl-made certificates): the
 // organization's certificate is served and its receipts verify; no certificate or another CA's fails closed.
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,10 +31,10 @@ beforeAll(async () => {
     config: parseDaemonConfig({
       organizations: {
         acme: {
-          hmac_keys: { k1: { hex: "ab".repeat(32) } },
+          hmac_keys: { k1: { hex: randomBytes(32).toString("hex") } },
           agents: { "research-bot": { guard: { budget_usd: 0.5, max_repeat_calls: 3 } } },
         },
-        globex: { hmac_keys: { k2: { hex: "cd".repeat(32) } } },
+        globex: { hmac_keys: { k2: { hex: randomBytes(32).toString("hex") } } },
       },
     }),
     signer: signer.signer,

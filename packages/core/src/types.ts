@@ -83,6 +83,12 @@ export interface Config {
    * and counted without tripping the circuit. The engine's, not decide's.
    */
   denied_tools?: readonly string[];
+  /**
+   * The largest params a call may carry, in bytes of their canonical JSON (UTF-8); default 262144
+   * (256 KiB). A call over it is DENY `policy_violation:params_too_large`, recorded without the
+   * params, counted, and nothing held. The engine's, not decide's.
+   */
+  max_params_bytes?: number;
 }
 
 export type Nonce = string | number;

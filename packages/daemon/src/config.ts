@@ -6,6 +6,7 @@ import type { Config } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
+import { configSafetyProblem } from "./config-safety.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -17,6 +18,12 @@ export interface OrganizationConfig {
   readonly organizationId: string;
   /** key id → key bytes (≥ 32). */
   readonly hmacKeys: ReadonlyMap<string, Uint8Array>;
+  /**
+   * key id → the agents that key may act as (`hmac_keys: {k1: {file, agents: [bot]}}`): it registers
+   * sessions for them only and touches no other agent's session. A key absent here is the
+   * organization's: it may act as any of its agents.
+   */
+  readonly keyAgents: ReadonlyMap<string, ReadonlySet<string>>;
   /** The key an envelope with an empty key_id is checked with: `current_key`, or the only key. */
   readonly currentKeyId: string | null;
   readonly defaultGuard: Config;
@@ -27,7 +34,7 @@ export interface OrganizationConfig {
 export interface DaemonConfig {
   /** `sqlite:PATH`, `postgres://…`, `memory:`; undefined: the caller (`leash serve --store`) says. */
   readonly store: string | undefined;
-  /** Budget holds without a postExec are released after this many seconds (default 300). */
+  /** Budget holds without a postExec are charged at their estimate after this many seconds (default 300). */
   readonly reservationTtlS: number;
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
@@ -55,9 +62,23 @@ function guardOf(value: unknown, where: string, fail: Fail): Config {
   return checked.value;
 }
 
+/** A key's `agents` binding: absent (the organization's key), or a non-empty list of agent ids. */
+function keyAgentsOf(spec: unknown, where: string, fail: Fail): ReadonlySet<string> | null {
+  if (!isObject(spec) || spec.agents === undefined) return null;
+  const agents = spec.agents;
+  if (
+    !Array.isArray(agents) ||
+    agents.length === 0 ||
+    agents.some((agent) => typeof agent !== "string" || agent === "")
+  ) {
+    fail(`${where}/agents must be a non-empty list of agent ids`);
+  }
+  return new Set(agents as string[]);
+}
+
 function keyBytes(spec: unknown, where: string, baseDir: string, fail: Fail): Uint8Array {
   if (!isObject(spec)) fail(`${where} must be { file: PATH } or { hex: "…" }`);
-  only(spec, ["file", "hex"], where, fail);
+  only(spec, ["file", "hex", "agents"], where, fail);
   let hex: string;
   if (typeof spec.hex === "string" && spec.file === undefined) {
     hex = spec.hex.trim();
@@ -116,12 +137,15 @@ export function parseDaemonConfig(
       fail(`${where}/hmac_keys must name at least one key`);
     }
     const hmacKeys = new Map<string, Uint8Array>();
+    const keyAgents = new Map<string, ReadonlySet<string>>();
     for (const [keyId, spec] of Object.entries(org.hmac_keys)) {
       if (keyId === "") fail(`${where}/hmac_keys: a key id must not be empty`);
       const owner = keyOwners.get(keyId);
       if (owner !== undefined)
         fail(`${where}/hmac_keys/${keyId}: key id already used by organization ${owner}`);
       hmacKeys.set(keyId, keyBytes(spec, `${where}/hmac_keys/${keyId}`, baseDir, fail));
+      const agents = keyAgentsOf(spec, `${where}/hmac_keys/${keyId}`, fail);
+      if (agents !== null) keyAgents.set(keyId, agents);
       keyOwners.set(keyId, orgId);
     }
     let currentKeyId: string | null = hmacKeys.size === 1 ? [...hmacKeys.keys()][0]! : null;
@@ -142,14 +166,24 @@ export function parseDaemonConfig(
         agents.set(agentId, guardOf({ ...defaultGuard, ...(agent.guard as object) }, `${at}/guard`, fail));
       }
     }
-    organizations.set(orgId, { organizationId: orgId, hmacKeys, currentKeyId, defaultGuard, agents });
+    organizations.set(orgId, {
+      organizationId: orgId,
+      hmacKeys,
+      keyAgents,
+      currentKeyId,
+      defaultGuard,
+      agents,
+    });
   }
-  return {
+  const config: DaemonConfig = {
     store: value.store as string | undefined,
     reservationTtlS: ttl,
     organizations,
     keyOwners,
   };
+  const unsafe = configSafetyProblem(config);
+  if (unsafe !== null) fail(unsafe);
+  return config;
 }
 
 /** Reads a `.json`, `.yaml` or `.yml` daemon configuration. */
@@ -175,6 +209,13 @@ export function loadDaemonConfig(path: string): DaemonConfig {
     fail(`not valid ${yaml ? "YAML" : "JSON"}: ${(error as Error).message.split("\n")[0]}`);
   }
   return parseDaemonConfig(value, path, dirname(resolve(path)));
+}
+
+/** Whether the key `keyId` of `org` may act as agent `agentId` (an unbound key acts as any of them). */
+export function keyMayActAs(org: OrganizationConfig | undefined, keyId: string, agentId: string): boolean {
+  if (org === undefined) return false;
+  const bound = org.keyAgents.get(keyId);
+  return bound === undefined || bound.has(agentId);
 }
 
 /** The guard a session of `agentId` in `org` gets: the agent's own, else the organization's default. */

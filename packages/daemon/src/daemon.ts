@@ -2,10 +2,25 @@
 // the optional HTTP probes, and a clean shutdown. Decisions are the engine's; framing is the transport's.
 
 import { readFileSync } from "node:fs";
-import { parseEntryBody, type Signer, verifyChain } from "@leash/chain";
+import { type Checkpoint, parseEntryBody, type Signer, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
-import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
-import { compareSnapshots, describeDifferences, replayChain } from "@leash/recovery";
+import {
+  createEngine,
+  type Engine,
+  findRollback,
+  openStore,
+  redactStoreUrl,
+  rollbackMessage,
+  systemClock,
+} from "@leash/engine";
+import {
+  type CheckpointStore,
+  compareSnapshots,
+  describeDifferences,
+  replayChain,
+  stateCheckpointStore,
+  storedParams,
+} from "@leash/recovery";
 import { DEFAULT_REPLAY_WINDOW_MS, ReplayWindow } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -47,6 +62,12 @@ export interface DaemonOptions {
   readonly console?: ConsoleOptions;
   /** Seconds a HITL request waits for a human when the policy sets no `hitl_timeout_s` (default 900). */
   readonly hitlTimeoutS?: number;
+  /**
+   * Where the daemon keeps, outside the store, the last chain head it signed (one checkpoint file per
+   * store; `leash serve` defaults it to $XDG_STATE_HOME/leash). A store behind or forked from it (a
+   * restored older copy) is refused at start. Without it (a library caller's choice) a rollback goes unseen.
+   */
+  readonly stateDir?: string;
 }
 
 export interface Daemon {
@@ -109,12 +130,30 @@ async function* wholeChain(substrate: Substrate): AsyncGenerator<ChainEntryRecor
  * Verifies the store's chain and checks `signer` is the key that must sign its next entry; a daemon
  * that appended to a broken chain, or with another key, would make every later receipt worthless.
  */
-async function checkChain(substrate: Substrate, signer: Signer, trusted: readonly string[]): Promise<void> {
-  const result = await verifyChain(wholeChain(substrate), { publicKeys: [signer.publicKeyHex, ...trusted] });
+async function checkChain(
+  substrate: Substrate,
+  signer: Signer,
+  trusted: readonly string[],
+  checkpoints: CheckpointStore | null,
+): Promise<void> {
+  let checkpoint: Checkpoint | null = null;
+  if (checkpoints !== null) {
+    checkpoint = await checkpoints.read();
+    const rollback = checkpoint === null ? null : await findRollback(substrate, checkpoint);
+    if (rollback !== null) throw new Error(rollbackMessage(rollback, checkpoints.location));
+  }
+  const result = await verifyChain(wholeChain(substrate), {
+    publicKeys: [signer.publicKeyHex, ...trusted],
+    ...(checkpoint === null ? {} : { checkpoint }),
+  });
   if (!result.ok) {
     throw new Error(
       `the audit chain does not verify (${result.failure.kind} at seq ${result.failure.seq ?? "?"}): run \`leash verify\` and \`leash recover\``,
     );
+  }
+  // What was verified is the head to compare the next start with, before anything is served.
+  if (checkpoints !== null && result.count > 0) {
+    await checkpoints.write({ count: result.count, head_hash: result.head_hash });
   }
   const head = await substrate.transaction(async (tx) => {
     const h = await tx.chain.head();
@@ -137,7 +176,7 @@ async function checkChain(substrate: Substrate, signer: Signer, trusted: readonl
  * spent_usd or circuit flag would decide on a state its own chain contradicts (fail closed).
  */
 async function checkStateTables(substrate: Substrate): Promise<void> {
-  const replay = await replayChain(wholeChain(substrate));
+  const replay = await replayChain(wholeChain(substrate), { params: storedParams(substrate) });
   if (!replay.ok) {
     const m = replay.mismatch!;
     throw new Error(
@@ -163,7 +202,9 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   // A refused gRPC set-up is refused before the store is opened.
   if (options.grpc !== undefined) checkGrpcOptions(options.grpc);
 
+  const checkpoints = options.stateDir === undefined ? null : stateCheckpointStore(options.stateDir, url);
   const substrate = await openStore(url);
+  let engine: Engine | undefined;
   let transport: UnixTransport | undefined;
   let http: HttpEndpoint | undefined;
   let grpc: GrpcTransport | undefined;
@@ -179,16 +220,30 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     await consoleServer?.close();
     await Promise.all([transport?.close(), grpc?.close()]);
     await http?.close();
+    // The last head this daemon signed, for the next start to compare the store with.
+    await engine
+      ?.close()
+      .catch((error: unknown) => logger.error({ err: error }, "writing the chain checkpoint failed"));
     await substrate.close().catch(() => undefined);
   };
   try {
-    await checkChain(substrate, signer, options.trustedPublicKeys ?? []);
+    await checkChain(substrate, signer, options.trustedPublicKeys ?? [], checkpoints);
     await checkStateTables(substrate);
-    const engine = createEngine({
+    engine = createEngine({
       substrate,
       signer,
       clock,
       reservationTtlMs: config.reservationTtlS * 1000,
+      ...(checkpoints === null
+        ? {}
+        : {
+            checkpointStore: checkpoints,
+            onCheckpointError: (error: unknown) =>
+              logger.error(
+                { err: error, checkpoint: checkpoints.location },
+                "writing the chain checkpoint failed",
+              ),
+          }),
     });
     hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
     const feed = new TailFeed({
@@ -249,21 +304,23 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
         },
       });
     }
-    // Holds whose agent never sent its postExec are released about every half TTL (at most each 30 s).
+    // Holds whose agent never sent its postExec are charged at their estimate about every half TTL (at
+    // most each 30 s): an ALLOWed call may have run.
     const sweepMs = Math.min(30_000, Math.max(100, (config.reservationTtlS * 1000) / 2));
     let sweeping = false;
+    const live = engine;
     sweeper = setInterval(() => {
       if (sweeping) return;
       sweeping = true;
       Promise.all([
-        engine
+        live
           .expireReservations()
-          .then((n) => n > 0 && logger.info({ expired: n }, "released expired budget holds")),
+          .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds")),
         // Requests opened by another daemon on the same store have no timer here.
         hitl?.expireDue(),
-        forgetMessages(engine, clock),
+        forgetMessages(live, clock),
       ])
-        .catch((error: unknown) => logger.warn({ err: error }, "releasing expired holds failed"))
+        .catch((error: unknown) => logger.warn({ err: error }, "charging expired holds failed"))
         .finally(() => {
           sweeping = false;
         });

@@ -298,7 +298,9 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
       handler
         .handle(payload, { auth: { organizationId, keyId: "" }, protocolVersion })
         .then((answer) => {
-          if (answer === null) return callback(null, { $typeName: EmptySchema.typeName });
+          // PostExec answers Empty on gRPC, acknowledged or not (the call itself is the acknowledgement).
+          if (answer === null || answer.case === "postExecAck")
+            return callback(null, { $typeName: EmptySchema.typeName });
           if (answer.case === "error") return refuse(callback, answer.value);
           callback(null, answer.value);
         })

@@ -19,10 +19,12 @@ import {
   HitlStatus,
   type HitlUpdate,
   HitlUpdateSchema,
+  MAX_FRAME_BYTES,
   moneyFromWire,
   moneyToWire,
   negotiateProtocolVersion,
   type Payload,
+  PostExecAckSchema,
   type PostExecNotification,
   type PreExecRequest,
   PreExecResponseSchema,
@@ -39,7 +41,8 @@ import {
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
-import { type DaemonConfig, policyFor } from "./config.js";
+import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
+import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
 import type { DaemonMetrics } from "./metrics.js";
@@ -50,6 +53,12 @@ import type { TailFilter, TailReader } from "./tail/reader.js";
 export interface AuthContext {
   readonly organizationId: string;
   readonly keyId: string;
+}
+
+/** Whom a session belongs to: the organization and agent that registered it. */
+interface SessionOwner {
+  readonly org: string;
+  readonly agent: string;
 }
 
 /** What a transport knows of the request besides its payload. */
@@ -183,7 +192,10 @@ function answerFor(error: unknown): { case: "error"; value: ErrorMessage } | und
       case "session_not_found":
         return errorOf(ErrorCode.SESSION_NOT_FOUND, "session_not_found", message);
       case "session_exists":
-        return errorOf(ErrorCode.INVALID_MESSAGE, "session_exists", message);
+        // Another agent's session id: answered as an unknown one, so no id can be probed.
+        return errorOf(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
+      case "settlement_conflict":
+        return errorOf(ErrorCode.INVALID_MESSAGE, "settlement_conflict", message);
       case "reservation_not_found":
         return errorOf(ErrorCode.INVALID_MESSAGE, "reservation_not_found", message);
       case "invalid_argument":
@@ -309,28 +321,34 @@ function withHitlTimeout(policy: Config, seconds: number | undefined): Config {
 /** The handler every transport shares. */
 export function createRequestHandler(options: HandlerOptions): RequestHandler {
   const { engine, config, clock, logger, metrics } = options;
-  /** session id → its organization: a request may only name a session of its own organization. */
-  const sessionOrgs = new Map<string, string>();
+  /**
+   * session id → its organization and agent: a request may only name a session of its own
+   * organization whose agent its key may act as.
+   */
+  const sessionOwners = new Map<string, SessionOwner>();
   /**
    * The settlements of each session still being written. A PreExec of that session waits for them, so
    * a settlement that arrived first is durable before the next decision reads the budget (the socket's
    * PostExec is fire-and-forget: without this, on PostgreSQL the two could commit in either order).
    */
   const settling = new Map<string, Set<Promise<unknown>>>();
-  const remember = (sessionId: string, org: string) => {
-    if (sessionOrgs.size >= SESSIONS_REMEMBERED) sessionOrgs.clear();
-    sessionOrgs.set(sessionId, org);
+  const remember = (sessionId: string, owner: SessionOwner) => {
+    if (sessionOwners.size >= SESSIONS_REMEMBERED) sessionOwners.clear();
+    sessionOwners.set(sessionId, owner);
   };
+  const mayTouch = (owner: SessionOwner, auth: AuthContext) =>
+    owner.org === auth.organizationId &&
+    keyMayActAs(config.organizations.get(owner.org), auth.keyId, owner.agent);
   const nowNs = () => BigInt(Math.trunc(clock.nowNs()));
 
   /**
-   * Refuses a session of another organization exactly as an unknown one (SESSION_NOT_FOUND), so
-   * one organization cannot learn or touch another's session ids.
+   * Refuses a session of another organization, or of an agent the request's key may not act as,
+   * exactly as an unknown one (SESSION_NOT_FOUND), so no caller can learn or touch another's sessions.
    */
   async function checkSession(sessionId: string, auth: AuthContext): Promise<SessionView | null> {
     requireSessionId(sessionId);
-    const known = sessionOrgs.get(sessionId);
-    if (known === auth.organizationId) return null;
+    const known = sessionOwners.get(sessionId);
+    if (known !== undefined && mayTouch(known, auth)) return null;
     const notFound = new Refusal(
       ErrorCode.SESSION_NOT_FOUND,
       "session_not_found",
@@ -338,8 +356,9 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     );
     if (known !== undefined) throw notFound;
     const view = await engine.getSession(sessionId);
-    if (view.organization_id !== auth.organizationId) throw notFound;
-    remember(sessionId, view.organization_id);
+    const owner = { org: view.organization_id, agent: view.agent_id };
+    if (!mayTouch(owner, auth)) throw notFound;
+    remember(sessionId, owner);
     return view;
   }
 
@@ -359,10 +378,21 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       throw new Refusal(ErrorCode.AUTHENTICATION_FAILED, "unknown_key", "unknown organization");
     if (request.agentId === "")
       throw new Refusal(ErrorCode.INVALID_MESSAGE, "missing_agent_id", "agent_id is required");
+    const tooLong = idProblem(request.agentId, request.sessionId);
+    if (tooLong !== null) throw new Refusal(ErrorCode.INVALID_MESSAGE, "id_too_long", tooLong);
+    if (!keyMayActAs(org, context.auth.keyId, request.agentId)) {
+      metrics.authFailures.inc({ detail: "agent_not_allowed" });
+      throw new Refusal(
+        ErrorCode.AUTHENTICATION_FAILED,
+        "agent_not_allowed",
+        "the key that signed the envelope is not bound to this agent_id",
+      );
+    }
     if (request.sessionId !== "") {
-      // Resuming: the session must be this organization's (a new id is created under it).
-      const known = sessionOrgs.get(request.sessionId);
-      if (known !== undefined && known !== orgId) {
+      // Resuming: the session must be this organization's and this agent's (else a new id is
+      // created under them); anything else is answered as an unknown session.
+      const known = sessionOwners.get(request.sessionId);
+      if (known !== undefined && (known.org !== orgId || known.agent !== request.agentId)) {
         throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
       }
     }
@@ -375,7 +405,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     if (view.organization_id !== orgId) {
       throw new Refusal(ErrorCode.SESSION_NOT_FOUND, "session_not_found", "unknown session");
     }
-    remember(view.session_id, orgId);
+    remember(view.session_id, { org: orgId, agent: view.agent_id });
     return {
       case: "registerResponse",
       value: create(RegisterResponseSchema, {
@@ -432,6 +462,19 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         ? {}
         : { message: { id: context.message.id, sent_ns: Number(context.message.sentNs) } }),
     };
+    // Nothing is decided whose answer could not be sent (answer-size.ts): the caller learns why, unrecorded.
+    const texts = {
+      sessionId: request.sessionId,
+      toolName: request.toolName,
+      organizationId: context.auth.organizationId,
+    };
+    if (!answerFits(texts)) {
+      throw new Refusal(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        "answer_too_large",
+        `the answer could be ${preExecAnswerBound(texts)} bytes, over the ${MAX_FRAME_BYTES}-byte frame: shorten tool_name`,
+      );
+    }
     const result = await engine.evaluate(evaluate);
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
@@ -510,7 +553,17 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       if (mine.size === 0 && settling.get(request.sessionId) === mine) settling.delete(request.sessionId);
     }
     if (!settled.replayed && settled.budget_remaining_usd !== null) metrics.holdsSettled.inc();
-    return null;
+    // Asked for: the settlement is committed, so the client may forget it (it re-sends until then).
+    if (!request.ackRequested) return null;
+    return {
+      case: "postExecAck",
+      value: create(PostExecAckSchema, {
+        sessionId: settled.session_id,
+        callNumber: BigInt(settled.call_number),
+        replayed: settled.replayed,
+        budgetRemainingUsdDecimal: settled.budget_remaining_usd ?? "",
+      }),
+    };
   }
 
   async function heartbeat(request: Heartbeat, context: RequestContext): Promise<Payload> {
@@ -578,6 +631,9 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
       tail,
       filter: {
         organizationId: context.auth.organizationId,
+        // A key bound to agents sees their sessions only (session ids are how one touches a session).
+        agents:
+          config.organizations.get(context.auth.organizationId)?.keyAgents.get(context.auth.keyId) ?? null,
         sessionId: request.sessionId === "" ? null : request.sessionId,
         kinds: request.kinds.length === 0 ? null : new Set(request.kinds),
       },

@@ -1,9 +1,11 @@
 // @leash/daemon: the Leash sidecar (SHACKLE SP/1.0 Model B) — SP/1.0 envelopes on a Unix socket, decided by @leash/engine.
 // Start it with startDaemon() or `leash serve`; agents connect with @leash/client (or any SP/1.0 client).
 
+export { type AnswerTexts, answerFits, MAX_ID_BYTES, preExecAnswerBound } from "./answer-size.js";
 export {
   type DaemonConfig,
   DaemonConfigError,
+  keyMayActAs,
   loadDaemonConfig,
   type OrganizationConfig,
   parseDaemonConfig,

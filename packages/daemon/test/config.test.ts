@@ -1,15 +1,23 @@
 // The daemon config: policies by organization and agent, HMAC keys from files or hex, and one-line refusals
 // naming the field. Plus the per-connection in-flight limit, answered RATE_LIMITED on a live daemon.
+import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { ErrorCode, GetSessionStateRequestSchema, RegisterRequestSchema } from "@leash/wire";
 import { describe, expect, it } from "vitest";
-import { DaemonConfigError, loadDaemonConfig, parseDaemonConfig, policyFor } from "../src/index.js";
+import {
+  DaemonConfigError,
+  keyMayActAs,
+  loadDaemonConfig,
+  parseDaemonConfig,
+  policyFor,
+} from "../src/index.js";
 import { RawClient } from "./raw-client.js";
 import { ACME, configObject, runDaemon, scratchDir } from "./support.js";
 
-const HEX = "ab".repeat(32);
+const HEX = randomBytes(32).toString("hex");
+const only = (hex: string) => ({ organizations: { o: { hmac_keys: { k: { hex } } } } });
 
 describe("daemon config", () => {
   it("reads keys from files and hex, merges an agent's guard over the default, loads YAML", () => {
@@ -39,6 +47,25 @@ describe("daemon config", () => {
     });
   });
 
+  it("binds a key to agents (file or hex form); a key without agents acts for the whole organization", () => {
+    const dir = scratchDir();
+    const base = configObject(dir) as { organizations: { acme: { hmac_keys: Record<string, unknown> } } };
+    base.organizations.acme.hmac_keys = {
+      [ACME.keyId]: { file: join(dir, "acme-k1.hmac"), agents: ["research-bot"] },
+      "acme-k2": { hex: HEX, agents: ["writer-bot", "editor-bot"] },
+      "acme-k3": { hex: randomBytes(32).toString("hex") },
+    };
+    (base.organizations.acme as Record<string, unknown>).current_key = "acme-k3";
+    const acme = parseDaemonConfig(base).organizations.get("acme")!;
+    expect(Buffer.from(acme.hmacKeys.get(ACME.keyId)!).equals(Buffer.from(ACME.key))).toBe(true);
+    expect([...acme.keyAgents.get(ACME.keyId)!]).toEqual(["research-bot"]);
+    expect(acme.keyAgents.has("acme-k3")).toBe(false);
+    expect(keyMayActAs(acme, ACME.keyId, "research-bot")).toBe(true);
+    expect(keyMayActAs(acme, ACME.keyId, "writer-bot")).toBe(false);
+    expect(keyMayActAs(acme, "acme-k2", "editor-bot")).toBe(true);
+    expect(keyMayActAs(acme, "acme-k3", "anyone")).toBe(true);
+  });
+
   it.each([
     [{}, "/organizations must name at least one organization"],
     [
@@ -65,8 +92,47 @@ describe("daemon config", () => {
       "/organizations/o/default_guard/denied_tools must be array",
     ],
     [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: [] } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: ["bot", ""] } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX, agents: "bot" } } } } },
+      "/organizations/o/hmac_keys/k/agents must be a non-empty list of agent ids",
+    ],
+    [
       { organizations: { o: { hmac_keys: { k: { hex: HEX } } } }, reservation_ttl_s: 0 },
       "reservation_ttl_s must be a positive number",
+    ],
+    // Parses, but is unsafe to serve with.
+    [only("00".repeat(32)), "/organizations/o/hmac_keys/k: the key is all zeros"],
+    [
+      only("ab".repeat(32)),
+      "/organizations/o/hmac_keys/k: the key has only 1 distinct byte value: not random",
+    ],
+    [only(randomBytes(8).toString("hex").repeat(4)), "/organizations/o/hmac_keys/k: the key has only"],
+    [
+      only("000102030405060708090a0b0c0d0e0f".repeat(2)),
+      "/organizations/o/hmac_keys/k: the key repeats a 16-byte pattern",
+    ],
+    [
+      only(Buffer.from("correct horse battery staple, ok?").toString("hex")),
+      "/organizations/o/hmac_keys/k: the key is printable text (a password?)",
+    ],
+    [
+      { organizations: { "": { hmac_keys: { k: { hex: HEX } } } } },
+      '/organizations: an organization id must not be empty (got "")',
+    ],
+    [
+      { organizations: { " ": { hmac_keys: { k: { hex: HEX } } } } },
+      '/organizations: an organization id must not be empty (got " ")',
+    ],
+    [
+      { organizations: { o: { hmac_keys: { k: { hex: HEX } } } }, reservation_ttl_s: 0.5 },
+      "/reservation_ttl_s is 0.5: at least 1 second is needed",
     ],
   ])("refuses %j: %s", (value, message) => {
     expect(() => parseDaemonConfig(value, "test.json")).toThrow(DaemonConfigError);

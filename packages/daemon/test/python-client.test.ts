@@ -1,13 +1,14 @@
 // The Python client (clients/python) against a real `leash serve` on SQLite, over the Unix socket and
 // gRPC: Appendix A, receipts, mTLS, fail closed once the daemon is stopped. Needs /usr/bin/python3 with
 // Debian's python3-protobuf, python3-grpcio, python3-cryptography and python3-mypy (.ci/run installs them).
-import { type ChildProcess, execFile } from "node:child_process";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair, verifyChain } from "@leash/chain";
 import { verifyReceipt } from "@leash/receipts";
+import { formatReport, recover } from "@leash/recovery";
 import { makeTestPki } from "@leash/test-stores";
 import { paramsDigest, paramsFromJson } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -219,6 +220,115 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
     const received = decisions();
     expect(received.length).toBeGreaterThanOrEqual(16);
     for (const d of received) expect(entries[d.entry_seq]?.entry_hash).toBe(d.entry_hash);
+  }, 120_000);
+});
+
+describe("the Python client keeps a post_exec until the daemon has it durably (SQLite)", () => {
+  it("SIGSTOP after an ALLOW, no ack, SIGKILL, recover, restart: re-sent on reconnect, recorded once", async () => {
+    ensureBuilt();
+    const hmac = randomBytes(32);
+    const key = generateKeyPair();
+    const dir = scratchDir();
+    const store = await openStore("sqlite");
+    const children: ChildProcess[] = [];
+    try {
+      writeFileSync(join(dir, "acme-k1.hmac"), hmac.toString("hex"), { mode: 0o600 });
+      writeFileSync(join(dir, "daemon.key"), key.privateKeyPem, { mode: 0o600 });
+      const config = {
+        organizations: {
+          acme: {
+            hmac_keys: { "acme-k1": { file: join(dir, "acme-k1.hmac") } },
+            default_guard: { budget_usd: 1 },
+          },
+        },
+      };
+      writeFileSync(join(dir, "daemon.json"), JSON.stringify(config));
+      const socket = join(dir, "leash.sock");
+      const args = [
+        ...[
+          "--config",
+          join(dir, "daemon.json"),
+          "--store",
+          store.url!,
+          "--key-file",
+          join(dir, "daemon.key"),
+        ],
+        ...["--socket", socket],
+      ];
+      const first = await serve(args);
+      children.push(first.child);
+      const script = spawn(PYTHON, [join(CLIENT, "tests/resend_after_kill.py")], {
+        env: {
+          ...process.env,
+          PYTHONPATH: `${CLIENT}src`,
+          PYTHONDONTWRITEBYTECODE: "1",
+          LEASH_TEST_SOCKET: socket,
+          LEASH_TEST_HMAC_HEX: hmac.toString("hex"),
+          LEASH_TEST_KEY_ID: "acme-k1",
+          LEASH_TEST_DAEMON_PID: String(first.child.pid),
+        },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      children.push(script);
+      let out = "";
+      let err = "";
+      script.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+        err += chunk;
+      });
+      const lines: string[] = [];
+      const waiters: Array<() => void> = [];
+      script.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+        out += chunk;
+        const whole = out.split("\n");
+        out = whole.pop()!;
+        lines.push(...whole);
+        for (const w of waiters.splice(0)) w();
+      });
+      const exited = new Promise<number | null>((resolve) => script.once("exit", resolve));
+      const line = async (n: number): Promise<string> => {
+        while (lines.length < n) {
+          if (script.exitCode !== null) throw new Error(`the script exited early:\n${err}`);
+          await Promise.race([new Promise<void>((r) => waiters.push(r)), exited]);
+        }
+        return lines[n - 1]!;
+      };
+
+      const [word, sessionId, unacked, pending] = (await line(1)).split(" ");
+      expect([word, unacked, pending]).toEqual(["STOPPED", "timeout", "1"]);
+      const gone = new Promise((resolve) => first.child.once("exit", resolve));
+      first.child.kill("SIGKILL");
+      await gone;
+      const report = await recover(store.substrate, {
+        publicKeys: [key.publicKeyHex],
+        signer: key.signer,
+        storeUrl: store.url!,
+        repair: true,
+      });
+      expect(report.ok, formatReport(report)).toBe(true);
+      const second = await serve(args);
+      children.push(second.child);
+
+      const seen = JSON.parse(await line(2)) as Record<string, unknown>;
+      expect(await exited, err).toBe(0);
+      expect(seen).toEqual({
+        session_id: sessionId,
+        pending: 0,
+        after: ["DENY", false],
+        spent: "0.6",
+        again: 1,
+      });
+      const entries = await store.substrate.transaction((tx) => tx.chain.range(0, 100_000));
+      const settlements = entries
+        .filter((e) => e.kind === "post_exec")
+        .map((e) => (JSON.parse(e.body) as { data: Record<string, unknown> }).data)
+        .filter((d) => d.session_id === sessionId);
+      expect(settlements.map((d) => [d.call_number, d.actual_usd])).toEqual([[1, "0.6"]]);
+      expect((await verifyChain(entries, { publicKeys: [key.publicKeyHex] })).ok).toBe(true);
+    } finally {
+      for (const child of children)
+        if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      await store.close();
+    }
   }, 120_000);
 });
 

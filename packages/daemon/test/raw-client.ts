@@ -24,6 +24,8 @@ export interface ClientKey {
 export class RawClient {
   readonly pending = new PendingRequests();
   readonly unpaired: Envelope[] = [];
+  /** The size of every frame body received, in order (answers' sizes, for the frame bounds). */
+  readonly bodySizes: number[] = [];
   readonly replay = new ReplayWindow({ clock });
   closed = false;
   readonly closedPromise: Promise<void>;
@@ -36,6 +38,7 @@ export class RawClient {
     this.closedPromise = new Promise((resolve) => socket.once("close", () => resolve()));
     socket.on("data", (chunk: Buffer) => {
       for (const body of this.#decoder.push(chunk)) {
+        this.bodySizes.push(body.length);
         let envelope: Envelope;
         try {
           envelope = openEnvelope(body, {

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair } from "@leash/chain";
-import { openStore as openTestStore, type StoreKind, type TestStore } from "@leash/test-stores";
+import { openStore as openTestStore, STATE_DIR, type StoreKind, type TestStore } from "@leash/test-stores";
 import { pino } from "pino";
 import {
   type ConsoleOptions,
@@ -113,7 +113,11 @@ export function serve(
   args: string[],
 ): Promise<{ child: ChildProcess; stderr: () => string; listening: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    // LEASH_STATE_DIR: the daemon's checkpoints go to a temporary directory, not the home directory.
+    const child = spawn(process.execPath, [BIN, "serve", ...args], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, LEASH_STATE_DIR: STATE_DIR },
+    });
     let out = "";
     let err = "";
     const timer = setTimeout(() => reject(new Error(`serve did not start:\n${err}`)), 30_000);

@@ -1,7 +1,7 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
 import { buildEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
-import type { ChainEntryRecord, Nonce, OutboxEnqueue, SubstrateTx } from "@leash/core";
+import type { ChainEntryRecord, Nonce, OutboxEnqueue, ParamsBlob, SubstrateTx } from "@leash/core";
 import { enqueueEntry, outboxItemOf } from "@leash/outbox";
 import type { ChainTrust } from "./chain-trust.js";
 import { LeashError } from "./errors.js";
@@ -86,7 +86,7 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
     head: ChainHead | null,
-    options?: { nonce?: Nonce },
+    options?: EntryOptions,
   ): ChainEntryRecord | Promise<ChainEntryRecord> {
     const inForce = this.trust.checkAppendNow(tx, head, this.#lastAppended);
     const chainId = head === null ? null : (this.#chainId ?? this.#readIn.get(tx));
@@ -113,7 +113,7 @@ export class Auditor {
     data: Record<string, unknown>,
     nowNs: number,
     head?: ChainHead | null,
-    options?: { nonce?: Nonce },
+    options?: EntryOptions,
   ): Promise<ChainEntryRecord> {
     const current = head === undefined ? await tx.chain.head() : head;
     await this.#assertKeyInForce(tx, current);
@@ -142,7 +142,7 @@ export class Auditor {
     kind: string,
     data: Record<string, unknown>,
     nowNs: number,
-    options: { nonce?: Nonce } | undefined,
+    options: EntryOptions | undefined,
   ): ChainEntryRecord {
     const entry = buildEntry({
       head,
@@ -153,6 +153,7 @@ export class Auditor {
       nowNs,
     });
     if (options?.nonce !== undefined) entry.nonce = options.nonce;
+    if (options?.params !== undefined) entry.params = options.params;
     return entry;
   }
 
@@ -175,3 +176,9 @@ export class Auditor {
 }
 
 export type ChainHead = { seq: number; entry_hash: string };
+
+/** What an entry spends (its session's nonce) and stores beside it (params by digest). */
+export interface EntryOptions {
+  nonce?: Nonce;
+  params?: ParamsBlob;
+}

@@ -15,6 +15,7 @@ import {
 } from "@leash/chain";
 import type { ChainEntryRecord, Substrate, SubstrateTx } from "@leash/core";
 import { LeashError } from "./errors.js";
+import { findRollback, rollbackMessage } from "./rollback.js";
 import type { ChainOpenReport } from "./types.js";
 
 type Head = { seq: number; entry_hash: string } | null;
@@ -69,6 +70,8 @@ export interface ChainTrustOptions {
   trustedKeys: ReadonlyMap<string, string>;
   /** Where the last trusted checkpoint comes from, if anywhere. */
   readCheckpoint: () => Promise<Checkpoint | null>;
+  /** Where that checkpoint lives, for the message that refuses a rolled-back store. */
+  checkpointLocation?: string;
 }
 
 export class ChainTrust {
@@ -157,6 +160,7 @@ export class ChainTrust {
     let start: { checkpoint: Checkpoint; trustedFrom: "checkpoint" | "key_rotation" } | null =
       checkpoint !== null && checkpoint.count > 0 ? { checkpoint, trustedFrom: "checkpoint" } : null;
     start ??= await this.#rotationAnchor();
+    if (start?.trustedFrom === "checkpoint") await this.#refuseRollback(start.checkpoint, started);
     const from = start === null ? 0 : start.checkpoint.count - 1;
     let read = 0;
     let last: ChainEntryRecord | null = null;
@@ -198,6 +202,48 @@ export class ChainTrust {
       head_hash: result.head_hash,
       key: head === null ? null : this.#learn(keyAfter(head, this.#known)),
     };
+  }
+
+  /** A store behind or forked from the checkpoint (a restored older copy) is refused naming both heads. */
+  async #refuseRollback(checkpoint: Checkpoint, started: number): Promise<void> {
+    const finding = await findRollback(this.options.substrate, checkpoint);
+    if (finding === null) return;
+    const failure: ChainFailure = {
+      index: checkpoint.count - 1,
+      seq: checkpoint.count - 1,
+      kind: "truncated",
+      message: rollbackMessage(finding, this.options.checkpointLocation),
+    };
+    this.report = {
+      verified: false,
+      trusted_from: "checkpoint",
+      from_seq: checkpoint.count - 1,
+      entries_read: 0,
+      count: 0,
+      failure,
+      duration_ms: performance.now() - started,
+    };
+    throw this.#refuse(failure, "open");
+  }
+
+  /**
+   * The head this engine trusts without reading it (its tip) is read back once per transaction and its
+   * row checked against the hash it trusted: an entry edited under a running engine (body, hash or
+   * columns) is refused at the next append, not extended until a restart verifies the chain.
+   * Heads beyond the tip are verified by checkAppend, whose walk starts at this same row.
+   */
+  async checkHeadRow(tx: SubstrateTx, head: Head | undefined): Promise<void> {
+    if (this.#refused !== null) throw this.#refused;
+    const tip = this.#tip;
+    if (head == null || tip === null || head.seq !== tip.count - 1 || head.entry_hash !== tip.head_hash)
+      return;
+    const rows = await tx.chain.range(head.seq, 1);
+    const result = await verifyChainWith(this.#backend, rows, {
+      publicKeys: [...this.options.trustedKeys.values()],
+      checkpoint: { count: tip.count, head_hash: tip.head_hash },
+      fromCheckpoint: true,
+    });
+    if (!result.ok) throw this.#refuse(result.failure, "append");
   }
 
   /**

@@ -13,7 +13,7 @@ export interface LeashConfigFile {
   store: string;
   /** The guard config new sessions get unless they bring their own. */
   guard: Config;
-  /** Budget holds without a postExec are released after this many seconds. */
+  /** Budget holds without a postExec are charged at their estimate after this many seconds. */
   reservation_ttl_s: number;
 }
 

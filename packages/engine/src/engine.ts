@@ -7,8 +7,8 @@ import {
   BudgetGuardError,
   chainAvailable,
   chainOverLimit,
+  chargeExpired,
   ensureAccount,
-  expire,
   type Money,
   moneyString,
   planHold,
@@ -53,8 +53,10 @@ import {
   resolveEstimate,
 } from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
+import { CheckpointWriter, checkpointIntervalOf } from "./checkpoint-writer.js";
 import { countsOnly } from "./count-only.js";
 import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
+import { expiryEntryData } from "./expiry-entry.js";
 import {
   bindToPausedTool,
   boundRequest,
@@ -72,8 +74,15 @@ import { HitlEvents } from "./hitl-events.js";
 import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
+import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { Projection, type ProjectionTx } from "./projection.js";
-import { canonicalParamsText, nodeSha256Hex, nodeSha256HexOfBytes, replayInputs } from "./replay-inputs.js";
+import {
+  canonicalParamsText,
+  nodeSha256Hex,
+  nodeSha256HexOfBytes,
+  paramsBlobOf,
+  replayInputs,
+} from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
@@ -318,7 +327,20 @@ export function createEngine(options: EngineOptions): Engine {
     substrate,
     trustedKeys: trustedKeyMap([...(options.trustedKeys ?? []), options.signer.publicKeyHex]),
     readCheckpoint: async () => options.trustedCheckpoint ?? (await options.checkpointStore?.read()) ?? null,
+    ...(options.checkpointStore === undefined
+      ? {}
+      : { checkpointLocation: options.checkpointStore.location }),
   });
+  // The last trusted head, kept outside the store as the chain grows (a restored older copy is refused).
+  const checkpoints =
+    options.checkpointStore === undefined
+      ? null
+      : new CheckpointWriter(
+          options.checkpointStore,
+          () => trust.checkpoint,
+          checkpointIntervalOf(options.checkpointIntervalMs),
+          options.onCheckpointError,
+        );
   const auditor = new Auditor(options.signer, trust);
   const signedByKnownKey = (entry: ChainEntryRecord) => trust.signedByKnownKey(entry);
   const tracing = new EngineTracing(options.tracer);
@@ -341,6 +363,7 @@ export function createEngine(options: EngineOptions): Engine {
         if (ptx !== undefined) projection.failed(ptx);
         ptx = projection.begin(tx);
         await ptx.open();
+        await trust.checkHeadRow(tx, ptx.headNow());
         const result = await fn(ptx);
         await ptx.flush();
         projection.judged(ptx);
@@ -349,6 +372,7 @@ export function createEngine(options: EngineOptions): Engine {
       });
       projection.committed(ptx!);
       auditor.committed(ptx!);
+      checkpoints?.poke();
       return value;
     } catch (error) {
       if (ptx !== undefined) projection.failed(ptx);
@@ -788,6 +812,11 @@ export function createEngine(options: EngineOptions): Engine {
     if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
       decision = PARAMS_HASH_MISMATCH;
     }
+    // Params over the guard's cap are refused whatever else was decided, and never stored (params-cap.ts).
+    const tooLarge = oversizedBytes(paramsText, maxParamsBytes(config));
+    if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
+    // Large params are stored once by digest beside the chain, not in every entry (params-cap.ts).
+    const blob = paramsBlobOf(paramsText, paramsHash, tooLarge);
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -920,6 +949,8 @@ export function createEngine(options: EngineOptions): Engine {
         now_ns: nowNs,
         ...replayInputs({
           paramsText,
+          paramsBytes: tooLarge,
+          paramsBlob: blob !== null,
           expectedHash,
           hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
           holdTtlNs: reservation_id === null ? null : ttlNs,
@@ -927,7 +958,7 @@ export function createEngine(options: EngineOptions): Engine {
       },
       nowNs,
       head,
-      spends,
+      blob === null ? spends : { ...spends, params: blob },
     );
     if (opened !== null) {
       // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params
@@ -1032,8 +1063,8 @@ export function createEngine(options: EngineOptions): Engine {
               ? { error_message: recordableErrorText(request.error_message) }
               : {}),
             budget_after_usd: remaining,
-            // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been given
-            // back already, and the actual was spent all the same (real money was).
+            // Came at or after the hold's expiry; `hold_status` EXPIRED: the hold had been charged
+            // at its estimate (settled_by_expiry), and this corrects the charge to the actual.
             late: settled.late,
             hold_status: hold.status,
             // How far past its limit this left the budget (0 within it): what an overrun beyond
@@ -1456,21 +1487,13 @@ export function createEngine(options: EngineOptions): Engine {
     expireReservations(limit = 1000) {
       return transaction(async (tx) => {
         const nowNs = clock.nowNs();
-        const expired = await expire(tx, nowNs, limit);
-        for (const r of expired) {
-          await auditor.record(
-            tx,
-            "reservation_expired",
-            {
-              session_id: r.session_id,
-              call_number: r.call_number,
-              reservation_id: r.reservation_id,
-              released_usd: r.amount_usd,
-            },
-            nowNs,
-          );
+        // An ALLOWed call's hold stays spent at its estimate (the call may have run); a late
+        // post-exec corrects it to the actual.
+        const charged = await chargeExpired(tx, nowNs, limit);
+        for (const r of charged) {
+          await auditor.record(tx, "settled_by_expiry", await expiryEntryData(tx, r), nowNs);
         }
-        return expired.length;
+        return charged.length;
       });
     },
 
@@ -1488,8 +1511,7 @@ export function createEngine(options: EngineOptions): Engine {
       });
       auditor.signer = next; // only once the rotation entry is committed
       // A checkpoint past the rotation lets an engine that holds only the next key open from it.
-      const checkpoint = trust.checkpoint;
-      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
+      await checkpoints?.flush();
     },
 
     get publicKeyHex() {
@@ -1506,9 +1528,7 @@ export function createEngine(options: EngineOptions): Engine {
     },
 
     async close() {
-      const checkpoint = trust.checkpoint;
-      if (checkpoint !== null) await options.checkpointStore?.write(checkpoint);
-      return checkpoint;
+      return checkpoints === null ? trust.checkpoint : await checkpoints.flush();
     },
   };
 }

@@ -4,6 +4,7 @@
 // The pieces of evaluate() beyond decide(), for @leash/recovery's replay, which re-runs them on the chain.
 export { budgetEnabled, guardAccountId, sessionAccountId } from "./accounts.js";
 export { outranksEstimate, resolveEstimate } from "./call-input.js";
+export { DEFAULT_CHECKPOINT_INTERVAL_MS } from "./checkpoint-writer.js";
 export {
   DEFAULT_CONFIG,
   type LeashConfigFile,
@@ -45,6 +46,14 @@ export {
   type StoreKind,
   storeKindOf,
 } from "./open-store.js";
+export {
+  DEFAULT_MAX_PARAMS_BYTES,
+  maxParamsBytes,
+  oversizedBytes,
+  PARAMS_INLINE_MAX,
+  PARAMS_TOO_LARGE,
+} from "./params-cap.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
+export { findRollback, type RollbackFinding, rollbackMessage } from "./rollback.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

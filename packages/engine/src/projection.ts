@@ -258,6 +258,7 @@ export class ProjectionTx implements SubstrateTx {
           ? tx.chain.range(fromSeq, limit)
           : read(() => tx.chain.range(fromSeq, limit)),
       count: () => read(() => tx.chain.count()),
+      params: (hashes) => read(() => tx.chain.params(hashes)),
     };
     const hitl = tx.hitl;
     this.hitl = {

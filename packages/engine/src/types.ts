@@ -42,10 +42,16 @@ export interface EngineOptions {
   trustedKeys?: readonly (string | Uint8Array)[];
   /**
    * Where the last trusted checkpoint lives (@leash/recovery's fileCheckpointStore, as `leash recover`
-   * keeps it). The engine verifies the chain from it when it opens the store, and `close()` (and a key
-   * rotation) writes a new one. Without one, the chain is verified from its genesis at every open.
+   * keeps it). The engine verifies the chain from it when it opens the store and refuses a store whose
+   * chain is behind or forked from it (a restored older copy); it replaces it as the chain grows (at
+   * most every `checkpointIntervalMs`, off the decision path), at a key rotation and at `close()`.
+   * Without one, the chain is verified from its genesis at every open and a rollback goes unseen.
    */
   checkpointStore?: CheckpointStore;
+  /** At most how often a growing chain's checkpoint is replaced (default 250 ms). */
+  checkpointIntervalMs?: number;
+  /** Told when replacing the checkpoint fails (it is tried again at the next commit). */
+  onCheckpointError?: (error: unknown) => void;
   /** A checkpoint the caller has just verified itself (recover() does): read instead of checkpointStore. */
   trustedCheckpoint?: Checkpoint;
   /**
@@ -145,6 +151,7 @@ export type EngineReason =
   | "policy_violation:invalid_estimate"
   | "policy_violation:params_hash_mismatch"
   | "policy_violation:tool_denied"
+  | "policy_violation:params_too_large"
   | "hitl_timeout";
 
 export interface EvaluateResult {

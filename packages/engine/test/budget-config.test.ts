@@ -66,6 +66,6 @@ describe.each(KINDS)("the longest TTL on %s", (kind) => {
     expect(await engine.expireReservations()).toBe(0);
     now += 2e9;
     expect(await engine.expireReservations()).toBe(1);
-    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("1");
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.5");
   });
 });

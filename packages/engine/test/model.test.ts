@@ -1,6 +1,6 @@
 // Model-based test: random register/evaluate/postExec/expire sequences on each substrate agree
-// with a small in-memory model built from core's decide + feedback and exact decimals (late
-// settlements of expired holds still spend; a second settlement replays or is refused).
+// with a small in-memory model built from core's decide + feedback and exact decimals (an expired
+// hold stays spent at its estimate, a late settlement corrects it; a second replays or is refused).
 
 import { generateKeyPair } from "@leash/chain";
 import { type Config, decide, feedback, type State } from "@leash/core";
@@ -89,22 +89,24 @@ class Model {
     this.state = feedback(this.config, state, call, d, { nowNs: now });
     return { verdict: d.verdict, reason: d.reason, call_number: this.calls };
   }
-  /** Expired holds: given back, but a late settlement still spends its actual. */
-  expired = new Set<number>();
+  /** Expired holds: charged at their estimate; a late settlement corrects the charge to its actual. */
+  expired = new Map<number, Decimal>();
   settled = new Map<number, number>();
   settle(callNumber: number, actual: number): "settled" | "replayed" | "refused" {
     const first = this.settled.get(callNumber);
     if (first !== undefined) return first === actual ? "replayed" : "refused";
+    const charged = this.expired.get(callNumber);
     if (!this.holds.delete(callNumber) && !this.expired.delete(callNumber)) return "refused";
     this.settled.set(callNumber, actual);
-    this.spent = this.spent.plus(actual);
+    this.spent = this.spent.plus(actual).minus(charged ?? 0);
     return "settled";
   }
   expire(now: number) {
     for (const [n, h] of this.holds) {
       if (h.at + TTL_MS * 1e6 <= now) {
         this.holds.delete(n);
-        this.expired.add(n);
+        this.expired.set(n, h.amount);
+        this.spent = this.spent.plus(h.amount);
       }
     }
   }

@@ -43,52 +43,86 @@ describe.each(KINDS)("postExec on %s", (kind) => {
     return { engine, substrate: store.substrate, advance: (ns: number) => (now += ns) };
   };
 
-  it("records a settlement that arrives after its hold expired: spent, an overrun past what is left, marked late", async () => {
+  it("keeps an expired ALLOWed hold spent (a settled_by_expiry entry); a late settlement corrects it to the actual", async () => {
     const { engine, substrate, advance } = await setup();
     const s = await engine.register({ agent_id: "bot", config: { budget_usd: 1 } });
     const first = await engine.evaluate({
       session_id: s.session_id,
       tool_name: "t",
-      estimated_cost_usd: 0.2,
+      estimated_cost_usd: 0.6,
     });
-    await engine.evaluate({ session_id: s.session_id, tool_name: "u", estimated_cost_usd: 0.5 });
+    expect(first).toMatchObject({ verdict: "ALLOW", budget_remaining_usd: "0.4" });
     advance(2e9);
-    expect(await engine.expireReservations()).toBe(2);
-    await engine.evaluate({ session_id: s.session_id, tool_name: "v", estimated_cost_usd: 0.7 });
-    // 0.3 left; the late call cost 0.6.
+    expect(await engine.expireReservations()).toBe(1);
+    // Silence gives no money back: the 0.6 estimate stays spent.
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.4");
+    const expiry = bodyOf((await readChain(substrate)).at(-1)!);
+    expect(expiry).toMatchObject({
+      kind: "settled_by_expiry",
+      data: { call_number: 1, charged_usd: "0.6", budget_after_usd: "0.4" },
+    });
+    const [hold] = await substrate.transaction((tx) =>
+      tx.budgets.listReservations({ sessionId: s.session_id }),
+    );
+    expect(hold).toMatchObject({ status: "EXPIRED", actual_usd: "0.6" });
+    const second = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "v",
+      estimated_cost_usd: 0.3,
+    });
+    expect(second).toMatchObject({ verdict: "ALLOW", budget_remaining_usd: "0.1" });
+    // The issue's case: a call of 0.9 after the expiry must not be ALLOWed on a $1 budget.
+    const refused = await engine.evaluate({
+      session_id: s.session_id,
+      tool_name: "u",
+      estimated_cost_usd: 0.9,
+    });
+    expect(refused.verdict).toBe("DENY");
+
+    // The late post-exec corrects the charge from 0.6 down to 0.25, giving 0.35 back.
     const late = await engine.postExec({
       session_id: s.session_id,
       call_number: first.call_number,
-      actual_cost_usd: "0.6",
+      actual_cost_usd: "0.25",
     });
     expect(late).toMatchObject({
-      actual_usd: "0.6",
-      overrun_usd: "0.4",
-      budget_remaining_usd: "0",
+      actual_usd: "0.25",
+      overrun_usd: "0",
+      budget_remaining_usd: "0.45",
       replayed: false,
       late: true,
     });
-    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0");
     const entry = bodyOf((await readChain(substrate)).at(-1)!);
     expect(entry.kind).toBe("post_exec");
-    // 0.6 spent where 0.3 was left: 0.3 past the limit, and the remaining reads 0.
     expect(entry.data).toMatchObject({
       call_number: 1,
-      actual_usd: "0.6",
+      estimated_usd: "0.6",
+      actual_usd: "0.25",
       late: true,
       hold_status: "EXPIRED",
-      budget_after_usd: "0",
-      over_limit_usd: "0.3",
+      budget_after_usd: "0.45",
+      over_limit_usd: "0",
     });
-    // The session's third call still settles within its hold, on time.
-    const onTime = await engine.postExec({ session_id: s.session_id, call_number: 3, actual_cost_usd: 0.7 });
-    expect(onTime).toMatchObject({ late: false, overrun_usd: "0", budget_remaining_usd: "0" });
-    const denied = await engine.evaluate({
+    // Once: the same settlement again moves nothing; another actual is a conflict.
+    const again = await engine.postExec({
       session_id: s.session_id,
-      tool_name: "w",
-      estimated_cost_usd: 0.01,
+      call_number: 1,
+      actual_cost_usd: "0.25",
     });
-    expect(denied).toMatchObject({ verdict: "DENY", reason: "budget_exhausted" });
+    expect(again).toMatchObject({ replayed: true, budget_remaining_usd: "0.45" });
+    const conflict = await refusal(
+      engine.postExec({ session_id: s.session_id, call_number: 1, actual_cost_usd: 1 }),
+    );
+    expect(conflict.code).toBe("settlement_conflict");
+    // A late actual above the estimate is spent in full: call 2's 0.3 is charged, then 0.9 arrives.
+    advance(2e9);
+    expect(await engine.expireReservations()).toBe(1);
+    expect((await engine.getSession(s.session_id)).budget_remaining_usd).toBe("0.45");
+    const over = await engine.postExec({ session_id: s.session_id, call_number: 2, actual_cost_usd: "0.9" });
+    expect(over).toMatchObject({ overrun_usd: "0.6", budget_remaining_usd: "0", late: true });
+    const overEntry = bodyOf((await readChain(substrate)).at(-1)!);
+    // Spent: 0.25 + 0.9 = 1.15 of 1.
+    expect(overEntry.data).toMatchObject({ over_limit_usd: "0.15", budget_after_usd: "0" });
   });
 
   it("refuses a second settlement with another actual (the first stands); the same actual again is a replay", async () => {

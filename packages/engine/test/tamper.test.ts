@@ -168,6 +168,37 @@ describe.each(SQL_KINDS)("%s: a store edited behind the engine's back", (kind) =
     });
     expect(await readChain(store.substrate)).toHaveLength(4);
   });
+
+  const headEdits: [string, string][] = [
+    [
+      "the body (the hash column left alone)",
+      `UPDATE leash_chain SET body = replace(body, '"tool_name":"read"', '"tool_name":"wire"') WHERE seq = 4`,
+    ],
+    ["the session_id column", "UPDATE leash_chain SET session_id = 'other' WHERE seq = 4"],
+  ];
+  it.each(headEdits)(
+    "an engine already running refuses at the next append once %s of its own last entry is edited",
+    async (_what, edit) => {
+      store = await openStore(kind);
+      const engine = createEngine({ substrate: store.substrate, signer: KEY.signer });
+      const chain = await history(engine);
+      await sql(store, edit);
+      const edited = await readChain(store.substrate);
+      expect(edited[4]).not.toEqual(chain[4]);
+      const r = await engine.evaluate({ session_id: "s", tool_name: "read", nonce: 20 });
+      expect(r).toMatchObject({
+        verdict: "DENY",
+        reason: "fail_closed:chain_unverified",
+        entry_seq: null,
+        chain_failure: { index: 4, kind: "edited" },
+      });
+      // Not extended, and refused for good (not until a restart verifies it).
+      expect(await readChain(store.substrate)).toEqual(edited);
+      await expect(engine.register({ agent_id: "bot", config: {} })).rejects.toMatchObject({
+        code: "chain_unverified",
+      });
+    },
+  );
 });
 
 describe.each(KINDS)("%s: entries another writer appended", (kind) => {
@@ -241,6 +272,7 @@ describe.each(KINDS)("%s: opening from the last trusted checkpoint", (kind) => {
       substrate: store.substrate,
       signer: KEY.signer,
       checkpointStore: checkpoints,
+      checkpointIntervalMs: 3_600_000,
     });
     expect(await second.open()).toMatchObject({
       verified: true,
@@ -252,7 +284,8 @@ describe.each(KINDS)("%s: opening from the last trusted checkpoint", (kind) => {
     await second.evaluate({ session_id: "s", tool_name: "read", nonce: 50 });
     await second.evaluate({ session_id: "s", tool_name: "read", nonce: 51 });
 
-    // The checkpoint was not moved (no close): the next engine reads its head and the two after it.
+    // The checkpoint was not moved (no close, and its interval has not passed): the next engine reads
+    // its head and the two after it.
     const third = createEngine({
       substrate: store.substrate,
       signer: KEY.signer,

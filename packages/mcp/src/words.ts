@@ -52,6 +52,10 @@ const EXPLANATIONS: Record<string, Explanation> = {
     why: "this tool is not allowed in this session (the guard's denied_tools)",
     next: "Do not call this tool again; use another one or ask the user. Other tools still work.",
   },
+  "policy_violation:params_too_large": {
+    why: "the arguments are larger than the session allows (the guard's max_params_bytes)",
+    next: "Call the tool again with smaller arguments (pass a reference instead of the content).",
+  },
 };
 
 function explain(reason: string): Explanation {

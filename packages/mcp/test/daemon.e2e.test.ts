@@ -72,7 +72,11 @@ beforeAll(async () => {
   const tokens = join(ws.dir, "console-tokens.json");
   writeFileSync(
     tokens,
-    JSON.stringify({ tokens: [{ sha256: tokenHash(OPERATOR_TOKEN), operator: "alice", readonly: false }] }),
+    JSON.stringify({
+      tokens: [
+        { sha256: tokenHash(OPERATOR_TOKEN), operator: "alice", readonly: false, organizations: ["acme"] },
+      ],
+    }),
   );
   // Policies are the daemon's: every call of notes-bot needs a human, delete_all is never allowed.
   const config = join(ws.dir, "daemon.yaml");

@@ -5,6 +5,8 @@ import { LeashBaseError } from "@leash/core";
 export type RecoveryErrorCode =
   /** The audit chain does not verify (edited, gap, reordered, inserted, bad signature, unknown key) or is shorter than its checkpoint. */
   | "chain_unverifiable"
+  /** The store's chain is behind or forked from the checkpoint kept outside it: an older copy was restored. */
+  | "chain_rolled_back"
   /** The checkpoint file exists but is not a checkpoint: a deleted tail could no longer be told from a short chain. */
   | "checkpoint_unreadable"
   /** The outbox names entries the chain does not hold (or holds with another id): a lost tail or a damaged store. */

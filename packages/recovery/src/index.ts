@@ -18,13 +18,17 @@ export {
   ChainReplayer,
   emptyProjection,
   nonceKey,
+  type ParamsSource,
   type Projection,
   type ReplayMismatch,
+  type ReplayOptions,
   type ReplayResult,
   recordedForm,
   replayChain,
+  storedParams,
 } from "./replay/replay.js";
 export { assertRecovered, formatReport } from "./report.js";
+export { ROLLBACK_ACCEPTED, recordRollbackAccepted } from "./rollback.js";
 export {
   compareSnapshots,
   describeDifferences,
@@ -33,3 +37,4 @@ export {
   type SnapshotTable,
 } from "./snapshot-check.js";
 export { findStaleSessions, lastSeenNs } from "./stale.js";
+export { defaultStateDir, stateCheckpointStore, storeIdentity } from "./state-dir.js";

@@ -9,13 +9,20 @@ import {
   type Signer,
 } from "@leash/chain";
 import type { Clock, OutboxStatus, Substrate } from "@leash/core";
-import { createEngine, systemClock } from "@leash/engine";
+import {
+  createEngine,
+  findRollback,
+  type RollbackFinding,
+  rollbackMessage,
+  systemClock,
+} from "@leash/engine";
 import { requeueDead } from "@leash/outbox";
 import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
-import { type ReplayMismatch, replayChain } from "./replay/replay.js";
+import { type ReplayMismatch, replayChain, storedParams } from "./replay/replay.js";
+import { recordRollbackAccepted } from "./rollback.js";
 import {
   compareSnapshots,
   describeDifferences,
@@ -64,6 +71,12 @@ export interface RecoverOptions {
    * signer the differing rows are rewritten from the chain, with a "snapshot_repaired" entry.
    */
   checkSnapshots?: boolean;
+  /**
+   * The operator restored an older copy of the store on purpose: a chain behind or forked from the
+   * checkpoint is then accepted (when nothing else is wrong) with a signed "rollback_accepted" entry
+   * naming both heads and `operatorId`, and the checkpoint moves to that entry. Needs the signer.
+   */
+  acceptRollback?: { operatorId: string };
 }
 
 /** A problem that makes the store unfit to serve. */
@@ -76,6 +89,7 @@ export interface RecoveryProblem {
 
 export type RecoveryWarningCode =
   | "checkpoint_missing"
+  | "rollback_not_found"
   | "outbox_missing"
   | "outbox_dead"
   | "reservations_overdue"
@@ -115,6 +129,8 @@ export interface RecoveryReport {
       /** The checkpoint written after this run, or null when none was written. */
       written: Checkpoint | null;
     };
+    /** The store is behind or forked from the checkpoint (a restored older copy); null when not. */
+    rollback: (RollbackFinding & { accepted_seq: number | null }) | null;
   };
   outbox: {
     counts: Record<OutboxStatus, number>;
@@ -137,7 +153,7 @@ export interface RecoveryReport {
   reservations: {
     /** PENDING budget holds past their TTL when recovery looked. */
     overdue: number;
-    /** Released by this run, each with a "reservation_expired" chain entry. */
+    /** Charged at their estimate by this run, each with a "settled_by_expiry" chain entry. */
     expired: number;
   };
   snapshots: {
@@ -215,8 +231,8 @@ function inspectHint(options: RecoverOptions): string {
  *    item are re-enqueued with `repair` (the entries themselves are never touched);
  *    with `repair` and `requeueDead`, DEAD items go back to PENDING for the relay;
  * 3. frees `leaseOwner`'s leases and counts the rest (expired leases are reclaimable by design);
- * 4. with a signer: releases budget holds past their TTL through the engine (one "reservation_expired"
- *    entry each) and marks sessions STALE after missed heartbeats (one "session_stale" entry each);
+ * 4. with a signer: charges budget holds past their TTL at their estimate through the engine (one
+ *    "settled_by_expiry" entry each: an ALLOWed call may have run, so its money is not given back) and marks sessions STALE after missed heartbeats (one "session_stale" entry each);
  *    without one, counts them;
  * 5. writes the new checkpoint when nothing is wrong.
  * Nothing is written when the chain fails or the signer is not the key in force: the report says
@@ -239,6 +255,18 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
   ) {
     throw new RecoveryError("invalid_argument", "leaseOwner must be a non-empty relay id");
   }
+  const accept = options.acceptRollback;
+  if (accept !== undefined) {
+    if (typeof accept.operatorId !== "string" || accept.operatorId === "") {
+      throw new RecoveryError("invalid_argument", "acceptRollback needs the operator's id (operatorId)");
+    }
+    if (signer === undefined) {
+      throw new RecoveryError(
+        "invalid_argument",
+        "accepting a rollback writes a signed entry: give the signing key (the key in force at the restored head)",
+      );
+    }
+  }
   const startedNs = clock.nowNs();
   const started = performance.now();
   const report: RecoveryReport = {
@@ -257,6 +285,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       failure: null,
       key_in_force: null,
       checkpoint: { location: options.checkpointStore?.location ?? null, previous: null, written: null },
+      rollback: null,
     },
     outbox: {
       counts: { PENDING: 0, DELIVERED: 0, DEAD: 0 },
@@ -305,6 +334,28 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
         if (!RecoveryError.isInstance(error)) throw error;
         problem("checkpoint_unreadable", error.message);
       }
+    }
+
+    // A store behind or forked from the checkpoint is a restored older copy: refused, or accepted on
+    // purpose; either way its chain is then verified on its own, from the genesis.
+    let rollback: RollbackFinding | null = null;
+    if (checkpoint !== undefined) {
+      stage = "comparing the store's head with the checkpoint";
+      rollback = await findRollback(substrate, checkpoint);
+      if (rollback !== null) {
+        report.chain.rollback = { ...rollback, accepted_seq: null };
+        checkpoint = undefined;
+        if (accept === undefined) {
+          problem("chain_rolled_back", rollbackMessage(rollback, options.checkpointStore?.location));
+        }
+      }
+    }
+    if (accept !== undefined && rollback === null) {
+      report.warnings.push({
+        code: "rollback_not_found",
+        message:
+          "acceptRollback: the store is neither behind nor forked from its checkpoint; nothing to accept",
+      });
     }
 
     stage = "verifying the audit chain";
@@ -384,12 +435,25 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     }
 
     const writable = report.problems.length === 0;
+    // The acceptance comes first, so every entry this run writes follows the record of the restore.
+    let head: Checkpoint | null =
+      result.ok && result.count > 0 ? { count: result.count, head_hash: result.head_hash } : null;
+    if (writable && result.ok && rollback !== null && accept !== undefined && signer !== undefined) {
+      stage = "recording the accepted rollback";
+      head = await recordRollbackAccepted(substrate, rollback, {
+        signer,
+        operatorId: accept.operatorId,
+        nowNs: clock.nowNs(),
+      });
+      report.chain.rollback = { ...rollback, accepted_seq: head.count - 1 };
+      report.actions.push(
+        `accepted the rollback to ${rollback.store_head === null ? "an empty chain" : `entry ${rollback.store_head.seq}`} from entry ${rollback.checkpoint.count - 1} (rollback_accepted entry ${head.count - 1}, operator ${accept.operatorId})`,
+      );
+    }
     // The engines below open the chain from what was just verified, not from the genesis again.
     const verifiedHere = {
       trustedKeys: options.publicKeys,
-      ...(result.ok && result.count > 0
-        ? { trustedCheckpoint: { count: result.count, head_hash: result.head_hash } }
-        : {}),
+      ...(head === null ? {} : { trustedCheckpoint: head }),
     };
 
     // Re-enqueue what a lost enqueue left out; leave DEAD items unless asked.
@@ -447,7 +511,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     );
     if (report.reservations.overdue > 0) {
       if (writable && signer !== undefined) {
-        // Through the engine, so each release gets the engine's own "reservation_expired" entry.
+        // Through the engine, so each charge gets the engine's own "settled_by_expiry" entry.
         const engine = createEngine({ substrate, signer, clock, ...verifiedHere });
         for (;;) {
           const n = await engine.expireReservations(EXPIRE_BATCH);
@@ -455,7 +519,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
           if (n < EXPIRE_BATCH) break;
         }
         report.actions.push(
-          `released ${report.reservations.expired} expired budget holds (reservation_expired entries)`,
+          `charged ${report.reservations.expired} expired budget holds at their estimate (settled_by_expiry entries)`,
         );
       } else {
         report.warnings.push({
@@ -524,11 +588,10 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
     }
 
     // 5. Trust what was verified; never bless a state with a problem in it.
-    if (writable && result.ok && options.checkpointStore !== undefined && result.count > 0) {
+    if (writable && head !== null && options.checkpointStore !== undefined) {
       stage = "writing the checkpoint";
-      const next = { count: result.count, head_hash: result.head_hash };
-      await options.checkpointStore.write(next);
-      report.chain.checkpoint.written = next;
+      await options.checkpointStore.write(head);
+      report.chain.checkpoint.written = head;
     }
   } catch (error) {
     if (RecoveryError.isInstance(error)) throw error;
@@ -556,7 +619,7 @@ async function checkSnapshotTables(
       from = page[page.length - 1]!.seq + 1;
     }
   }
-  const replay = await replayChain(entries());
+  const replay = await replayChain(entries(), { params: storedParams(substrate) });
   const s = report.snapshots;
   s.checked = true;
   s.replayed = replay.count;

@@ -42,6 +42,15 @@ export function formatReport(report: RecoveryReport): string {
       `  chain: FAILED at entry ${f.index} (seq ${f.seq ?? "unknown"}): ${f.kind}: ${f.message} (${plural(chain.count, "entry", "entries")} verified before it)`,
     );
   }
+  const rb = chain.rollback;
+  if (rb !== null) {
+    const store = rb.store_head === null ? "empty" : `head entry ${rb.store_head.seq}`;
+    const accepted =
+      rb.accepted_seq === null ? "REFUSED" : `accepted (rollback_accepted entry ${rb.accepted_seq})`;
+    out.push(
+      `  rollback: the store (${store}) is ${rb.kind === "behind" ? "behind" : "forked from"} the checkpoint (entry ${rb.checkpoint.count - 1} ${rb.checkpoint.head_hash}): ${accepted}`,
+    );
+  }
   const cp = chain.checkpoint;
   if (cp.location !== null) {
     const before = cp.previous === null ? "none" : `${cp.previous.count} entries`;
@@ -76,7 +85,7 @@ export function formatReport(report: RecoveryReport): string {
       `${plural(outbox.expiredLeases, "expired lease")}${leases === "" ? "" : `, live leases (${leases})`}`,
   );
   out.push(
-    `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} released; ` +
+    `  reservations: ${reservations.overdue} past their TTL, ${reservations.expired} charged at their estimate; ` +
       `sessions: ${sessions.overdue.length} missed heartbeats, ${sessions.markedStale.length} marked STALE`,
   );
   out.push(`  hitl: ${report.hitl.overdue} past their expiry, ${report.hitl.expired} expired`);

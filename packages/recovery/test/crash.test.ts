@@ -232,7 +232,7 @@ describe.each(["sqlite", "postgres"] as const)("crash recovery on %s", (kind: Ki
       DEAD: 0,
     });
     expectExactlyOnce(chain, sinkPath);
-    // The test tested something: verdicts were received, holds leaked and were released.
+    // The test tested something: verdicts were received, holds leaked and were charged.
     expect(totals.lines).toBeGreaterThan(KILLS * 5);
     expect(totals.expired).toBeGreaterThan(0);
     console.log(

@@ -139,7 +139,7 @@ describe.each(KINDS)("recover on %s", (kind) => {
     expect(after.warnings).toEqual([]);
   });
 
-  it("releases a budget hold past its TTL through the engine, with a reservation_expired entry", async () => {
+  it("charges a budget hold past its TTL at its estimate through the engine, with a settled_by_expiry entry", async () => {
     const s = await open(kind);
     const clock = manualClock();
     const engine = createEngine({
@@ -156,23 +156,29 @@ describe.each(KINDS)("recover on %s", (kind) => {
     expect(early.reservations).toEqual({ overdue: 0, expired: 0 });
 
     clock.advanceMs(1);
-    // Without a signer nothing can be recorded, so nothing is released: counted only.
+    // Without a signer nothing can be recorded, so nothing is charged: counted only.
     const counted = await recover(s.substrate, options(s, { clock }));
     expect(counted.ok).toBe(true);
     expect(counted.reservations).toEqual({ overdue: 1, expired: 0 });
     expect(counted.warnings.map((w) => w.code)).toContain("reservations_overdue");
 
-    const released = await recover(s.substrate, options(s, { signer: KEY.signer, clock }));
-    expect(released.reservations).toEqual({ overdue: 1, expired: 1 });
-    expect((await engine.getSession(session_id)).budget_remaining_usd).toBe("1");
+    const charged = await recover(s.substrate, options(s, { signer: KEY.signer, clock }));
+    expect(charged.reservations).toEqual({ overdue: 1, expired: 1 });
+    // The ALLOWed call may have run: its estimate stays spent.
+    expect((await engine.getSession(session_id)).budget_remaining_usd).toBe("0.6");
     const [reservation] = await s.substrate.transaction((tx) =>
       tx.budgets.listReservations({ sessionId: session_id }),
     );
     expect(reservation!.status).toBe("EXPIRED");
     const chain = await readChain(s.substrate);
     const last = chain[chain.length - 1]!;
-    expect(last.kind).toBe("reservation_expired");
-    expect(JSON.parse(last.body).data).toMatchObject({ session_id, call_number: 1, released_usd: "0.4" });
+    expect(last.kind).toBe("settled_by_expiry");
+    expect(JSON.parse(last.body).data).toMatchObject({
+      session_id,
+      call_number: 1,
+      charged_usd: "0.4",
+      budget_after_usd: "0.6",
+    });
     expect((await verifyChain(chain, { publicKeys: PUB })).ok).toBe(true);
     const again = await recover(s.substrate, options(s, { signer: KEY.signer, clock }));
     expect(again.reservations).toEqual({ overdue: 0, expired: 0 });
@@ -439,8 +445,16 @@ describe.each(SQL_KINDS)("recover on %s, damaged by hand", (kind) => {
 
     const report = await recover(s.substrate, options(s, { clock, signer: KEY.signer }));
     expect(report.ok).toBe(false);
-    expect(report.chain.failure).toMatchObject({ seq: count - 3, kind: "truncated" });
-    expect(report.problems[0]!.message).toContain(`the checkpoint counts ${count} entries`);
+    // Shorter than its checkpoint: behind it, as a restored older copy would be, both heads named.
+    expect(report.chain.rollback).toMatchObject({
+      kind: "behind",
+      checkpoint: { count },
+      accepted_seq: null,
+    });
+    expect(report.problems[0]).toMatchObject({ code: "chain_rolled_back" });
+    expect(report.problems[0]!.message).toContain(
+      `the store's chain is behind the last head checkpointed outside it: the store has no entry ${count - 1}`,
+    );
     // The checkpoint still says what it said: a failed run never lowers it.
     expect(JSON.parse(readFileSync(join(s.dir, "checkpoint.json"), "utf8")).count).toBe(count);
 

@@ -42,7 +42,7 @@ describe.each(KINDS)("replayChain on %s", (kind: Kind) => {
       "hitl_request",
       "hitl_expired",
       "circuit_reset",
-      "reservation_expired",
+      "settled_by_expiry",
       "session_stale",
       "session_revived",
       "guard_created",

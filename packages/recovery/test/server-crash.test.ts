@@ -181,7 +181,7 @@ describe("a PostgreSQL server crash under load", () => {
               true,
             );
 
-            // Holds the dead processes left behind: past their TTL now, recovery must release every one.
+            // Holds the dead processes left behind: past their TTL now, recovery must charge every one.
             await sleep(TTL_MS);
             const report = await recover(substrate, {
               publicKeys: [key.publicKeyHex],
@@ -214,7 +214,7 @@ describe("a PostgreSQL server crash under load", () => {
         }
         await Promise.all(spawned.map((load) => load.ended));
       }
-      // The test tested something: verdicts were told, holds leaked and were released.
+      // The test tested something: verdicts were told, holds leaked and were charged.
       expect(totals.told).toBeGreaterThan(ROUNDS * 5);
       expect(totals.expired).toBeGreaterThan(0);
       // And the commit path the setting names: two processes contend, so "auto" releases early too.
@@ -225,7 +225,7 @@ describe("a PostgreSQL server crash under load", () => {
       else expect(totals.earlyLockReleases, "batches that released their locks early").toBe(0);
       console.log(
         `[server-crash ${label}] seed ${SEED}: ${ROUNDS} server kills, ${totals.told} verdicts told, ` +
-          `${totals.chain} chain entries, ${totals.expired} leaked holds released by recovery, ` +
+          `${totals.chain} chain entries, ${totals.expired} leaked holds charged by recovery, ` +
           `${totals.earlyLockReleases} early lock releases`,
       );
     }, 300_000);

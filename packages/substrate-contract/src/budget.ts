@@ -5,6 +5,7 @@ import {
   AlreadyResolvedError,
   available,
   BudgetGuardError,
+  chargeExpired,
   ensureAccount,
   expire,
   type ReserveInput,
@@ -311,6 +312,35 @@ export function defineBudgetContract(opts: SubstrateContractOptions): void {
       expect(BudgetGuardError.isInstance(conflict) && conflict.code).toBe("settlement_conflict");
       expect(await balances(b, "acct")).toEqual([["acct", "0.8", "0.5"]]);
       expect(await a.transaction((tx) => expire(tx, T0 + 300, 10))).toEqual([]);
+    });
+
+    it("chargeExpired keeps an expired hold spent at its estimate; a late settlement corrects it once, from either handle", async () => {
+      const [a, b] = await twoHandles(await useHarness(opts));
+      await a.transaction(async (tx) => {
+        await root(tx, "acct", "1");
+        await reserve(tx, hold("silent", "acct", "0.6", { ttlNs: 100 }));
+        await reserve(tx, hold("kept", "acct", "0.1", { ttlNs: TTL_NS }));
+      });
+      const charged = await a.transaction((tx) => chargeExpired(tx, T0 + 100, 10));
+      expect(charged.map((r) => [r.reservation_id, r.status, r.actual_usd, r.resolved_ns])).toEqual([
+        ["silent", "EXPIRED", "0.6", T0 + 100],
+      ]);
+      expect(await balances(b, "acct")).toEqual([["acct", "0.6", "0.1"]]);
+      expect(await b.transaction((tx) => tx.budgets.getReservation("silent"))).toMatchObject({
+        status: "EXPIRED",
+        actual_usd: "0.6",
+      });
+      expect(await b.transaction((tx) => chargeExpired(tx, T0 + 200, 10))).toEqual([]);
+      const late = await b.transaction((tx) =>
+        settle(tx, "silent", { actual_usd: "0.25", nowNs: T0 + 300, idempotency_key: "k" }),
+      );
+      expect([late.late, late.replayed, late.overrun_usd.toFixed()]).toEqual([true, false, "0"]);
+      expect(await balances(a, "acct")).toEqual([["acct", "0.25", "0.1"]]);
+      const again = await a.transaction((tx) =>
+        settle(tx, "silent", { actual_usd: "0.25", nowNs: T0 + 400, idempotency_key: "k" }),
+      );
+      expect(again.replayed).toBe(true);
+      expect(await balances(b, "acct")).toEqual([["acct", "0.25", "0.1"]]);
     });
 
     it("a hold commits or rolls back with the transaction it was made in", async () => {

@@ -13,6 +13,7 @@ import { migrationContract } from "./migrations.js";
 import { nonceStoreContract } from "./nonces.js";
 import type { SubstrateContractOptions } from "./options.js";
 import { outboxStoreContract } from "./outbox.js";
+import { paramsStoreContract } from "./params.js";
 import { sessionStoreContract } from "./sessions.js";
 import { snapshotStampsContract } from "./stamps.js";
 import { transactionContract } from "./transactions.js";
@@ -34,6 +35,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     budgetStoreContract(opts);
     hitlStoreContract(opts);
     chainStoreContract(opts);
+    paramsStoreContract(opts);
     outboxStoreContract(opts);
     messageStoreContract(opts);
     writeBatchContract(opts);

@@ -153,6 +153,7 @@ class MemoryTransaction {
   readonly #chain: OverlayChain;
   readonly #outbox: OverlayTable<OutboxItem>;
   readonly #messages: OverlayMessages;
+  readonly #params: OverlayTable<string>;
   #ended = false;
   readonly stores: SubstrateTx;
 
@@ -165,6 +166,7 @@ class MemoryTransaction {
     this.#chain = new OverlayChain(data.chain, data.chainEntryIds);
     this.#outbox = new OverlayTable(data.outbox);
     this.#messages = new OverlayMessages(data.messages);
+    this.#params = new OverlayTable(data.params);
     const rows = {
       sessions: this.#sessionStore(),
       nonces: this.#nonceStore(),
@@ -190,6 +192,7 @@ class MemoryTransaction {
     this.#chain.commit();
     this.#outbox.commit();
     this.#messages.commit();
+    this.#params.commit();
   }
 
   /** Uncommitted writes are simply dropped with the overlay: that is the whole rollback. */
@@ -343,6 +346,7 @@ class MemoryTransaction {
   #chainStore(): ChainStore {
     const chain = this.#chain;
     const nonces = this.#nonces;
+    const params = this.#params;
     return {
       head: async () => {
         this.#live();
@@ -367,9 +371,19 @@ class MemoryTransaction {
           }
         }
         // Stored without the field when it has no nonce, so range gives back what was appended.
-        const { nonce: _omit, ...rest } = entry;
+        const { nonce: _omit, params: blob, ...rest } = entry;
         chain.push(copy(nonce === null ? rest : { ...rest, nonce }));
         if (key !== null) nonces.add(entry.session_id as string, key, entry.seq);
+        if (blob !== undefined && !params.has(blob.hash)) params.set(blob.hash, blob.text);
+      },
+      params: async (hashes) => {
+        this.#live();
+        const found = new Map<string, string>();
+        for (const hash of hashes) {
+          const text = params.get(hash);
+          if (text !== undefined) found.set(hash, text);
+        }
+        return found;
       },
       range: async (fromSeq, limit) => {
         this.#live();

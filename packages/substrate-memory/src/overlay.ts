@@ -23,6 +23,8 @@ export interface DataSet {
   /** The committed chain: entry `seq` sits at index `seq`, because append only ever takes the next seq. */
   readonly chain: ChainEntryRecord[];
   readonly chainEntryIds: Set<string>;
+  /** Params texts by digest (ChainEntryRecord.params), each kept once. */
+  readonly params: Map<string, string>;
   /** Outbox items by `outboxKey(seq)`. */
   readonly outbox: Map<string, OutboxItem>;
   /** Decided messages by `messageKey(session_id, message_id)` (messages.ts). */
@@ -42,6 +44,7 @@ export function createDataSet(): DataSet {
     nonces: new Map(),
     chain: [],
     chainEntryIds: new Set(),
+    params: new Map(),
     outbox: new Map(),
     messages: new Map(),
     tail: Promise.resolve(),

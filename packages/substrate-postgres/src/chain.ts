@@ -1,6 +1,6 @@
 // The chain store on leash_chain and its one-row head table leash_chain_head; bodies stay the exact text given.
 // It never hashes, signs or verifies (that is @leash/chain): it keeps the chain gapless and appenders in line.
-import type { ChainEntryRecord, ChainStore } from "@leash/core";
+import type { ChainEntryRecord, ChainStore, ParamsBlob } from "@leash/core";
 import { SubstrateError } from "@leash/core";
 import {
   decodeInt,
@@ -186,6 +186,7 @@ export class PostgresChainStore implements ChainStore {
       (this.known.head?.seq ?? -1) === entry.seq - 1 &&
       (key === null || this.nonces.answeredUnspent(key));
     if (certain) return this.appendHeld(entry, params, key);
+    if (entry.params !== undefined) await this.#putParams(entry.params);
     this.appends++;
     this.known = null;
     this.headEntry = null;
@@ -210,7 +211,9 @@ export class PostgresChainStore implements ChainStore {
     this.headEntry = null;
     // Before the first await: the outbox's enqueue, issued in the same turn, must see it.
     this.appendedSeqs.add(entry.seq);
+    const blob = entry.params === undefined ? null : this.#putParams(entry.params);
     await this.tx.defer(this.sql.append, params, (result) => appendProblem(result.rows[0], entry));
+    if (blob !== null) await blob;
     if (key !== null) this.nonces.spend(key);
     // The head row stays locked by this transaction, so the head is now this entry for it.
     this.known = { head: { seq: entry.seq, entry_hash: entry.entry_hash } };
@@ -234,5 +237,24 @@ export class PostgresChainStore implements ChainStore {
   async count(): Promise<number> {
     const { rows } = await this.tx.query<{ count: unknown }>(this.sql.count, []);
     return decodeInt(rows[0]?.count ?? 0, "count");
+  }
+
+  async params(hashes: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    if (hashes.length === 0) return found;
+    const { rows } = await this.tx.query<{ hash: string; text: string }>(this.sql.params, [
+      hashes.map((hash) => encodeText(hash, "hash")),
+    ]);
+    for (const row of rows) found.set(row.hash, row.text);
+    return found;
+  }
+
+  /** Keeps an entry's params by digest, sent without waiting (its answer is checked before COMMIT). */
+  #putParams(blob: ParamsBlob): Promise<void> {
+    return this.tx.defer(
+      this.sql.putParams,
+      [encodeText(blob.hash, "params.hash"), encodeBody(blob.text, "params.text")],
+      () => null,
+    );
   }
 }

@@ -22,6 +22,8 @@ export interface TableNames {
   readonly chain: string;
   /** One row (id 1) holding the newest entry's seq and hash: the lock every appender queues on. */
   readonly chainHead: string;
+  /** Params texts by digest (ChainEntryRecord.params), each kept once. */
+  readonly params: string;
   readonly outbox: string;
   readonly messages: string;
 }
@@ -50,6 +52,7 @@ export function tableNames(schema: string | undefined): TableNames {
     hitl: table("leash_hitl_requests"),
     chain: table("leash_chain"),
     chainHead: table("leash_chain_head"),
+    params: table("leash_params"),
     outbox: table("leash_outbox"),
     messages: table("leash_messages"),
   };

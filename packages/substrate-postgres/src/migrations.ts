@@ -206,6 +206,14 @@ export const MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX leash_messages_by_sent ON ${t.messages} (sent_ns)`,
     ],
   },
+  {
+    version: 9,
+    // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
+    // digest, the text is kept once however many entries name it. Entries written before carry
+    // theirs inline. The SQLite substrate's version 9 mirrors it.
+    description: "params by digest (leash_params)",
+    statements: (t) => [`CREATE TABLE ${t.params} (hash text PRIMARY KEY, text text NOT NULL)`],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

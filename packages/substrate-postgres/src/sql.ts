@@ -257,6 +257,12 @@ SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
         `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,
       ),
       count: statement("chain.count", `SELECT count(*) AS count FROM ${t.chain}`),
+      // A digest already stored keeps its text: the same params of another entry are the same text.
+      putParams: statement(
+        "chain.putParams",
+        `INSERT INTO ${t.params} (hash, text) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+      ),
+      params: statement("chain.params", `SELECT hash, text FROM ${t.params} WHERE hash = ANY($1::text[])`),
     },
     outbox: {
       // No key lock as for the other inserts: nothing reads an absent outbox item under lock, and

@@ -199,6 +199,16 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX leash_messages_by_sent ON leash_messages (sent_ns);
     `,
   },
+  {
+    // Params stored once by digest (content-addressed) beside the chain: an entry commits to the
+    // digest, the text is kept once however many entries name it. Entries written before carry
+    // theirs inline. The PostgreSQL substrate's version 9 mirrors it.
+    version: 9,
+    name: "params by digest",
+    sql: `
+      CREATE TABLE leash_params (hash TEXT NOT NULL PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

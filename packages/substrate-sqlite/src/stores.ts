@@ -426,7 +426,26 @@ class Chain implements ChainStore {
         );
       }
       this.tx.rows.head = { seq: row.seq, entry_hash: row.entry_hash };
+      // A digest already stored keeps its text: the same params of another entry are the same text.
+      if (entry.params !== undefined) {
+        st("INSERT INTO leash_params (hash, text) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING").run(
+          text("params.hash", entry.params.hash),
+          text("params.text", entry.params.text),
+        );
+      }
     });
+  }
+
+  async params(hashes: readonly string[]): Promise<Map<string, string>> {
+    const found = new Map<string, string>();
+    this.tx.exec("chain.params", (st) => {
+      const read = st("SELECT text FROM leash_params WHERE hash = ?");
+      for (const hash of hashes) {
+        const row = read.get(text("hash", hash)) as { text: string } | undefined;
+        if (row !== undefined) found.set(hash, row.text);
+      }
+    });
+    return found;
   }
 
   async range(fromSeq: number, limit: number): Promise<ChainEntryRecord[]> {

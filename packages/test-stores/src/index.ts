@@ -12,6 +12,7 @@ export {
   type Listening,
   leashCli,
   type ServeProcess,
+  STATE_DIR,
   serve,
   writeConfig,
 } from "./serve.js";

@@ -72,7 +72,17 @@ export async function startServeFixture(options: ServeFixtureOptions): Promise<S
     if (options.console) {
       const tokens = join(dir, "tokens.json");
       const minted = ok(
-        await leashCli(["console", "token", "add", "--file", tokens, "--operator", "alice"]),
+        await leashCli([
+          "console",
+          "token",
+          "add",
+          "--file",
+          tokens,
+          "--operator",
+          "alice",
+          "--organization",
+          "acme",
+        ]),
         "leash console token add",
       );
       operatorTokenFile = join(dir, "alice.token");

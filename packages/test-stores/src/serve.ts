@@ -1,12 +1,22 @@
 // Real `leash serve` daemon processes and one-shot `leash` commands for tests: the built CLI as a child
 // process, a config file written for it, the listening line parsed. It starts nothing in this process.
 import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const BIN = join(ROOT, "apps/cli/dist/bin.js");
+
+/**
+ * Where the `leash serve` and `leash recover` children keep their checkpoints (LEASH_STATE_DIR), unless
+ * a test names its own: a temporary directory per test process, never the home directory.
+ */
+export const STATE_DIR = mkdtempSync(join(tmpdir(), "leash-test-state-"));
+process.once("exit", () => rmSync(STATE_DIR, { recursive: true, force: true }));
+// Children a test spawns itself (with this process's environment) keep theirs there too.
+process.env.LEASH_STATE_DIR ??= STATE_DIR;
 
 let built = false;
 /** `leash` runs from dist: bring it up to date (incremental, about a second when current). */
@@ -46,7 +56,7 @@ export function serve(args: readonly string[], env: Record<string, string> = {})
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, "serve", ...args], {
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, ...env },
+      env: { ...process.env, LEASH_STATE_DIR: STATE_DIR, ...env },
     });
     let out = "";
     let err = "";
@@ -89,7 +99,7 @@ export interface CliRun {
 
 /**
  * Runs `leash ARGS` (the built binary) to its end without blocking this process's event loop. The
- * environment is this process's without LEASH_STORE and LEASH_CONSOLE_TOKEN, plus `env`.
+ * environment is this process's without LEASH_STORE and LEASH_CONSOLE_TOKEN, with LEASH_STATE_DIR, plus `env`.
  */
 export function leashCli(args: readonly string[], env: Record<string, string> = {}): Promise<CliRun> {
   ensureBuilt();
@@ -98,7 +108,7 @@ export function leashCli(args: readonly string[], env: Record<string, string> = 
     execFile(
       process.execPath,
       [BIN, ...args],
-      { cwd: ROOT, encoding: "utf8", env: { ...rest, ...env }, timeout: 60_000 },
+      { cwd: ROOT, encoding: "utf8", env: { ...rest, LEASH_STATE_DIR: STATE_DIR, ...env }, timeout: 60_000 },
       (error, stdout, stderr) => {
         const code = error === null ? 0 : typeof error.code === "number" ? error.code : null;
         resolve({ code, stdout, stderr });

@@ -1,13 +1,15 @@
-// `leash console token add --file F --operator NAME [--readonly]`: mints a console token, prints it once and
+// `leash console token add --file F --operator NAME --organization ORG… [--readonly]`: mints a console token, prints it once and
 // stores only its SHA-256 in the tokens file `leash serve --console-tokens` reads. It serves nothing.
 import { addConsoleToken } from "@leash/daemon";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
+import { collect } from "../keys.js";
 
 export interface ConsoleTokenAddOptions {
   readonly file?: string;
   readonly operator?: string;
   readonly readonly?: boolean;
+  readonly organization?: string[];
 }
 
 export function runConsoleTokenAdd(options: ConsoleTokenAddOptions, io: Io): number {
@@ -18,15 +20,22 @@ export function runConsoleTokenAdd(options: ConsoleTokenAddOptions, io: Io): num
       EXIT_BAD_INPUT,
     );
   }
+  const organizations = (options.organization ?? []).map((o) => o.trim());
+  if (organizations.length === 0 || organizations.some((o) => o === "")) {
+    throw new CliError(
+      "console token add needs --organization ORG (repeatable; '*' for every organization): the requests the token may see and answer",
+      EXIT_BAD_INPUT,
+    );
+  }
   let token: string;
   try {
-    token = addConsoleToken(options.file, options.operator.trim(), options.readonly === true);
+    token = addConsoleToken(options.file, options.operator.trim(), options.readonly === true, organizations);
   } catch (err) {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
   io.stdout(`${token}\n`);
   io.stderr(
-    `added ${options.readonly ? "a read-only" : "an"} operator token for ${options.operator.trim()} to ${options.file}; it is shown once, only its SHA-256 is stored\n`,
+    `added ${options.readonly ? "a read-only" : "an"} operator token for ${options.operator.trim()} (organizations ${organizations.join(", ")}) to ${options.file}; it is shown once, only its SHA-256 is stored\n`,
   );
   return 0;
 }
@@ -39,15 +48,21 @@ export function registerConsole(program: Command, io: Io, setExit: (code: number
     .description("mint an operator token: prints it once, stores its SHA-256 in the tokens file")
     .option("--file <file>", "the tokens file (created with mode 0600 when absent)")
     .option("--operator <name>", "the operator identity recorded with every answer made with this token")
+    .option(
+      "--organization <id>",
+      "an organization whose HITL requests the token lists, shows and answers (repeatable; '*' for every one)",
+      collect,
+    )
     .option("--readonly", "the token sees the queue but cannot answer")
     .addHelpText(
       "after",
       `
 Example:
-  leash console token add --file tokens.json --operator alice > alice.token
+  leash console token add --file tokens.json --operator alice --organization acme > alice.token
   leash serve --config daemon.yaml --key-file daemon.key --console 127.0.0.1:8788 --console-tokens tokens.json
 
-The file is JSON: {"tokens": [{"sha256": "<hex of SHA-256(token)>", "operator": "alice", "readonly": false}]}.
+The file is JSON: {"tokens": [{"sha256": "<hex of SHA-256(token)>", "operator": "alice", "readonly": false,
+"organizations": ["acme"]}]}. A token sees and answers only its organizations' requests.
 To make an entry by hand: printf %s "$TOKEN" | sha256sum. Exit status: 0 added, 2 bad flags or file.`,
     )
     .action((options: ConsoleTokenAddOptions) => {

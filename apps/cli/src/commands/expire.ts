@@ -1,5 +1,5 @@
-// `leash expire`: releases budget holds whose agent never called post-exec within the reservation TTL,
-// and expires HITL requests nobody answered in time. It settles nothing as spent; run it from cron or at startup.
+// `leash expire`: charges budget holds whose agent never called post-exec within the reservation TTL
+// at their estimate (settled_by_expiry), and expires HITL requests nobody answered in time. Run it from cron or at startup.
 import type { Command } from "commander";
 import { positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
@@ -27,9 +27,9 @@ export function registerExpire(program: Command, io: Io, setExit: (code: number)
       program
         .command("expire")
         .description(
-          'release budget holds older than the reservation TTL and expire unanswered HITL requests past their expiry; print {"expired": N, "hitl_expired": M}',
+          'charge budget holds older than the reservation TTL at their estimate and expire unanswered HITL requests past their expiry; print {"expired": N, "hitl_expired": M}',
         )
-        .option("--limit <n>", "release at most this many in one go", positiveInteger, 1000),
+        .option("--limit <n>", "charge at most this many holds in one go", positiveInteger, 1000),
     ),
   )
     .addHelpText(

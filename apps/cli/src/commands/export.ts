@@ -78,7 +78,9 @@ async function writeExport(
   };
   const entries = storeEntries(substrate);
   if (check === undefined) {
-    for await (const line of toJsonl(entries)) await write(line);
+    // Params stored by digest go into their entries' lines, so the file replays on its own.
+    const params = (hashes: readonly string[]) => substrate.transaction((tx) => tx.chain.params(hashes));
+    for await (const line of toJsonl(entries, { params })) await write(line);
   } else {
     let result: Awaited<ReturnType<typeof writeVerifiedShackleLedger>>;
     try {

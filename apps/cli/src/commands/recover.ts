@@ -1,16 +1,19 @@
-// `leash recover`: the startup check of a store — verify the chain, reconcile the outbox, release leaked holds.
+// `leash recover`: the startup check of a store — verify the chain, reconcile the outbox, charge leaked holds.
 // The checks and repairs are @leash/recovery's; this picks keys and files, prints its report, and sets the status.
 import { existsSync, statSync } from "node:fs";
+import { userInfo } from "node:os";
 import { dirname } from "node:path";
 import { SIGNING_KEY_ENV, type Signer } from "@leash/chain";
 import { SubstrateError } from "@leash/core";
 import {
   type CheckpointStore,
+  defaultStateDir,
   fileCheckpointStore,
   formatReport,
   RecoveryError,
   type RecoveryReport,
   recover,
+  stateCheckpointStore,
 } from "@leash/recovery";
 import type { Command } from "commander";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
@@ -23,6 +26,9 @@ export interface RecoverCommandOptions extends StoreOptions, KeyOptions {
   readonly checkpoint?: string;
   readonly repair?: boolean;
   readonly requeueDead?: boolean;
+  readonly stateDir?: string;
+  readonly acceptRollback?: boolean;
+  readonly operator?: string;
 }
 
 /** Problems that are the caller's input (a wrong key, a checkpoint file that is not one), not the store's state. */
@@ -38,8 +44,20 @@ function optionalSigner(options: RecoverCommandOptions, io: Io): Signer | undefi
   return given ? resolveSigner(options, io).signer : undefined;
 }
 
-function checkpointStore(path: string | undefined): CheckpointStore | undefined {
-  if (path === undefined) return undefined;
+/**
+ * --checkpoint FILE when given, else the checkpoint `leash serve` keeps for this store in its state
+ * directory (--state-dir, default $XDG_STATE_HOME/leash): the same file, so a restored older copy that
+ * serve would refuse fails here too.
+ */
+function checkpointStore(options: RecoverCommandOptions, url: string, io: Io): CheckpointStore | undefined {
+  const path = options.checkpoint;
+  if (path === undefined) {
+    try {
+      return stateCheckpointStore(options.stateDir ?? defaultStateDir(io.env), url) ?? undefined;
+    } catch (err) {
+      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+    }
+  }
   const dir = dirname(path);
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new CliError(`cannot keep checkpoint ${path}: no such directory ${dir}`, EXIT_BAD_INPUT);
@@ -89,7 +107,17 @@ export async function runRecover(options: RecoverCommandOptions, io: Io): Promis
   const { target } = await loadSettings(options, io);
   const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
   const signer = optionalSigner(options, io);
-  const checkpoint = checkpointStore(options.checkpoint);
+  if (options.checkpoint !== undefined && options.stateDir !== undefined) {
+    throw new CliError("give --checkpoint FILE or --state-dir DIR, not both", EXIT_BAD_INPUT);
+  }
+  const checkpoint = checkpointStore(options, target.url, io);
+  if (options.acceptRollback === true && signer === undefined) {
+    throw new CliError(
+      "--accept-rollback records a signed entry: give the signing key (--key-file or $LEASH_SIGNING_KEY)",
+      EXIT_BAD_INPUT,
+    );
+  }
+  const operatorId = options.operator ?? userInfo().username;
   const substrate = await openExistingStore(target);
   try {
     let report: RecoveryReport;
@@ -101,6 +129,7 @@ export async function runRecover(options: RecoverCommandOptions, io: Io): Promis
         storeUrl: target.url,
         ...(signer === undefined ? {} : { signer }),
         ...(checkpoint === undefined ? {} : { checkpointStore: checkpoint }),
+        ...(options.acceptRollback === true ? { acceptRollback: { operatorId } } : {}),
       });
     } catch (err) {
       throw recoveryFailure(err, target);
@@ -120,7 +149,7 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
       program
         .command("recover")
         .description(
-          "check a store before serving from it: verify the chain, reconcile the outbox, release leaked budget holds",
+          "check a store before serving from it: verify the chain, reconcile the outbox, charge leaked budget holds at their estimate",
         )
         .option(
           "--pubkey <key>",
@@ -130,6 +159,18 @@ export function registerRecover(program: Command, io: Io, setExit: (code: number
         .option(
           "--checkpoint <file>",
           'a {"count","head_hash"} checkpoint: verified against, then replaced once the store passes',
+        )
+        .option(
+          "--state-dir <dir>",
+          "where `leash serve` keeps the last head it signed, one checkpoint per store (default: $LEASH_STATE_DIR, else $XDG_STATE_HOME/leash, else ~/.local/state/leash)",
+        )
+        .option(
+          "--accept-rollback",
+          "the store is an older copy restored on purpose: accept a chain behind or forked from the checkpoint, with a signed rollback_accepted entry (needs the signing key)",
+        )
+        .option(
+          "--operator <id>",
+          "who accepts the rollback, recorded in its entry (default: the OS user name)",
         )
         .option(
           "--repair",
@@ -149,8 +190,8 @@ tail is caught); checks that every outbox item names a chain entry and every ent
 --repair, missing items are queued again; entries are never touched); counts relay leases and DEAD
 items (with --repair --requeue-dead, moves the DEAD ones back to PENDING for the relay, attempts reset
 and their last error kept: for once the sink that refused them is fixed); with a signing key
-(--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) releases budget holds past
-their TTL and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
+(--key-file or $LEASH_SIGNING_KEY, which must be the chain's key in force) charges budget holds past
+their TTL at their estimate (settled_by_expiry) and marks sessions STALE after 3 missed 30 s heartbeats, each with a signed chain entry, and
 without one only counts them; and, when all is well, writes the checkpoint.
 Before any of those writes it replays the verified chain (decide, feedback, the budget arithmetic) and
 compares the state tables with it: sessions' state, counters and circuit flag, nonces, budget
@@ -159,7 +200,9 @@ accounts' spent/reserved and the holds. A difference (a hand-edited spent_usd, s
 and a signed "snapshot_repaired" entry records which. An entry whose verdict or state does not follow
 from the ones before it fails as replay_mismatch.
 Nothing is written to a store whose chain fails. Keep the checkpoint where the store's writers cannot
-reach it. The store must exist and be migrated: recover creates nothing.
+reach it. Without --checkpoint, the checkpoint is the one \`leash serve\` keeps in its state directory:
+a store behind it or forked from it (an older copy restored) fails as chain_rolled_back, naming both
+heads, until --accept-rollback records the restore in a signed entry; then serve starts again. The store must exist and be migrated: recover creates nothing.
 
 Output: the report on stdout, "recovery OK …" or "recovery FAILED …" first; on failure one line on
 stderr saying what failed, where (seq), and the \`leash verify\` command to inspect it with.

@@ -9,12 +9,14 @@ import {
   defaultSocketPath,
   GrpcConfigError,
   type GrpcOptions,
+  isLoopback,
   loadConsoleTokens,
   loadDaemonConfig,
   parseHostPort,
   SocketInUseError,
   startDaemon,
 } from "@leash/daemon";
+import { defaultStateDir, stateCheckpointStore } from "@leash/recovery";
 import type { Command } from "commander";
 import { engineFailure } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "../io.js";
@@ -33,7 +35,9 @@ export interface ServeOptions extends KeyOptions {
   readonly tlsClientCa?: string;
   readonly console?: string;
   readonly consoleTokens?: string;
+  readonly consoleInsecure?: boolean;
   readonly hitlTimeout?: string;
+  readonly stateDir?: string;
 }
 
 /** The console flags as daemon options: both or neither, the address and the tokens file checked first. */
@@ -41,6 +45,8 @@ function consoleOptionsOf(options: ServeOptions): ConsoleOptions | undefined {
   if (options.console === undefined) {
     if (options.consoleTokens !== undefined)
       throw new CliError("--console-tokens needs --console HOST:PORT", EXIT_BAD_INPUT);
+    if (options.consoleInsecure === true)
+      throw new CliError("--console-insecure needs --console HOST:PORT", EXIT_BAD_INPUT);
     return undefined;
   }
   if (options.consoleTokens === undefined) {
@@ -49,18 +55,29 @@ function consoleOptionsOf(options: ServeOptions): ConsoleOptions | undefined {
       EXIT_BAD_INPUT,
     );
   }
+  let host: string;
   try {
-    parseHostPort(options.console);
+    ({ host } = parseHostPort(options.console));
   } catch {
     throw new CliError(
       `--console wants HOST:PORT (e.g. 127.0.0.1:8788), not ${JSON.stringify(options.console)}`,
       EXIT_BAD_INPUT,
     );
   }
+  if (!isLoopback(host) && options.consoleInsecure !== true) {
+    throw new CliError(
+      `--console ${options.console} is not a loopback address, and the console speaks plain HTTP (tokens and session cookies in the clear): listen on 127.0.0.1 behind a TLS reverse proxy, or give --console-insecure`,
+      EXIT_BAD_INPUT,
+    );
+  }
   try {
     const tokens = loadConsoleTokens(options.consoleTokens);
     if (tokens.length === 0) throw new Error(`${options.consoleTokens} holds no tokens`);
-    return { listen: options.console, tokens };
+    return {
+      listen: options.console,
+      tokens,
+      ...(options.consoleInsecure === true ? { insecure: true } : {}),
+    };
   } catch (err) {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT);
   }
@@ -146,6 +163,12 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   const hitlTimeoutS = hitlTimeoutOf(options.hitlTimeout);
   const target = parseStoreUrl(resolveStoreUrl(options.store, io.env, config.store));
   const { signer } = resolveSigner(options, io);
+  const stateDir = options.stateDir ?? defaultStateDir(io.env);
+  try {
+    stateCheckpointStore(stateDir, target.url);
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
   const socketPath = options.socket ?? defaultSocketPath(io.env);
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
@@ -155,6 +178,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       store: target.url,
       socketPath,
       handleSignals: true,
+      stateDir,
       ...(options.http === undefined ? {} : { http: options.http }),
       ...(grpc === undefined ? {} : { grpc }),
       ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
@@ -215,7 +239,15 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
       .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
       .option(
         "--console-tokens <file>",
-        "the console's operators: JSON {tokens: [{sha256, operator, readonly}]} (make one with `leash console token add`)",
+        "the console's operators: JSON {tokens: [{sha256, operator, readonly, organizations}]} (make one with `leash console token add`)",
+      )
+      .option(
+        "--console-insecure",
+        "allow --console on a non-loopback address although it speaks plain HTTP (only behind a TLS proxy)",
+      )
+      .option(
+        "--state-dir <dir>",
+        "where the last chain head this daemon signed is kept, outside the store, one checkpoint file per store (default: $LEASH_STATE_DIR, else $XDG_STATE_HOME/leash, else ~/.local/state/leash)",
       )
       .option(
         "--hitl-timeout <seconds>",
@@ -244,12 +276,18 @@ daemon is removed at start; if another daemon listens on it, serve refuses to st
 verified before the socket opens and the signing key must be its key in force. A daemon without a
 signing key refuses to start unless --ephemeral-key. SIGTERM or SIGINT: stop accepting, finish the
 requests in flight, close the store, remove the socket file.
+Rollback: the last chain head the daemon signed is checkpointed in --state-dir as the chain grows
+(about every 250 ms, and at shutdown); a store whose chain is behind it or forked from it (an older
+copy restored) is refused at start, naming both heads. Restored on purpose? \`leash recover
+--accept-rollback\` records that in a signed entry, and serve starts again.
 gRPC: the organization is the client certificate's URI SAN leash:org:<id>, else its subject CN
 (with --tls-client-ca); without client certificates, the only configured organization, or
 (--grpc-insecure only) the leash-organization metadata.
 Console: --console 127.0.0.1:8788 --console-tokens tokens.json serves the HITL console; operators sign
 in with their token (the chain records the token's operator, never a typed name); a read-only token
-sees the queue but cannot answer. Put it behind TLS (a reverse proxy) when it leaves loopback.
+sees the queue but cannot answer; a token sees and answers only the organizations it names. The
+console speaks plain HTTP: on a non-loopback address serve refuses to start unless --console-insecure
+(put a TLS reverse proxy in front).
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,

@@ -3,19 +3,28 @@
 import { rename, writeFile } from "node:fs/promises";
 import { type Checkpoint, checkpointOf, type VerifyChainResult, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
-import { type ReplayResult, replayChain } from "@leash/recovery";
+import { findRollback, rollbackMessage } from "@leash/engine";
+import {
+  defaultStateDir,
+  type ReplayResult,
+  replayChain,
+  stateCheckpointStore,
+  storedParams,
+} from "@leash/recovery";
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io, parseJson, readSource } from "../io.js";
 import { collect, keyFailure, loadPublicKeys } from "../keys.js";
 import { openExistingStore, storeFailure } from "../store.js";
+import { StoredParamsCheck } from "../stored-params.js";
 
 export interface VerifyOptions extends StoreOptions {
   readonly file?: string;
   readonly pubkey?: string[];
   readonly checkpoint?: string;
   readonly writeCheckpoint?: string;
+  readonly stateDir?: string;
   readonly verifier: "node" | "noble";
   readonly replay?: boolean;
 }
@@ -91,12 +100,42 @@ export function resultLine(
   return `FAILED at entry ${index} (seq ${seq ?? "unknown"}): ${kind}: ${message}\n`;
 }
 
+/** The state directory's checkpoint for `url` (--state-dir, else the default), if one was written. */
+async function stateCheckpoint(
+  options: VerifyOptions,
+  url: string,
+  io: Io,
+): Promise<{ checkpoint: Checkpoint; location: string } | undefined> {
+  let store: ReturnType<typeof stateCheckpointStore>;
+  try {
+    store = stateCheckpointStore(options.stateDir ?? defaultStateDir(io.env), url);
+  } catch (err) {
+    // The default directory cannot be made (a read-only home): nothing was ever kept there.
+    if (options.stateDir === undefined) return undefined;
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
+  if (store === null) return undefined;
+  let checkpoint: Checkpoint | null;
+  try {
+    checkpoint = await store.read();
+  } catch (err) {
+    throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
+  return checkpoint === null || checkpoint.count === 0 ? undefined : { checkpoint, location: store.location };
+}
+
 export async function runVerify(options: VerifyOptions, io: Io): Promise<number> {
   if (options.file !== undefined && options.store !== undefined) {
     throw new CliError("give --store or --file, not both", EXIT_BAD_INPUT);
   }
+  if (options.checkpoint !== undefined && options.stateDir !== undefined) {
+    throw new CliError("give --checkpoint FILE or --state-dir DIR, not both", EXIT_BAD_INPUT);
+  }
+  if (options.file !== undefined && options.stateDir !== undefined) {
+    throw new CliError("--state-dir checks a store (--store), not a file", EXIT_BAD_INPUT);
+  }
   const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
-  const checkpoint =
+  let checkpoint =
     options.checkpoint === undefined ? undefined : await readCheckpoint(options.checkpoint, io);
 
   let entries: AsyncIterable<ChainEntryRecord>;
@@ -125,8 +164,31 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
   } else {
     const { target } = await loadSettings(options, io);
     url = target.url;
+    // The checkpoint `leash serve` keeps for this store, when there is one and none was given.
+    const state = checkpoint === undefined ? await stateCheckpoint(options, target.url, io) : undefined;
     const opened = await openExistingStore(target);
     substrate = opened;
+    if (state !== undefined) {
+      checkpoint = state.checkpoint;
+      const rollback = await findRollback(opened, state.checkpoint).catch(() => null);
+      if (rollback !== null) {
+        await opened.close().catch(() => undefined);
+        const at = state.checkpoint.count - 1;
+        io.stdout(
+          resultLine({
+            ok: false,
+            count_verified: 0,
+            failure: {
+              index: at,
+              seq: at,
+              kind: "truncated",
+              message: rollbackMessage(rollback, state.location),
+            },
+          }),
+        );
+        return EXIT_REFUSED;
+      }
+    }
     entries = storeEntries(opened);
     again = async () => storeEntries(opened);
   }
@@ -134,8 +196,9 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
     const bar = progressBar(io, "leash verify:", total);
     let result: VerifyChainResult;
+    const stored = new StoredParamsCheck();
     try {
-      result = await verifyChain(entries, {
+      result = await verifyChain(stored.watch(entries), {
         publicKeys,
         verifier: options.verifier,
         onProgress: (n) => bar.update(n),
@@ -146,6 +209,13 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     } finally {
       bar.done();
     }
+    const params = substrate === undefined ? undefined : storedParams(substrate);
+    // Params stored by digest are part of what the entries sign: missing or altered, the chain fails.
+    const problem = result.ok ? await stored.problem(params) : null;
+    if (problem !== null) {
+      io.stdout(`FAILED at entry ${problem.index} (seq ${problem.seq}): params: ${problem.message}\n`);
+      return EXIT_REFUSED;
+    }
     if (result.ok && options.writeCheckpoint !== undefined) {
       await writeCheckpoint(options.writeCheckpoint, checkpointOf(result));
     }
@@ -153,7 +223,7 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (!result.ok) return EXIT_REFUSED;
     if (options.replay === true) {
       // Only a chain whose signatures verify is worth replaying: what it proves rests on them.
-      const replayed = await replayChain(await again());
+      const replayed = await replayChain(await again(), params === undefined ? {} : { params });
       io.stdout(replayLine(replayed));
       if (!replayed.ok) return EXIT_REFUSED;
     }
@@ -187,6 +257,10 @@ export function registerVerify(program: Command, io: Io, setExit: (code: number)
       )
       .option("--write-checkpoint <file>", "after a successful verify, write the chain's checkpoint there")
       .option(
+        "--state-dir <dir>",
+        "the state directory `leash serve` keeps its checkpoints in (default: $LEASH_STATE_DIR, else $XDG_STATE_HOME/leash, else ~/.local/state/leash); used without --checkpoint",
+      )
+      .option(
         "--replay",
         "also re-derive every session's state, budget and verdict from the entries (decide, feedback, budget arithmetic)",
       )
@@ -205,7 +279,9 @@ export function registerVerify(program: Command, io: Io, setExit: (code: number)
 Trust the key that signed the chain's first entry; later keys are trusted through their signed
 key_rotation entries. Entries are read in pages of 1,000, each in its own short read transaction.
 Keep checkpoints where the store's writers cannot reach them: without one, a deleted tail looks like
-a shorter chain. The store is only read: nothing is created or migrated.
+a shorter chain. With --store and no --checkpoint, the checkpoint \`leash serve\` keeps for that store
+in its state directory is used when there is one: a restored older copy fails as truncated, naming
+both heads. The store is only read: nothing is created or migrated.
 
 Output: one line on stdout,
   OK: <n> entries verified, head <hash>

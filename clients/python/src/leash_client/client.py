@@ -15,6 +15,7 @@ from .errors import LeashError, WireError
 from .money import Money, money_from_wire, money_to_wire
 from .params import params_on_wire
 from .receipts import ed25519_available, receipt_problem
+from .settlements import SettlementOutbox
 from .tail import grpc_tail, socket_tail, tail_request_of
 from .transport import Outcome, Transport
 from .types import HeartbeatResult, PostExecResult, PreExecResult, RegisterResult, TailEntry
@@ -88,6 +89,10 @@ class LeashClient:
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: Optional[threading.Thread] = None
         self._transport: Transport
+        self._outbox = SettlementOutbox(
+            lambda message: self._transport.notify("post_exec", message, self._control_timeout_s),
+            self._gave_up,
+        )
         if socket_path is not None:
             if not isinstance(socket_path, str) or socket_path == "":
                 raise LeashError("invalid_argument", "LeashClient: socket_path must be a non-empty string")
@@ -104,6 +109,7 @@ class LeashClient:
                 initial_delay_ms=_positive("reconnect.initial_delay_ms", backoff["initial_delay_ms"]),
                 max_delay_ms=_positive("reconnect.max_delay_ms", backoff["max_delay_ms"]),
                 on_stray=self._stray,
+                on_connected=self._outbox.retry,
             )
             transport.start()
             self._transport = transport
@@ -128,6 +134,11 @@ class LeashClient:
     def session_id(self) -> Optional[str]:
         """The session of the last register(), or None before it."""
         return self._session_id
+
+    @property
+    def pending_settlements(self) -> int:
+        """post_execs sent but not yet confirmed durable by the daemon (kept and sent again)."""
+        return self._outbox.size
 
     def close(self) -> None:
         self._heartbeat_stop.set()
@@ -298,8 +309,11 @@ class LeashClient:
         model_used: str = "",
         idempotency_key: str = "",
     ) -> PostExecResult:
-        """Settles the call's budget hold. On the socket it is a notification (returns once sent; a
-        refusal arriving later goes to on_background_error); on gRPC a refusal raises daemon_error."""
+        """Settles the call's budget hold; returns once the daemon has it durably (its post_exec_ack;
+        gRPC's Empty). Without an answer (a timeout, a daemon stopped or gone) it raises, but the
+        client keeps the settlement and sends it again after the next reconnect, heartbeat or
+        post_exec until the daemon confirms it (one settlement per call is recorded). A refusal of a
+        re-send goes to on_background_error; a refusal now raises daemon_error."""
         sid = self._session_of(session_id)
         if isinstance(call_number, bool) or not isinstance(call_number, int) or not 1 <= call_number <= _MAX_UINT64:
             raise LeashError("invalid_argument", "post_exec: call_number must be an integer >= 1")
@@ -307,8 +321,10 @@ class LeashClient:
             cost = money_to_wire(actual_cost_usd)
         except WireError as error:
             raise LeashError("invalid_argument", f"post_exec: actual_cost_usd: {error}") from None
-        outcome = self._transport.notify(
-            "post_exec",
+        if self._outbox.size > 0:  # earlier settlements still unconfirmed: sent again beside this one
+            threading.Thread(target=self._outbox.retry, name="leash-settlements", daemon=True).start()
+        outcome = self._outbox.send(
+            f"{sid}#{call_number}",
             pb.PostExecNotification(
                 session_id=sid,
                 call_number=call_number,
@@ -321,14 +337,18 @@ class LeashClient:
                 tokens_out=tokens_out,
                 model_used=model_used,
                 idempotency_key=idempotency_key,
+                ack_requested=True,
             ),
-            self._control_timeout_s,
         )
         if not outcome.ok:
-            raise LeashError(outcome.failure or "bad_response", outcome.message)
+            raise LeashError(
+                outcome.failure or "bad_response", f"{outcome.message} (the settlement is kept and sent again)"
+            )
         if outcome.kind == "error":
             e = outcome.answer
             raise LeashError("daemon_error", f"the daemon refused: {error_code_name(e.code)} {e.detail}: {e.message}")
+        if outcome.kind not in ("post_exec_ack", "empty"):
+            raise LeashError("bad_response", f"the daemon answered {outcome.kind} to a post_exec")
         return PostExecResult(session_id=sid, call_number=call_number)
 
     def heartbeat(self) -> HeartbeatResult:
@@ -406,11 +426,22 @@ class LeashClient:
 
     def _heartbeat_loop(self) -> None:
         while not self._heartbeat_stop.wait(self._heartbeat_s):
+            self._outbox.retry()
             try:
                 self.heartbeat()
             except Exception as error:
                 if self._on_background_error is not None:
                     self._on_background_error(error)
+
+    def _gave_up(self, message: Any, why: str) -> None:
+        if self._on_background_error is not None:
+            self._on_background_error(
+                LeashError(
+                    "daemon_error",
+                    f"the settlement of call {message.call_number} of session {message.session_id} "
+                    f"was not recorded: {why}",
+                )
+            )
 
     def _stray(self, envelope: pb.Envelope) -> None:
         if envelope.WhichOneof("payload") != "error" or self._on_background_error is None:

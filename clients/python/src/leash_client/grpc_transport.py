@@ -80,7 +80,7 @@ class GrpcTransport:
         return self._tail(request, metadata=metadata, timeout=None if request.follow else 60.0)
 
     def notify(self, payload: str, message: Any, timeout_s: float) -> Outcome:
-        # PostExec answers Empty on gRPC, so a refusal arrives now, not later as on the socket.
+        # PostExec answers Empty on gRPC once the settlement is durable, or a refusal.
         return self.request(payload, message, timeout_s)
 
     def close(self) -> None:

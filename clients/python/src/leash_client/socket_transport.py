@@ -43,6 +43,7 @@ class SocketTransport:
         initial_delay_ms: float,
         max_delay_ms: float,
         on_stray: Callable[[pb.Envelope], None],
+        on_connected: Optional[Callable[[], None]] = None,
     ) -> None:
         self._path = path
         self._key = key
@@ -50,6 +51,7 @@ class SocketTransport:
         self._initial_s = initial_delay_ms / 1000
         self._max_s = max_delay_ms / 1000
         self._on_stray = on_stray
+        self._on_connected = on_connected
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._connect_lock = threading.Lock()
@@ -95,17 +97,9 @@ class SocketTransport:
         return waiter.outcome
 
     def notify(self, payload: str, message: Any, timeout_s: float) -> Outcome:
-        started = time.monotonic()
-        ready = self._ready(timeout_s)
-        if isinstance(ready, Outcome):
-            return ready
-        message_id, body = seal_envelope(
-            payload, message, key=self._key, key_id=self._key_id, protocol_version=self.protocol_version
-        )
-        with self._lock:
-            self._remember_late(message_id)  # a refusal the daemon sends back later goes to on_stray
-        sent = self._send(ready, body, started + timeout_s)
-        return Outcome(ok=True) if sent is None else sent
+        # A post_exec with ack_requested: a written frame is not a recorded settlement (the daemon may
+        # be stopped or die first), so wait for its post_exec_ack or Error as for any request.
+        return self.request(payload, message, timeout_s)
 
     def close(self) -> None:
         with self._lock:
@@ -156,6 +150,9 @@ class SocketTransport:
                 self._attempts = 0
                 self._retry_at = 0.0
             threading.Thread(target=self._read_loop, args=(sock,), name="leash-client-reader", daemon=True).start()
+            if self._on_connected is not None:
+                # Off this thread: the listener sends requests, which must not wait on this connect.
+                threading.Thread(target=self._on_connected, name="leash-client-connected", daemon=True).start()
             return sock
 
     def _send(self, sock: socket.socket, body: bytes, deadline: float) -> Optional[Outcome]:

@@ -32,7 +32,8 @@ class Transport(Protocol):
         ...
 
     def notify(self, payload: str, message: Any, timeout_s: float) -> Outcome:
-        """Sends a notification (post_exec); ok once it is delivered. Never raises."""
+        """Sends a post_exec and waits until the daemon has it durably (post_exec_ack on the socket,
+        Empty on gRPC) or refuses it. Never raises."""
         ...
 
     def close(self) -> None: ...

@@ -14,6 +14,7 @@ const PLAIN: Readonly<Record<string, string>> = {
   "policy_violation:invalid_estimate": "the call's cost estimate is not a valid amount",
   "policy_violation:params_hash_mismatch": "the arguments do not match their digest",
   "policy_violation:tool_denied": "this tool is not allowed in this session (denied_tools)",
+  "policy_violation:params_too_large": "the arguments are larger than this session allows (max_params_bytes)",
   "hitl_transition:reject": "a human rejected this call",
   "hitl_transition:tool_mismatch": "the approval was for another tool",
   "hitl_transition:nonce_mismatch": "the approval was for another dispatch",

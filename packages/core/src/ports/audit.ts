@@ -32,6 +32,18 @@ export interface ChainEntryRecord {
    * with a nonce MUST have a `session_id`. The number 7 and the string "7" are different nonces.
    */
   nonce?: Nonce | null;
+  /**
+   * Write-only: params the entry commits to by digest alone (its data's `params_hash`, beside
+   * `params_blob: true`), for the store to keep once per digest beside the chain (ChainStore.append).
+   * `range` never returns it; readers fetch the text with ChainStore.params and check its digest.
+   */
+  params?: ParamsBlob;
+}
+
+/** A call's params as canonical JSON, and the lowercase hex SHA-256 of that text. */
+export interface ParamsBlob {
+  hash: string;
+  text: string;
 }
 
 export interface ChainStore {
@@ -47,8 +59,16 @@ export interface ChainStore {
    * has spent that nonce already — an entry of the session carrying it, or a row of the nonce table
    * an older schema wrote (NonceStore) — so two transactions can never both spend one nonce; and
    * MUST reject an entry with a nonce but a null `session_id` (TypeError), appending nothing.
+   * With `params`, MUST keep `params.text` under `params.hash` in the same transaction, once: a digest
+   * already stored keeps its first text (content-addressed: a hundred entries of one call's params
+   * store it once). The store need not check the digest; every reader does.
    */
   append(entry: ChainEntryRecord): Promise<void>;
+  /**
+   * The params texts stored under these digests (by append, this transaction's own included), keyed
+   * by digest; a digest the store does not have is absent from the map.
+   */
+  params(hashes: readonly string[]): Promise<Map<string, string>>;
   /**
    * Entries with seq >= fromSeq in ascending order, at most `limit`. Each carries the `nonce` it was
    * appended with; an entry appended without one comes back without the field.

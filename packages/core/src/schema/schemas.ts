@@ -45,6 +45,8 @@ export const configSchema = {
       uniqueItems: true,
       maxItems: 10_000,
     },
+    // At most 64 MiB: params beyond that are no tool call, whatever the deployment.
+    max_params_bytes: { type: "integer", minimum: 1, maximum: 67_108_864 },
   },
 } as const;
 

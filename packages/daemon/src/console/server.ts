@@ -18,16 +18,22 @@ import {
 } from "@leash/wire";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
+import { isLoopback } from "../grpc.js";
 import { hitlErrorPayload } from "../handler.js";
 import { HitlError } from "../hitl/errors.js";
 import type { HitlQueue } from "../hitl/queue.js";
 import { parseHostPort } from "../http.js";
-import { ConsoleConfigError, type ConsoleToken, type Operator, operatorOf } from "./tokens.js";
+import { ConsoleConfigError, type ConsoleToken, covers, type Operator, operatorOf } from "./tokens.js";
 
 export interface ConsoleOptions {
   /** "HOST:PORT"; port 0 picks a free one. */
   readonly listen: string;
   readonly tokens: readonly ConsoleToken[];
+  /**
+   * Serve on a non-loopback address although the console speaks plain HTTP (`--console-insecure`):
+   * only behind a TLS-terminating proxy on a network nobody else reaches.
+   */
+  readonly insecure?: boolean;
 }
 
 export interface ConsoleServerOptions extends ConsoleOptions {
@@ -49,7 +55,8 @@ export const CONTROL_PATH = "/v1/control";
 const COOKIE = "leash_console";
 const LOGIN_MAX_BYTES = 4096;
 const LOGIN_TTL_MS = 12 * 3600_000;
-const LOGINS_MAX = 10_000;
+/** Browser sessions one token may hold; its oldest is signed out past that (never another token's). */
+export const LOGINS_PER_TOKEN = 16;
 const ASSETS: Record<string, { file: string; type: string }> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
   "/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
@@ -106,6 +113,12 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
       `--console wants HOST:PORT (e.g. 127.0.0.1:8788), not ${JSON.stringify(options.listen)}`,
     );
   }
+  if (!isLoopback(host) && options.insecure !== true) {
+    throw new ConsoleConfigError(
+      "console_insecure",
+      `--console ${options.listen} is not a loopback address, and the console speaks plain HTTP (tokens and session cookies in the clear): listen on 127.0.0.1 behind a TLS reverse proxy, or give --console-insecure`,
+    );
+  }
   if (options.tokens.length === 0) {
     throw new ConsoleConfigError(
       "console_tokens_invalid",
@@ -115,7 +128,26 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
   const { hitl, logger } = options;
   /** Signed-in browsers: a random id in an HttpOnly cookie → the token's operator (the raw token is not kept). */
   const logins = new Map<string, { operator: Operator; until: number }>();
-  const sockets = new Set<WebSocket>();
+  /** Each token's signed-in session ids, oldest first: a token's sign-ins evict only its own. */
+  const loginsOf = new Map<string, string[]>();
+  /** Open control sockets and whose token each is (updates go only to the organizations it covers). */
+  const sockets = new Map<WebSocket, Operator>();
+
+  function addLogin(operator: Operator): string {
+    const now = Date.now();
+    const mine = (loginsOf.get(operator.token) ?? []).filter((id) => {
+      const login = logins.get(id);
+      if (login !== undefined && login.until >= now) return true;
+      logins.delete(id);
+      return false;
+    });
+    while (mine.length >= LOGINS_PER_TOKEN) logins.delete(mine.shift()!);
+    const id = randomBytes(32).toString("base64url");
+    logins.set(id, { operator, until: now + LOGIN_TTL_MS });
+    mine.push(id);
+    loginsOf.set(operator.token, mine);
+    return id;
+  }
 
   function operatorFor(request: IncomingMessage): Operator | null {
     const bearer = bearerOf(request);
@@ -149,9 +181,7 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
       logger.warn({ remote: req.socket.remoteAddress }, "console sign-in refused");
       return send(res, 401, "text/html; charset=utf-8", LOGIN_PAGE("That token is not valid."));
     }
-    if (logins.size >= LOGINS_MAX) logins.clear();
-    const id = randomBytes(32).toString("base64url");
-    logins.set(id, { operator, until: Date.now() + LOGIN_TTL_MS });
+    const id = addLogin(operator);
     logger.info({ operator: operator.id }, "console sign-in");
     res.writeHead(303, {
       ...HEADERS,
@@ -220,7 +250,9 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
     switch (request.request.case) {
       case "list": {
         const { sessionId, status } = request.request.value;
-        const requests = await hitl.list({ sessionId, status });
+        const requests = (await hitl.list({ sessionId, status })).filter((r) =>
+          covers(operator, r.organizationId),
+        );
         return create(ConsoleEventSchema, {
           correlationId: id,
           event: { case: "list", value: { requests } },
@@ -228,7 +260,9 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
       }
       case "get": {
         const view = await hitl.get(request.request.value.requestId);
-        if (view === null) throw new HitlError("hitl_request_not_found", "no such HITL request");
+        // Another organization's request is answered as one that does not exist.
+        if (view === null || !covers(operator, view.organizationId))
+          throw new HitlError("hitl_request_not_found", "no such HITL request");
         return create(ConsoleEventSchema, { correlationId: id, event: { case: "request", value: view } });
       }
       case "answer": {
@@ -239,6 +273,9 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
           );
         }
         const { requestId, decision } = request.request.value;
+        const target = await hitl.get(requestId);
+        if (target === null || !covers(operator, target.organizationId))
+          throw new HitlError("hitl_request_not_found", "no such HITL request");
         // The operator is the token's identity, whatever the page says.
         const view = await hitl.answer(requestId, decision, operator.id);
         return create(ConsoleEventSchema, { correlationId: id, event: { case: "request", value: view } });
@@ -249,7 +286,7 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
   }
 
   function connected(ws: WebSocket, operator: Operator) {
-    sockets.add(ws);
+    sockets.set(ws, operator);
     logger.info({ operator: operator.id, readonly: operator.readonly }, "console connected");
     sendEvent(
       ws,
@@ -267,9 +304,10 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
     );
     void hitl
       .list({ status: HitlStatus.HITL_STATUS_UNSPECIFIED })
-      .then((requests) =>
-        sendEvent(ws, create(ConsoleEventSchema, { event: { case: "list", value: { requests } } })),
-      )
+      .then((all) => {
+        const requests = all.filter((r) => covers(operator, r.organizationId));
+        sendEvent(ws, create(ConsoleEventSchema, { event: { case: "list", value: { requests } } }));
+      })
       .catch((error: unknown) => logger.warn({ err: error }, "console: listing requests failed"));
     ws.on("message", (data, isBinary) => {
       if (isBinary) {
@@ -314,7 +352,7 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
     const event = create(ConsoleEventSchema, {
       event: { case: "update", value: { request: view, final: kind !== "opened" } },
     });
-    for (const ws of sockets) sendEvent(ws, event);
+    for (const [ws, operator] of sockets) if (covers(operator, view.organizationId)) sendEvent(ws, event);
   });
 
   await new Promise<void>((resolve, reject) => {
@@ -332,7 +370,7 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
     url: `http://${address}/`,
     close() {
       unsubscribe();
-      for (const ws of sockets) ws.terminate();
+      for (const ws of sockets.keys()) ws.terminate();
       wss.close();
       return new Promise<void>((resolve) => {
         server.close(() => resolve());

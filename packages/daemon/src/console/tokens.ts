@@ -7,7 +7,8 @@ import { LeashBaseError } from "@leash/core";
 export type ConsoleConfigErrorCode =
   | "console_tokens_invalid"
   | "console_tokens_unreadable"
-  | "console_listen_invalid";
+  | "console_listen_invalid"
+  | "console_insecure";
 
 /** A console set-up the daemon refuses to start with (a flag or tokens-file problem). */
 export class ConsoleConfigError extends LeashBaseError<ConsoleConfigErrorCode> {
@@ -22,17 +23,35 @@ export interface ConsoleToken {
   readonly operator: string;
   /** Sees the queue, cannot answer. */
   readonly readonly: boolean;
+  /** The organizations whose requests this token lists, shows and answers; ["*"]: every one. */
+  readonly organizations: readonly string[];
 }
 
 export interface Operator {
   readonly id: string;
   readonly readonly: boolean;
+  readonly organizations: readonly string[];
+  /** The token's SHA-256: whose browser sessions a sign-in counts against. */
+  readonly token: string;
+}
+
+/** Every organization, for a token that names `*` (a single-tenant daemon's operators). */
+export const ALL_ORGANIZATIONS = "*";
+
+/** Whether `operator`'s token covers the organization `organizationId` (an unknown owner: only `*`). */
+export function covers(operator: Pick<Operator, "organizations">, organizationId: string): boolean {
+  if (operator.organizations.includes(ALL_ORGANIZATIONS)) return true;
+  return organizationId !== "" && operator.organizations.includes(organizationId);
 }
 
 const HEX64 = /^[0-9a-f]{64}$/;
 const OPERATOR = /^[A-Za-z0-9._@:+-]{1,128}$/;
 
-/** Parses a tokens file: `{"tokens":[{"sha256":"…","operator":"alice","readonly":false}, …]}`. */
+/**
+ * Parses a tokens file: `{"tokens":[{"sha256":"…","operator":"alice","readonly":false,"organizations":["acme"]}, …]}`.
+ * Every token names its organizations (`["*"]` for all): a token that names none is refused, never
+ * read as "every organization".
+ */
 export function parseConsoleTokens(text: string, source = "the tokens file"): ConsoleToken[] {
   let value: unknown;
   try {
@@ -65,9 +84,25 @@ export function parseConsoleTokens(text: string, source = "the tokens file"): Co
     if (e.readonly !== undefined && typeof e.readonly !== "boolean") {
       throw new ConsoleConfigError("console_tokens_invalid", `${at}.readonly must be true or false`);
     }
+    const orgs = e.organizations;
+    if (
+      !Array.isArray(orgs) ||
+      orgs.length === 0 ||
+      !orgs.every((o) => typeof o === "string" && o.trim() !== "" && o.length <= 256)
+    ) {
+      throw new ConsoleConfigError(
+        "console_tokens_invalid",
+        `${at}.organizations must list the organizations the token may see and answer (e.g. ["acme"], or ["*"] for every one)`,
+      );
+    }
     if (seen.has(e.sha256)) throw new ConsoleConfigError("console_tokens_invalid", `${at} repeats a token`);
     seen.add(e.sha256);
-    return { sha256: e.sha256, operator: e.operator, readonly: e.readonly === true };
+    return {
+      sha256: e.sha256,
+      operator: e.operator,
+      readonly: e.readonly === true,
+      organizations: [...new Set(orgs as string[])],
+    };
   });
 }
 
@@ -100,7 +135,14 @@ export function operatorOf(
   for (const t of tokens) {
     if (timingSafeEqual(digest, Buffer.from(t.sha256, "hex")) && found === null) found = t;
   }
-  return found === null ? null : { id: found.operator, readonly: found.readonly };
+  return found === null
+    ? null
+    : {
+        id: found.operator,
+        readonly: found.readonly,
+        organizations: found.organizations,
+        token: found.sha256,
+      };
 }
 
 /** A fresh token (shown once; only its hash is kept). */
@@ -110,7 +152,12 @@ export const newConsoleToken = (): string => `lct_${randomBytes(32).toString("ba
  * Adds an operator to a tokens file (created when absent) and returns the new token. Refuses an
  * operator name the file cannot hold; an existing file that does not parse is left as it was.
  */
-export function addConsoleToken(path: string, operator: string, readonly: boolean): string {
+export function addConsoleToken(
+  path: string,
+  operator: string,
+  readonly: boolean,
+  organizations: readonly string[],
+): string {
   let existing: ConsoleToken[] = [];
   try {
     existing = loadConsoleTokens(path);
@@ -118,7 +165,7 @@ export function addConsoleToken(path: string, operator: string, readonly: boolea
     if (!(ConsoleConfigError.isInstance(error) && error.code === "console_tokens_unreadable")) throw error;
   }
   const token = newConsoleToken();
-  const next = [...existing, { sha256: tokenHash(token), operator, readonly }];
+  const next = [...existing, { sha256: tokenHash(token), operator, readonly, organizations }];
   parseConsoleTokens(JSON.stringify({ tokens: next }), path); // checks the new entry before writing
   writeFileSync(path, `${JSON.stringify({ tokens: next }, null, 2)}\n`, { mode: 0o600 });
   return token;

@@ -19,8 +19,16 @@ const MAX_FIELD_CHARS = 64 * 1024;
 /** What a caller asked for, resolved: the organization is the transport's, never the request's. */
 export interface TailFilter {
   readonly organizationId: string;
+  /** The agents whose sessions the caller's key may see (a key bound to agents); null: every agent. */
+  readonly agents?: ReadonlySet<string> | null;
   readonly sessionId: string | null;
   readonly kinds: ReadonlySet<string> | null;
+}
+
+/** Whom a session belongs to, as the store says. */
+interface Owner {
+  readonly org: string;
+  readonly agent: string;
 }
 
 /** Up to `maxEvents` events after `afterSeq`; `afterSeq` of the result is the last seq examined. */
@@ -70,13 +78,13 @@ export function tailEventOf(entry: ChainEntryRecord): TailEvent {
 /** Reads the chain for one organization's callers; shared by every tail in the daemon (the cache). */
 export class TailReader {
   readonly #substrate: Substrate;
-  readonly #orgOf = new Map<string, string>();
+  readonly #ownerOf = new Map<string, Owner>();
 
   constructor(substrate: Substrate) {
     this.#substrate = substrate;
   }
 
-  /** Which of `entries` the filter lets through: the caller's organization's sessions only. */
+  /** Which of `entries` the filter lets through: the caller's organization's (and agents') sessions only. */
   async #select(entries: readonly ChainEntryRecord[], filter: TailFilter): Promise<ChainEntryRecord[]> {
     const candidates = entries.filter(
       (e) =>
@@ -84,13 +92,13 @@ export class TailReader {
         (filter.sessionId === null || e.session_id === filter.sessionId) &&
         (filter.kinds === null || filter.kinds.has(e.kind)),
     );
-    const orgs = new Map<string, string | null>();
+    const owners = new Map<string, Owner | null>();
     const unknown: string[] = [];
     for (const entry of candidates) {
       const id = entry.session_id as string;
-      if (orgs.has(id)) continue;
-      const cached = this.#orgOf.get(id);
-      orgs.set(id, cached ?? null);
+      if (owners.has(id)) continue;
+      const cached = this.#ownerOf.get(id);
+      owners.set(id, cached ?? null);
       if (cached === undefined) unknown.push(id);
     }
     if (unknown.length > 0) {
@@ -100,15 +108,25 @@ export class TailReader {
       const rows = await this.#substrate.transaction((tx) =>
         Promise.all(unknown.map((id) => tx.sessions.get(id))),
       );
-      if (this.#orgOf.size + unknown.length > SESSIONS_REMEMBERED) this.#orgOf.clear();
+      if (this.#ownerOf.size + unknown.length > SESSIONS_REMEMBERED) this.#ownerOf.clear();
       rows.forEach((row, i) => {
         // A session the store does not know is nobody's: skipped, and asked about again next time.
         if (row === null) return;
-        orgs.set(unknown[i]!, row.organization_id);
-        this.#orgOf.set(unknown[i]!, row.organization_id);
+        const owner = { org: row.organization_id, agent: row.agent_id };
+        owners.set(unknown[i]!, owner);
+        this.#ownerOf.set(unknown[i]!, owner);
       });
     }
-    return candidates.filter((e) => orgs.get(e.session_id as string) === filter.organizationId);
+    const agents = filter.agents ?? null;
+    return candidates.filter((e) => {
+      const owner = owners.get(e.session_id as string);
+      return (
+        owner !== undefined &&
+        owner !== null &&
+        owner.org === filter.organizationId &&
+        (agents === null || agents.has(owner.agent))
+      );
+    });
   }
 
   /**

@@ -5,7 +5,7 @@ import type { BudgetAccount, BudgetStore, Reservation, ReservationStatus } from 
 export class ReplayLedger implements BudgetStore {
   readonly accounts = new Map<string, BudgetAccount>();
   readonly reservations = new Map<string, Reservation>();
-  /** When set, listExpired answers this one hold alone (a replayed reservation_expired names it). */
+  /** When set, listExpired answers this one hold alone (a replayed reservation_expired or settled_by_expiry names it). */
   #expiring: string | null = null;
 
   async getAccount(accountId: string): Promise<BudgetAccount | null> {

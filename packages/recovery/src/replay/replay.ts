@@ -5,6 +5,7 @@ import {
   accountChain,
   chainAvailable,
   chainOverLimit,
+  chargeExpired,
   ensureAccount,
   expire,
   type Money,
@@ -29,6 +30,7 @@ import {
   resetCircuit,
   type SessionRecord,
   type State,
+  type Substrate,
 } from "@leash/core";
 import {
   bindToPausedTool,
@@ -43,10 +45,13 @@ import {
   HITL_TIMEOUT,
   hasTransition,
   hitlExpiresNs,
+  maxParamsBytes,
   nodeSha256Hex,
   nodeSha256HexOfBytes,
   outranksEstimate,
+  oversizedBytes,
   PARAMS_HASH_MISMATCH,
+  PARAMS_TOO_LARGE,
   pausedOf,
   releasesApproval,
   resolveEstimate,
@@ -229,11 +234,39 @@ export function emptyProjection(): Projection {
 }
 
 /** Folds entries one at a time; `replayChain` drives it over a whole chain. */
+/** Where replay finds params stored by digest (a store's ChainStore.params; see storedParams). */
+export type ParamsSource = (hashes: readonly string[]) => Promise<Map<string, string>>;
+
+export interface ReplayOptions {
+  /** Params stored by digest beside the chain; entries that carry theirs (`ChainEntryRecord.params`) need none. */
+  params?: ParamsSource;
+}
+
+/** How many params texts replay keeps at hand: calls repeating the same large params fetch them once. */
+const PARAMS_KEPT = 8;
+
 export class ChainReplayer {
   readonly projection: Projection = emptyProjection();
   provedFrom = 0;
   verdictsChecked = 0;
   readonly unknownKinds = new Set<string>();
+  /** The params the entry being folded carries beside it (read from an export), if any. */
+  #attached: ChainEntryRecord["params"];
+  readonly #kept = new Map<string, string>();
+
+  constructor(private readonly options: ReplayOptions = {}) {}
+
+  /** The stored params text of `hash`: the entry's own, one kept, or the source's; null when none has it. */
+  async #storedParams(hash: string): Promise<string | null> {
+    if (this.#attached?.hash === hash) return this.#attached.text;
+    const kept = this.#kept.get(hash);
+    if (kept !== undefined) return kept;
+    const text = (await this.options.params?.([hash]))?.get(hash);
+    if (text === undefined) return null;
+    if (this.#kept.size >= PARAMS_KEPT) this.#kept.delete(this.#kept.keys().next().value!);
+    this.#kept.set(hash, text);
+    return text;
+  }
 
   #session(data: Data): SessionRecord {
     const id = data.session_id;
@@ -250,9 +283,17 @@ export class ChainReplayer {
   }
 
   /** Folds one stored entry (its body parsed here). @throws as `apply`. */
-  applyEntry(index: number, entry: ChainEntryRecord): Promise<void> {
-    const body = JSON.parse(entry.body) as ParsedBody;
-    return this.apply(index, entry.kind, body.data, Number(body.timestamp_ns));
+  async applyEntry(
+    index: number,
+    entry: ChainEntryRecord,
+    body: ParsedBody = JSON.parse(entry.body) as ParsedBody,
+  ): Promise<void> {
+    this.#attached = entry.params;
+    try {
+      await this.apply(index, entry.kind, body.data, Number(body.timestamp_ns));
+    } finally {
+      this.#attached = undefined;
+    }
   }
 
   /** Folds one entry. @throws Mismatch when what it records does not follow from the entries before. */
@@ -304,8 +345,11 @@ export class ChainReplayer {
         return;
       case "reservation_expired":
         return this.#expired(data, nowNs);
+      case "settled_by_expiry":
+        return this.#settledByExpiry(data, nowNs);
       case "key_rotation":
       case "snapshot_repaired":
+      case "rollback_accepted":
         return; // no state of a session or a budget changes
       default:
         // A kind the engine does not write (a note, another tool's record): folded as changing no
@@ -390,12 +434,28 @@ export class ChainReplayer {
       accountId === null || malformed ? null : resolveEstimate(config, toolName, data.estimated_cost_usd);
     let params: unknown = {};
     let paramsHash = data.params_hash as string | null;
+    const text = data.params_json;
     if (provable) {
-      const text = data.params_json;
       if (typeof text === "string") {
         paramsHash = sha256Hex(text);
         expectEqual("params_hash", paramsHash, data.params_hash);
         params = readParams(text);
+      } else if (data.params_blob === true && typeof paramsHash === "string") {
+        // Stored once by digest beside the chain: the text must be there and hash to the signed digest.
+        const stored = await this.#storedParams(paramsHash);
+        if (stored === null) {
+          throw new Mismatch(
+            "params_blob",
+            paramsHash,
+            null,
+            `the params of digest ${paramsHash} are not stored beside the chain`,
+          );
+        }
+        expectEqual("params_hash", sha256Hex(stored), paramsHash);
+        params = readParams(stored);
+      } else if (typeof data.params_bytes === "number") {
+        // Params over the cap were recorded by digest and size alone: the cap decides, not decide().
+        params = NON_CANONICAL;
       } else {
         expectEqual("params_hash", null, data.params_hash);
         params = NON_CANONICAL;
@@ -480,6 +540,15 @@ export class ChainReplayer {
       if (!malformed && decision.verdict !== "DENY" && timedOut(state, call)) decision = HITL_TIMEOUT;
       const expectedHash = data.expected_params_hash;
       if (typeof expectedHash === "string" && expectedHash !== paramsHash) decision = PARAMS_HASH_MISMATCH;
+      // From replay inputs 3 on, the guard's params cap applies, as in the engine (params-cap.ts).
+      if (typeof data.replay_inputs === "number" && data.replay_inputs >= 3) {
+        const cap = maxParamsBytes(config);
+        const recorded = typeof data.params_bytes === "number" ? data.params_bytes : null;
+        const tooLarge =
+          recorded === null ? oversizedBytes(typeof text === "string" ? text : null, cap) : recorded;
+        if (tooLarge !== null && tooLarge > cap) decision = PARAMS_TOO_LARGE;
+        expectEqual("params_bytes", tooLarge !== null && tooLarge > cap ? tooLarge : null, recorded);
+      }
     }
 
     let reservationId: string | null = null;
@@ -771,12 +840,36 @@ export class ChainReplayer {
     }
     expectEqual("released_usd", done[0]!.amount_usd, data.released_usd);
   }
+
+  /** An ALLOWed call's hold passed its TTL unsettled and was charged at its estimate. */
+  async #settledByExpiry(data: Data, nowNs: number): Promise<void> {
+    const ledger = this.projection.ledger;
+    const id = data.reservation_id as string;
+    const done = await ledger.expiring(id, () => chargeExpired(ledger, nowNs, 1));
+    if (done.length !== 1) {
+      const hold = ledger.reservations.get(id);
+      throw new Mismatch(
+        "reservation_id",
+        "a PENDING hold past its TTL",
+        hold?.status ?? null,
+        `hold ${id} could not be charged at this entry`,
+      );
+    }
+    expectEqual("charged_usd", done[0]!.amount_usd, data.charged_usd);
+    const accounts = await accountChain(ledger, done[0]!.account_ids[0]!);
+    expectEqual("budget_after_usd", chainAvailable(accounts).toFixed(), data.budget_after_usd);
+  }
 }
 
 interface ParsedBody {
   seq: number;
   timestamp_ns: string;
   data: Data;
+}
+
+/** The params a store keeps by digest (ChainStore.params), read in a transaction of their own. */
+export function storedParams(substrate: Substrate): ParamsSource {
+  return (hashes) => substrate.transaction((tx) => tx.chain.params(hashes));
 }
 
 /**
@@ -786,8 +879,9 @@ interface ParsedBody {
  */
 export async function replayChain(
   entries: Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>,
+  options: ReplayOptions = {},
 ): Promise<ReplayResult> {
-  const replayer = new ChainReplayer();
+  const replayer = new ChainReplayer(options);
   const kinds: Record<string, number> = {};
   let index = 0;
   let head: ReplayResult["head"] = null;
@@ -797,7 +891,7 @@ export async function replayChain(
     try {
       body = JSON.parse(entry.body) as ParsedBody;
       kinds[entry.kind] = (kinds[entry.kind] ?? 0) + 1;
-      await replayer.apply(index, entry.kind, body.data, Number(body.timestamp_ns));
+      await replayer.applyEntry(index, entry, body);
     } catch (error) {
       const data = body?.data;
       mismatch = {

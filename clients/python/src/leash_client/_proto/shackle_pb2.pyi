@@ -166,7 +166,7 @@ class ConsoleRequest(_message.Message):
     def __init__(self, correlation_id: _Optional[str] = ..., list: _Optional[_Union[ListHitlRequest, _Mapping]] = ..., get: _Optional[_Union[GetHitlRequest, _Mapping]] = ..., answer: _Optional[_Union[AnswerHitlRequest, _Mapping]] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hitl_update", "hmac", "key_id", "message_id", "post_exec", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state", "tail_batch", "tail_entries", "wait_hitl"]
+    __slots__ = ["client_timestamp_ns", "correlation_id", "error", "get_session_state", "heartbeat", "heartbeat_ack", "hitl_update", "hmac", "key_id", "message_id", "post_exec", "post_exec_ack", "pre_exec", "pre_exec_response", "protocol_version", "register", "register_response", "server_timestamp_ns", "session_state", "tail_batch", "tail_entries", "wait_hitl"]
     CLIENT_TIMESTAMP_NS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class Envelope(_message.Message):
     HMAC_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    POST_EXEC_ACK_FIELD_NUMBER: _ClassVar[int]
     POST_EXEC_FIELD_NUMBER: _ClassVar[int]
     PRE_EXEC_FIELD_NUMBER: _ClassVar[int]
     PRE_EXEC_RESPONSE_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +200,7 @@ class Envelope(_message.Message):
     key_id: str
     message_id: str
     post_exec: PostExecNotification
+    post_exec_ack: PostExecAck
     pre_exec: PreExecRequest
     pre_exec_response: PreExecResponse
     protocol_version: str
@@ -209,7 +211,7 @@ class Envelope(_message.Message):
     tail_batch: TailBatch
     tail_entries: TailRequest
     wait_hitl: WaitHitlRequest
-    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., wait_hitl: _Optional[_Union[WaitHitlRequest, _Mapping]] = ..., hitl_update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., tail_entries: _Optional[_Union[TailRequest, _Mapping]] = ..., tail_batch: _Optional[_Union[TailBatch, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, protocol_version: _Optional[str] = ..., message_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., client_timestamp_ns: _Optional[int] = ..., server_timestamp_ns: _Optional[int] = ..., hmac: _Optional[bytes] = ..., pre_exec: _Optional[_Union[PreExecRequest, _Mapping]] = ..., pre_exec_response: _Optional[_Union[PreExecResponse, _Mapping]] = ..., post_exec: _Optional[_Union[PostExecNotification, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., register_response: _Optional[_Union[RegisterResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., get_session_state: _Optional[_Union[GetSessionStateRequest, _Mapping]] = ..., session_state: _Optional[_Union[SessionState, _Mapping]] = ..., wait_hitl: _Optional[_Union[WaitHitlRequest, _Mapping]] = ..., hitl_update: _Optional[_Union[HitlUpdate, _Mapping]] = ..., tail_entries: _Optional[_Union[TailRequest, _Mapping]] = ..., tail_batch: _Optional[_Union[TailBatch, _Mapping]] = ..., post_exec_ack: _Optional[_Union[PostExecAck, _Mapping]] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ["code", "detail", "message", "retry_after_ms", "supported_versions"]
@@ -405,8 +407,21 @@ class ListHitlResponse(_message.Message):
     requests: _containers.RepeatedCompositeFieldContainer[HitlRequestView]
     def __init__(self, requests: _Optional[_Iterable[_Union[HitlRequestView, _Mapping]]] = ...) -> None: ...
 
+class PostExecAck(_message.Message):
+    __slots__ = ["budget_remaining_usd_decimal", "call_number", "replayed", "session_id"]
+    BUDGET_REMAINING_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
+    CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    budget_remaining_usd_decimal: str
+    call_number: int
+    replayed: bool
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., replayed: bool = ..., budget_remaining_usd_decimal: _Optional[str] = ...) -> None: ...
+
 class PostExecNotification(_message.Message):
-    __slots__ = ["actual_cost_usd", "actual_cost_usd_decimal", "call_number", "duration_ms", "error_message", "idempotency_key", "model_used", "session_id", "success", "tokens_in", "tokens_out"]
+    __slots__ = ["ack_requested", "actual_cost_usd", "actual_cost_usd_decimal", "call_number", "duration_ms", "error_message", "idempotency_key", "model_used", "session_id", "success", "tokens_in", "tokens_out"]
+    ACK_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_COST_USD_DECIMAL_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_COST_USD_FIELD_NUMBER: _ClassVar[int]
     CALL_NUMBER_FIELD_NUMBER: _ClassVar[int]
@@ -418,6 +433,7 @@ class PostExecNotification(_message.Message):
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_IN_FIELD_NUMBER: _ClassVar[int]
     TOKENS_OUT_FIELD_NUMBER: _ClassVar[int]
+    ack_requested: bool
     actual_cost_usd: float
     actual_cost_usd_decimal: str
     call_number: int
@@ -429,7 +445,7 @@ class PostExecNotification(_message.Message):
     success: bool
     tokens_in: int
     tokens_out: int
-    def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., actual_cost_usd: _Optional[float] = ..., success: bool = ..., error_message: _Optional[str] = ..., duration_ms: _Optional[int] = ..., tokens_in: _Optional[int] = ..., tokens_out: _Optional[int] = ..., model_used: _Optional[str] = ..., actual_cost_usd_decimal: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., call_number: _Optional[int] = ..., actual_cost_usd: _Optional[float] = ..., success: bool = ..., error_message: _Optional[str] = ..., duration_ms: _Optional[int] = ..., tokens_in: _Optional[int] = ..., tokens_out: _Optional[int] = ..., model_used: _Optional[str] = ..., actual_cost_usd_decimal: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ack_requested: bool = ...) -> None: ...
 
 class PreExecRequest(_message.Message):
     __slots__ = ["call_number", "estimated_cost_usd", "estimated_cost_usd_decimal", "nonce", "parent_guard_id", "session_id", "tags", "tool_name", "tool_params_hash", "tool_params_json"]
