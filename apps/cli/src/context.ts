@@ -1,7 +1,7 @@
 // What every store command shares: the --store/--config options, settings resolution, one engine per run.
 // It decides nothing and prints nothing; it only turns engine, budget and store errors into one-line CliErrors.
 
-import { parseEntryBody, type Signer } from "@leash/chain";
+import { type ChainEventData, parseEntryBody, type Signer } from "@leash/chain";
 import type { Substrate } from "@leash/core";
 import {
   createEngine,
@@ -11,6 +11,7 @@ import {
   LeashError,
   loadConfigFile,
 } from "@leash/engine";
+import type { CompiledPolicy } from "@leash/policy";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "./io.js";
 import { readOnlySigner } from "./keys.js";
@@ -76,8 +77,18 @@ export async function loadSettings(options: StoreOptions, io: Io): Promise<Setti
 }
 
 /** Every engine the CLI makes, with the config file's reservation TTL and the chain's signer. */
-export function newEngine(substrate: Substrate, file: LeashConfigFile, signer: Signer): Engine {
-  return createEngine({ substrate, signer, reservationTtlMs: file.reservation_ttl_s * 1000 });
+export function newEngine(
+  substrate: Substrate,
+  file: LeashConfigFile,
+  signer: Signer,
+  policy?: CompiledPolicy,
+): Engine {
+  return createEngine({
+    substrate,
+    signer,
+    reservationTtlMs: file.reservation_ttl_s * 1000,
+    ...(policy === undefined ? {} : { policy }),
+  });
 }
 
 /** The key that must sign the chain's next entry: the head's signer, or the key a head key_rotation names. */
@@ -101,7 +112,11 @@ export async function keyInForce(
   if (entry === undefined || entry.seq !== head.seq) throw broken("the entry is missing");
   const body = parseEntryBody(entry.body);
   if (typeof body === "string") throw broken(body);
-  const keyId = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
+  // parseEntryBody has checked a key_rotation's data (next_key_id is the id of next_public_key).
+  const keyId =
+    body.kind === "key_rotation"
+      ? (body.data as unknown as ChainEventData<"key_rotation">).next_key_id
+      : body.key_id;
   return { keyId, headSeq: head.seq };
 }
 
@@ -127,6 +142,7 @@ export async function withEngine<T>(
   settings: Settings,
   signer: Signer | "read-only",
   fn: (engine: Engine) => Promise<T>,
+  policy?: CompiledPolicy,
 ): Promise<T> {
   const { target, file } = settings;
   const substrate = await connectStore(target);
@@ -134,7 +150,7 @@ export async function withEngine<T>(
   try {
     if (signer !== "read-only") await checkSigner(substrate, target, signer);
     return await fn(
-      newEngine(substrate, file, signer === "read-only" ? readOnlySigner("this command") : signer),
+      newEngine(substrate, file, signer === "read-only" ? readOnlySigner("this command") : signer, policy),
     );
   } catch (err) {
     throw engineFailure(err, target.url) ?? err;

@@ -53,11 +53,21 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
   let dir: string;
   let store: TestStore;
   let daemon: Daemon;
+  let POLICY_FILE = "";
   const clients: Client[] = [];
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "leash-console-"));
     writeFileSync(join(dir, "acme.hmac"), HMAC.toString("hex"), { mode: 0o600 });
+    writeFileSync(
+      join(dir, "policy.yaml"),
+      `version: 1
+name: console
+rules:
+  - { name: big-transfers, match: { tool: wire_transfer }, when: "args.usd > 500", action: hitl }
+`,
+    );
+    POLICY_FILE = join(dir, "policy.yaml");
     store = await openStore(kind, { label: "console" });
     const signer = generateKeyPair();
     daemon = await startDaemon({
@@ -69,10 +79,13 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
               "ops-bot": { guard: { budget_usd: 5, hitl_mode: "always" } },
               // Asks a human once 60 % of its budget is spent.
               spender: { guard: { budget_usd: 5, hitl_mode: "on_threshold", hitl_budget_threshold: 0.4 } },
+              // No SP/1.0 HITL: only the operator's policy asks a human (wire transfers over $500).
+              payer: { guard: { budget_usd: 5 } },
             },
           },
         },
       }),
+      policyFile: POLICY_FILE,
       signer: signer.signer,
       store: store.url!,
       socketPath: join(dir, "leash.sock"),
@@ -165,6 +178,28 @@ describe.each(["sqlite", "postgres"] as const)("the console on %s", (kind) => {
     } finally {
       await alice.close();
       await viewer.close();
+    }
+  }, 60_000);
+
+  it("shows the policy rule that asked for a human; approve releases the call", async () => {
+    const { client, session } = await agent("payer");
+    const transfer = guard(
+      client,
+      { session_id: session, tool_name: "wire_transfer", estimate: 1 },
+      async () => "wired",
+    );
+    const call = transfer({ usd: 900 });
+    call.catch(() => undefined);
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    try {
+      await signIn(page, daemon.consoleUrl!, ALICE);
+      await open(page, session, "wire_transfer");
+      expect(await page.textContent("#d-reason")).toBe("policy_hitl:rule:big-transfers");
+      expect(await page.textContent("#d-rule")).toBe("big-transfers");
+      await page.click("#b-approve");
+      await expect(call).resolves.toBe("wired");
+    } finally {
+      await page.close();
     }
   }, 60_000);
 

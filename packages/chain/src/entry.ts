@@ -24,7 +24,7 @@ export interface BuildEntryInput {
   /** The chain's id (its genesis entry_id); required unless `head` is null, forbidden when it is. */
   chainId?: string | null;
   kind: string;
-  /** Kind-specific fields (for "decision", see DecisionData); any canonical-JSON object. */
+  /** Kind-specific fields (each kind's are ChainEvent's and EVENT_SCHEMAS'); any canonical-JSON object. */
   data: Record<string, Json>;
   signer: Signer;
   /** Daemon time in nanoseconds since the Unix epoch. */

@@ -11,6 +11,7 @@ export {
   keyRotationData,
 } from "./entry.js";
 export { ChainError, type ChainErrorCode, KeyFileError } from "./errors.js";
+export * from "./events/index.js";
 export {
   fromJsonl,
   keyInForceAfter,

@@ -248,6 +248,9 @@ function renderDetail() {
   $("d-status").textContent = describe(r) + (r.comment ? ` — “${r.comment}”` : "");
   $("d-status").className = `status ${toneOf(r)}`;
   $("d-reason").textContent = r.reason ?? "";
+  // The operator's policy rule that asked for a human (policy_hitl:rule:<name>); none for SP/1.0's own.
+  const rule = /^policy_hitl:rule:(.+)$/.exec(r.reason ?? "");
+  $("d-rule").textContent = rule === null ? "—" : rule[1];
   $("d-session").textContent = r.sessionId ?? "";
   $("d-agent").textContent = [r.agentId, r.organizationId].filter(Boolean).join(" @ ");
   $("d-call").textContent = `${r.callNumber ?? "?"} (nonce ${r.nonce ?? "none"})`;

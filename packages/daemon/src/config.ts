@@ -7,6 +7,7 @@ import { validateConfig } from "@leash/core/schema";
 import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
 import { configSafetyProblem } from "./config-safety.js";
+import { type DaemonLimits, parseLimits } from "./limits.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -39,6 +40,10 @@ export interface DaemonConfig {
   readonly organizations: ReadonlyMap<string, OrganizationConfig>;
   /** key id → organization id; key ids are unique across organizations. */
   readonly keyOwners: ReadonlyMap<string, string>;
+  /** The `limits:` block (socket limits, per-organization quotas), defaults filled in. */
+  readonly limits: DaemonLimits;
+  /** `policy: FILE` (relative to the config's directory): the operator's policy file, when given. */
+  readonly policyFile?: string;
 }
 
 /** The largest config file read, as the engine's loader: a config is a few kilobytes. */
@@ -117,7 +122,10 @@ export function parseDaemonConfig(
     throw new DaemonConfigError(`${source}: ${problem}`);
   };
   if (!isObject(value)) fail("must be an object with `organizations`");
-  only(value, ["store", "reservation_ttl_s", "organizations"], "/", fail);
+  only(value, ["store", "reservation_ttl_s", "organizations", "limits", "policy"], "/", fail);
+  if (value.policy !== undefined && (typeof value.policy !== "string" || value.policy === "")) {
+    fail("/policy must be the path of a policy file (see @leash/policy)");
+  }
   if (value.store !== undefined && (typeof value.store !== "string" || value.store === "")) {
     fail("/store must be a store URL (sqlite:PATH, postgres://…, memory:)");
   }
@@ -180,6 +188,10 @@ export function parseDaemonConfig(
     reservationTtlS: ttl,
     organizations,
     keyOwners,
+    limits: parseLimits(value.limits, fail),
+    ...(typeof value.policy === "string"
+      ? { policyFile: isAbsolute(value.policy) ? value.policy : resolve(baseDir, value.policy) }
+      : {}),
   };
   const unsafe = configSafetyProblem(config);
   if (unsafe !== null) fail(unsafe);

@@ -21,7 +21,7 @@ import {
   stateCheckpointStore,
   storedParams,
 } from "@leash/recovery";
-import { DEFAULT_REPLAY_WINDOW_MS, ReplayWindow } from "@leash/wire";
+import { DEFAULT_REPLAY_WINDOW_MS } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
 import { type ConsoleOptions, type ConsoleServer, listenConsole } from "./console/server.js";
@@ -30,6 +30,8 @@ import { createRequestHandler, type RequestHandler } from "./handler.js";
 import { HitlQueue } from "./hitl/queue.js";
 import { type HttpEndpoint, listenHttp } from "./http.js";
 import { createMetrics, type DaemonMetrics } from "./metrics.js";
+import { OrganizationQuotaBook } from "./org-quotas.js";
+import { PolicyFile, type ReloadResult } from "./policy-file.js";
 import { defaultSocketPath } from "./socket-path.js";
 import { TailFeed } from "./tail/feed.js";
 import { TailReader } from "./tail/reader.js";
@@ -68,6 +70,13 @@ export interface DaemonOptions {
    * restored older copy) is refused at start. Without it (a library caller's choice) a rollback goes unseen.
    */
   readonly stateDir?: string;
+  /**
+   * An operator's policy file (@leash/policy; overrides config.policyFile): loaded before the store is
+   * opened, reloaded on SIGHUP (with handleSignals) and when it changes (README: Policies).
+   */
+  readonly policyFile?: string;
+  /** The operator's public key (64 hex): the policy file must then carry a verifying `FILE.sig`. */
+  readonly policyPublicKey?: string;
 }
 
 export interface Daemon {
@@ -84,6 +93,11 @@ export interface Daemon {
   readonly engine: Engine;
   readonly handler: RequestHandler;
   readonly metrics: DaemonMetrics;
+  /**
+   * Reads the policy file again (what SIGHUP and a change on disk do): a file that loads replaces the
+   * version in force whole; one that does not keeps it and says why. Null without a policy file.
+   */
+  reloadPolicy(): ReloadResult | null;
   /** Resolves once the daemon has shut down (after close(), or a signal). */
   readonly closed: Promise<void>;
   /** Stops accepting, finishes the requests in flight, closes the store, removes the socket file. */
@@ -203,6 +217,10 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   if (options.grpc !== undefined) checkGrpcOptions(options.grpc);
 
   const checkpoints = options.stateDir === undefined ? null : stateCheckpointStore(options.stateDir, url);
+  // A policy file that does not load is refused before the store is opened.
+  const policyPath = options.policyFile ?? config.policyFile;
+  const policy =
+    policyPath === undefined ? undefined : new PolicyFile(policyPath, logger, options.policyPublicKey);
   const substrate = await openStore(url);
   let engine: Engine | undefined;
   let transport: UnixTransport | undefined;
@@ -214,6 +232,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   let sweeper: NodeJS.Timeout | undefined;
   const cleanup = async () => {
     clearInterval(sweeper);
+    policy?.close();
     // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
     hitl?.close();
     tailFeed?.close();
@@ -244,7 +263,12 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
                 "writing the chain checkpoint failed",
               ),
           }),
+      ...(policy === undefined ? {} : { policy }),
     });
+    if (policy !== undefined) {
+      policy.watch();
+      logger.info({ policy_file: policy.path, policy_hash: policy.current().hash }, "policy loaded");
+    }
     hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
     const feed = new TailFeed({
       substrate,
@@ -254,6 +278,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     // An operator's answer (console) appends too: followers look at once.
     engine.onHitlEvent(() => feed.poke());
     const version = daemonVersion();
+    const quotas = new OrganizationQuotaBook(config.limits.perOrganization, clock);
     const handler = createRequestHandler({
       engine,
       config,
@@ -263,13 +288,15 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       daemonVersion: version,
       hitl,
       tail: { reader: new TailReader(substrate), feed },
+      quotas,
       ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
     transport = await listenUnix({
       path: socketPath,
       handler,
       config,
-      replay: new ReplayWindow({ clock }),
+      quotas,
+      limits: config.limits.socket,
       clock,
       logger,
       metrics,
@@ -336,6 +363,10 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       logger.info({ signal }, "shutting down");
       void daemon.close();
     };
+    // SIGHUP reloads the policy file (validated first; a broken one keeps the version in force).
+    const onReload = () => {
+      policy?.reload();
+    };
     const daemon: Daemon = {
       address: transport.path,
       httpAddress: http?.address ?? null,
@@ -345,12 +376,14 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       engine,
       handler,
       metrics,
+      reloadPolicy: () => policy?.reload() ?? null,
       closed,
       close() {
         closing ??= (async () => {
           if (options.handleSignals) {
             process.off("SIGTERM", onSignal);
             process.off("SIGINT", onSignal);
+            process.off("SIGHUP", onReload);
           }
           await cleanup();
           storeOpen = false;
@@ -363,6 +396,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     if (options.handleSignals) {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
+      process.on("SIGHUP", onReload);
     }
     logger.info(
       {

@@ -45,7 +45,8 @@ import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
 import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
-import type { DaemonMetrics } from "./metrics.js";
+import { countPolicy, type DaemonMetrics } from "./metrics.js";
+import type { OrganizationQuotaBook } from "./org-quotas.js";
 import type { TailFeed } from "./tail/feed.js";
 import type { TailFilter, TailReader } from "./tail/reader.js";
 
@@ -116,6 +117,8 @@ export interface HandlerOptions {
   readonly hitlTimeoutS?: number;
   /** Serves TailEntries / tail_entries from the store's chain. Without it they are refused. */
   readonly tail?: { readonly reader: TailReader; readonly feed: TailFeed };
+  /** Per-organization quotas: each organization's tails count against its own (as well as MAX_TAILS). */
+  readonly quotas?: OrganizationQuotaBook;
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -493,6 +496,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     // A re-delivered message's answer is a decision already counted (by whichever daemon made it).
     if (result.redelivered !== true) {
       metrics.verdicts.inc({ verdict: result.verdict, reason });
+      countPolicy(metrics, result.policy);
       if (result.reservation_id !== null) metrics.holdsPlaced.inc();
     }
     const remaining = money(result.budget_remaining_usd);
@@ -641,17 +645,28 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     };
   }
 
-  /** Runs `fn` holding one of the MAX_TAILS slots. */
-  async function withTailSlot<T>(fn: () => Promise<T>): Promise<T> {
+  /** Runs `fn` holding one of the MAX_TAILS slots and one of its organization's. */
+  async function withTailSlot<T>(org: string, fn: () => Promise<T>): Promise<T> {
     if (tails >= MAX_TAILS) {
       metrics.rateLimited.inc();
       throw new Refusal(ErrorCode.RATE_LIMITED, "too_many_tails", `more than ${MAX_TAILS} tails at once`);
+    }
+    const quotas = options.quotas;
+    if (quotas !== undefined && !quotas.takeTail(org)) {
+      metrics.rateLimited.inc();
+      metrics.limitRefusals.inc({ limit: "org_tails" });
+      throw new Refusal(
+        ErrorCode.RATE_LIMITED,
+        "org_tails",
+        `organization ${org} has ${quotas.quotas.tails} tails open`,
+      );
     }
     tails++;
     try {
       return await fn();
     } finally {
       tails--;
+      quotas?.releaseTail(org);
     }
   }
 
@@ -661,7 +676,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
   /** The socket's tail_entries: one batch; with follow, waits (bounded) until there is something to send. */
   async function tailBatch(request: TailRequest, context: RequestContext): Promise<Payload> {
     const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-    return withTailSlot(async () => {
+    return withTailSlot(context.auth.organizationId, async () => {
       const signal = context.signal;
       let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
       const maxEvents =
@@ -741,7 +756,7 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     async streamTail(request, context, send) {
       try {
         const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-        return await withTailSlot(async () => {
+        return await withTailSlot(context.auth.organizationId, async () => {
           const signal = context.signal;
           let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
           let left = request.limit === 0 ? Number.POSITIVE_INFINITY : request.limit;

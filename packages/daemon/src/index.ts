@@ -53,7 +53,22 @@ export {
 export { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 export { type HitlEventKind, type HitlListener, HitlQueue, type HitlQueueOptions } from "./hitl/queue.js";
 export { type HttpEndpoint, listenHttp, parseHostPort } from "./http.js";
+export {
+  type DaemonLimits,
+  DEFAULT_LIMITS,
+  DEFAULT_ORGANIZATION_QUOTAS,
+  DEFAULT_SOCKET_LIMITS,
+  type OrganizationQuotas,
+  type SocketLimits,
+} from "./limits.js";
 export { createMetrics, type DaemonMetrics } from "./metrics.js";
+export {
+  PolicyFile,
+  PolicyFileError,
+  type PolicyLogger,
+  type ReloadResult,
+  readPolicyFile,
+} from "./policy-file.js";
 export { defaultSocketPath } from "./socket-path.js";
 export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";
 export { type TailFilter, type TailPage, TailReader, tailEventOf } from "./tail/reader.js";

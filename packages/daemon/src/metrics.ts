@@ -18,6 +18,15 @@ export interface DaemonMetrics {
   readonly holdsPlaced: Counter;
   readonly holdsSettled: Counter;
   readonly connections: Gauge;
+  /** Connections closed, refused or paused, and requests refused, by the limit or quota that did it. */
+  readonly limitRefusals: Counter<"limit">;
+  /** Bytes of partial frames held across connections. */
+  readonly bufferedBytes: Gauge;
+  /**
+   * Policy rules that decided a call (mode enforce: the verdict) or would have (mode monitor: the
+   * would-be verdict), by rule; the default is rule "default".
+   */
+  readonly policyRules: Counter<"rule" | "verdict" | "mode">;
 }
 
 export function createMetrics(): DaemonMetrics {
@@ -70,5 +79,44 @@ export function createMetrics(): DaemonMetrics {
       help: "Open socket connections",
       registers,
     }),
+    limitRefusals: new Counter({
+      name: "leash_daemon_limit_refusals_total",
+      help: "Connections closed, refused or paused and requests refused, by limit or quota",
+      labelNames: ["limit"],
+      registers,
+    }),
+    bufferedBytes: new Gauge({
+      name: "leash_daemon_buffered_frame_bytes",
+      help: "Bytes of partial frames held across socket connections",
+      registers,
+    }),
+    policyRules: new Counter({
+      name: "leash_daemon_policy_rule_verdicts_total",
+      help: "Calls a policy rule decided (mode=enforce) or would have (mode=monitor), by rule and verdict",
+      labelNames: ["rule", "verdict", "mode"],
+      registers,
+    }),
   };
+}
+
+/** Counts what the policy layer judged of one call: the deciding rule, and each monitor rule's would-be verdict. */
+export function countPolicy(
+  metrics: DaemonMetrics,
+  policy:
+    | {
+        readonly rule: string | null;
+        readonly verdict: string;
+        readonly reason: string;
+        readonly monitor: readonly { rule: string; would: string }[];
+      }
+    | null
+    | undefined,
+): void {
+  if (policy === null || policy === undefined) return;
+  if (policy.rule !== null || policy.reason === "policy_violation:default_deny") {
+    metrics.policyRules.inc({ rule: policy.rule ?? "default", verdict: policy.verdict, mode: "enforce" });
+  }
+  for (const m of policy.monitor) {
+    metrics.policyRules.inc({ rule: m.rule, verdict: m.would.split(" ")[0] ?? m.would, mode: "monitor" });
+  }
 }

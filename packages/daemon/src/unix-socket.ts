@@ -5,6 +5,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@leash/core";
 import {
+  admitEnvelope,
   type Envelope,
   EnvelopeSchema,
   ErrorCode,
@@ -16,7 +17,6 @@ import {
   openEnvelope,
   type Payload,
   PROTOCOL_VERSION,
-  type ReplayWindow,
   sealEnvelope,
   sealFrame,
   WireError,
@@ -24,16 +24,30 @@ import {
 import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
 import type { AuthContext, RequestHandler } from "./handler.js";
+import { DEFAULT_SOCKET_LIMITS, type SocketLimits } from "./limits.js";
 import type { DaemonMetrics } from "./metrics.js";
+import type { OrganizationQuotaBook } from "./org-quotas.js";
+import { ConnectionGuard } from "./socket-guard.js";
 
 /** Requests one connection may have in flight; beyond it each is answered RATE_LIMITED. */
-export const DEFAULT_MAX_IN_FLIGHT = 256;
+export const DEFAULT_MAX_IN_FLIGHT = DEFAULT_SOCKET_LIMITS.maxInFlight;
 /**
  * Long polls (wait_hitl, tail_entries) one connection may hold open, apart from the in-flight limit: a
  * poll its client gave up on (the wire has no cancel) waits on until its answer, so a newer poll past
  * this many supersedes the connection's oldest, which is answered RATE_LIMITED "long_poll_superseded".
  */
-export const DEFAULT_MAX_LONG_POLLS = 32;
+export const DEFAULT_MAX_LONG_POLLS = DEFAULT_SOCKET_LIMITS.maxLongPolls;
+
+/** Payloads the daemon answers as requests: only these take a replay slot (anything else is refused). */
+const REQUESTS = new Set<Payload["case"]>([
+  "register",
+  "preExec",
+  "postExec",
+  "heartbeat",
+  "getSessionState",
+  "waitHitl",
+  "tailEntries",
+]);
 
 /** Requests that may wait for minutes: they never take an in-flight slot, ordinary calls stay answerable. */
 const LONG_POLLS = new Set<Payload["case"]>(["waitHitl", "tailEntries"]);
@@ -55,10 +69,13 @@ export interface UnixTransportOptions {
   readonly path: string;
   readonly handler: RequestHandler;
   readonly config: DaemonConfig;
-  readonly replay: ReplayWindow;
+  /** Per-organization quotas; each organization's replay window is in it. */
+  readonly quotas: OrganizationQuotaBook;
   readonly clock: Clock;
   readonly logger: Logger;
   readonly metrics: DaemonMetrics;
+  /** Default DEFAULT_SOCKET_LIMITS; maxInFlight and maxLongPolls below override theirs. */
+  readonly limits?: SocketLimits;
   readonly maxInFlight?: number;
   readonly maxLongPolls?: number;
 }
@@ -129,12 +146,14 @@ function keyOf(config: DaemonConfig, envelope: Envelope): { key: Uint8Array; aut
 const AUTH_FAILURES = new Set(["bad_hmac", "unknown_key", "replayed_message", "timestamp_out_of_window"]);
 
 export async function listenUnix(options: UnixTransportOptions): Promise<UnixTransport> {
-  const { path, handler, config, replay, clock, logger, metrics } = options;
-  const maxInFlight = options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT;
-  const maxLongPolls = options.maxLongPolls ?? DEFAULT_MAX_LONG_POLLS;
+  const { path, handler, config, quotas, clock, logger, metrics } = options;
+  const limits = options.limits ?? DEFAULT_SOCKET_LIMITS;
+  const maxInFlight = options.maxInFlight ?? limits.maxInFlight;
+  const maxLongPolls = options.maxLongPolls ?? limits.maxLongPolls;
   if (!Number.isSafeInteger(maxLongPolls) || maxLongPolls < 1)
     throw new RangeError(`maxLongPolls must be a positive integer, not ${String(maxLongPolls)}`);
   await claimPath(path);
+  const guard = new ConnectionGuard(limits, metrics);
   const sockets = new Set<Socket>();
   const inFlight = new Set<Promise<void>>();
   let closing = false;
@@ -148,15 +167,33 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     }
   };
 
+  /** An Error answer the transport makes itself (a limit or quota), counted by the limit that made it. */
+  const limitRefusal = (limit: string, code: ErrorCode, message: string, retryAfterMs?: number): Payload => {
+    metrics.limitRefusals.inc({ limit });
+    if (code === ErrorCode.RATE_LIMITED) metrics.rateLimited.inc();
+    return {
+      case: "error",
+      value: create(ErrorSchema, {
+        code,
+        detail: limit,
+        message,
+        ...(retryAfterMs === undefined ? {} : { retryAfterMs: BigInt(retryAfterMs) }),
+      }),
+    };
+  };
+
   function serve(socket: Socket): void {
-    sockets.add(socket);
-    metrics.connections.inc();
-    const decoder = new FrameDecoder();
-    let pending = 0;
     /** This connection's open long polls, oldest first. */
     const polls = new Set<LongPoll>();
     /** Requests of this connection still being answered. */
     const mine = new Set<Promise<void>>();
+    const guarded = guard.admit(socket, () => mine.size > 0);
+    if (guarded === null) return;
+    const conn = guarded;
+    sockets.add(socket);
+    metrics.connections.inc();
+    const decoder = new FrameDecoder();
+    let pending = 0;
     /** No further frame is read: the connection failed or closed. */
     let dead = false;
     /** Aborted when the connection closes: a long poll stops waiting for nobody. */
@@ -166,6 +203,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       if (socket.destroyed || !socket.writable) return;
       countError(payload);
       socket.write(sealFrame(payload, { key, keyId, sender: "daemon", clock, correlationId }));
+      guard.wrote(conn);
     };
 
     /**
@@ -197,7 +235,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
           }),
         );
       }
-      socket.pause();
+      guard.pause(conn, "dead");
       const frameOut = encodeFrame(body);
       void Promise.allSettled([...mine]).then(() => {
         if (!socket.destroyed) socket.end(frameOut);
@@ -210,6 +248,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
       polls.delete(poll);
       poll.superseded = true;
       metrics.rateLimited.inc();
+      metrics.limitRefusals.inc({ limit: "long_poll_superseded" });
       const refusal: Payload = {
         case: "error",
         value: create(ErrorSchema, {
@@ -232,12 +271,12 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
             return found.resolved?.key;
           },
           sender: "agent",
-          replay,
+          // Admitted below, once the envelope is a request within its organization's quotas.
+          replay: null,
         });
       } catch (error) {
         const code = WireError.isInstance(error) ? error.code : "internal";
         if (AUTH_FAILURES.has(code)) metrics.authFailures.inc({ detail: code });
-        if (code === "replay_cache_full") metrics.rateLimited.inc();
         logger.warn(
           { detail: code, err: WireError.isInstance(error) ? error.message : String(error) },
           "envelope refused",
@@ -252,6 +291,8 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         return;
       }
       const { key, auth } = found.resolved!;
+      conn.authenticated = true;
+      const org = auth.organizationId;
       const correlationId = envelope.correlationId === "" ? envelope.messageId : envelope.correlationId;
       if (closing) {
         // Shutting down: requests already in flight finish; a new one is told to come back.
@@ -266,20 +307,42 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         send(refusal, key, auth.keyId, correlationId);
         return;
       }
+      const refuse = (refusal: Payload) => send(refusal, key, auth.keyId, correlationId);
+      const rate = quotas.takeRate(org);
+      if (!rate.ok) {
+        const why = `organization ${org} is over its ${quotas.quotas.ratePerS} requests per second`;
+        refuse(limitRefusal("org_rate_limited", ErrorCode.RATE_LIMITED, why, rate.retryAfterMs));
+        return;
+      }
       const longPoll = LONG_POLLS.has(envelope.payload.case);
       if (!longPoll && pending >= maxInFlight) {
-        metrics.rateLimited.inc();
-        const refusal: Payload = {
-          case: "error",
-          value: create(ErrorSchema, {
-            code: ErrorCode.RATE_LIMITED,
-            detail: "too_many_in_flight",
-            message: `more than ${maxInFlight} requests in flight on this connection`,
-            retryAfterMs: 10n,
-          }),
-        };
-        send(refusal, key, auth.keyId, correlationId);
+        const why = `more than ${maxInFlight} requests in flight on this connection`;
+        refuse(limitRefusal("too_many_in_flight", ErrorCode.RATE_LIMITED, why, 10));
         return;
+      }
+      if (!longPoll && !quotas.takeInFlight(org)) {
+        const why = `organization ${org} has ${quotas.quotas.inFlight} requests in flight`;
+        refuse(limitRefusal("org_in_flight_limit", ErrorCode.RATE_LIMITED, why, 10));
+        return;
+      }
+      if (REQUESTS.has(envelope.payload.case)) {
+        // Only now does the id take a slot, in its own organization's window.
+        try {
+          admitEnvelope(envelope, "agent", quotas.replayOf(org));
+        } catch (error) {
+          if (!longPoll) quotas.releaseInFlight(org);
+          const code = WireError.isInstance(error) ? error.code : "internal";
+          if (code === "replay_cache_full") {
+            refuse(
+              limitRefusal("org_replay_cache_full", ErrorCode.RATE_LIMITED, (error as Error).message, 1000),
+            );
+            return;
+          }
+          if (AUTH_FAILURES.has(code)) metrics.authFailures.inc({ detail: code });
+          logger.warn({ detail: code, org }, "envelope refused");
+          fail(error, { key, keyId: auth.keyId });
+          return;
+        }
       }
       let poll: LongPoll | undefined;
       if (longPoll) {
@@ -302,8 +365,10 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         })
         .catch((error: unknown) => logger.error({ err: error }, "answering a request failed"))
         .finally(() => {
-          if (poll === undefined) pending--;
-          else polls.delete(poll);
+          if (poll === undefined) {
+            pending--;
+            quotas.releaseInFlight(org);
+          } else polls.delete(poll);
           inFlight.delete(work);
           mine.delete(work);
         });
@@ -318,16 +383,20 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
         bodies = decoder.push(chunk);
       } catch (error) {
         logger.warn({ detail: WireError.isInstance(error) ? error.code : "internal" }, "frame refused");
+        guard.received(conn, 0, false, 0);
         fail(error);
         return;
       }
+      guard.received(conn, decoder.bufferedBytes, decoder.inFrame, bodies.length);
       for (const body of bodies) {
         if (dead) break;
         frame(body);
       }
     });
     socket.on("end", () => {
-      // The agent is done sending: what it already sent is answered, then our side closes too.
+      // The agent is done sending: its long polls end now (it cannot be waiting for them any more than
+      // for a new request); what else it sent is answered, then our side closes too.
+      for (const poll of polls) poll.abort.abort();
       try {
         decoder.end();
       } catch {
@@ -343,6 +412,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     socket.on("close", () => {
       dead = true;
       gone.abort();
+      guard.drop(conn);
       sockets.delete(socket);
       metrics.connections.dec();
     });
@@ -369,6 +439,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     }
   });
   chmodSync(path, 0o660);
+  guard.start();
   server.on("error", (error) => logger.error({ err: error }, "socket server error"));
 
   return {
@@ -376,6 +447,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     async close() {
       if (closing) return;
       closing = true;
+      guard.stop();
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
       // Drain: what is in flight is answered; frames that arrive meanwhile are told "shutting_down".
       // Twice quiet in a row, a short grace apart, before the connections are closed.

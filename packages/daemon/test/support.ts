@@ -111,12 +111,13 @@ const BIN = fileURLToPath(new URL("../../../apps/cli/dist/bin.js", import.meta.u
 /** Starts `leash serve` and resolves once it prints its listening line (parsed as `listening`). */
 export function serve(
   args: string[],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ child: ChildProcess; stderr: () => string; listening: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
     // LEASH_STATE_DIR: the daemon's checkpoints go to a temporary directory, not the home directory.
     const child = spawn(process.execPath, [BIN, "serve", ...args], {
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, LEASH_STATE_DIR: STATE_DIR },
+      env: { ...env, LEASH_STATE_DIR: STATE_DIR },
     });
     let out = "";
     let err = "";

@@ -42,6 +42,7 @@ import {
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
 import { systemClock } from "@leash/outbox";
+import type { CompiledPolicy } from "@leash/policy";
 import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
 import { Auditor, type ChainHead } from "./audit.js";
 import { Batcher, type Outcome } from "./batcher.js";
@@ -75,6 +76,8 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
+import { judgeByPolicy } from "./policy-layer.js";
+import { type CounterLayer, EnginePolicies, POLICY_PUBLISHED, publishedData } from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import {
   canonicalParamsText,
@@ -316,6 +319,8 @@ export function createEngine(options: EngineOptions): Engine {
     );
   }
   const events = new HitlEvents();
+  // The operator's policy layer (policy-layer.ts), when one is configured.
+  const policies = options.policy === undefined ? null : new EnginePolicies(options.policy);
   if (options.signer === undefined) {
     throw new LeashError(
       "invalid_argument",
@@ -391,9 +396,13 @@ export function createEngine(options: EngineOptions): Engine {
    * its own).
    */
   type Evaluated = StepsResult<ReturnType<typeof evaluateSteps>>;
-  type Waiting = { request: EvaluateRequest; malformed: string | null };
+  type Waiting = { request: EvaluateRequest; malformed: string | null; policy?: CompiledPolicy };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
-    return inProjection(async (ptx) => {
+    // The policy counters this batch adds count once it commits (each try of the transaction afresh).
+    let layer: CounterLayer | undefined;
+    const batch = inProjection(async (ptx) => {
+      if (layer !== undefined) policies?.abort(layer);
+      layer = policies?.begin();
       const messages = messagePairs(items.map((item) => item.request));
       await Promise.all([
         ptx.prefetchNonces(noncesOf(items)),
@@ -401,12 +410,17 @@ export function createEngine(options: EngineOptions): Engine {
         warm(ptx, items),
       ]);
       const out: Outcome<Evaluated>[] = [];
-      for (const { request, malformed } of items) {
+      for (const { request, malformed, policy } of items) {
         const mark = ptx.mark();
         try {
           // A message decided before is answered from its record (message-ids.ts).
           const evaluated = runSteps(
-            decideOnce(ptx, request, () => evaluateSteps(ptx, request, malformed), signedByKnownKey),
+            decideOnce(
+              ptx,
+              request,
+              () => evaluateSteps(ptx, request, malformed, policy, layer),
+              signedByKnownKey,
+            ),
           );
           out.push({ ok: true, value: evaluated instanceof Promise ? await evaluated : evaluated });
         } catch (error) {
@@ -417,6 +431,31 @@ export function createEngine(options: EngineOptions): Engine {
       }
       return out;
     }, judged);
+    if (layer === undefined && policies === null) return batch;
+    return batch.then(
+      (out) => {
+        if (layer !== undefined) policies?.commit(layer);
+        return out;
+      },
+      (error: unknown) => {
+        if (layer !== undefined) policies?.abort(layer);
+        throw error;
+      },
+    );
+  }
+  /**
+   * The policy in force, published first: its `policy_published` entry (canonical text and hash) is in
+   * the chain before any decision names it. Loads the counters from the chain once.
+   */
+  async function policyInForce(): Promise<CompiledPolicy | undefined> {
+    if (policies === null) return undefined;
+    if (!trust.trusted) await trust.ready();
+    await policies.load((fromSeq, limit) => substrate.transaction((tx) => tx.chain.range(fromSeq, limit)));
+    const policy = policies.current();
+    await policies.publishOnce(policy.hash, async () => {
+      await transaction((tx) => auditor.record(tx, POLICY_PUBLISHED, publishedData(policy), clock.nowNs()));
+    });
+    return policy;
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
 
@@ -720,6 +759,8 @@ export function createEngine(options: EngineOptions): Engine {
     tx: ProjectionTx,
     request: EvaluateRequest,
     malformed: string | null,
+    policy?: CompiledPolicy,
+    layer?: CounterLayer,
   ): Steps<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord; hitl: HitlEvent[] }> {
     checkSessionId(request.session_id); // before any statement names it
     // A malformed call is denied without its tool name or nonce reaching a store or the chain.
@@ -817,6 +858,26 @@ export function createEngine(options: EngineOptions): Engine {
     if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
     // Large params are stored once by digest beside the chain, not in every entry (params-cap.ts).
     const blob = paramsBlobOf(paramsText, paramsHash, tooLarge);
+    // The operator's policy, after every SP/1.0 and engine check allowed, before the hold (README).
+    const judged =
+      policy === undefined || layer === undefined
+        ? null
+        : judgeByPolicy({
+            policy,
+            decision,
+            malformed: malformed !== null,
+            session,
+            toolName: call.tool_name,
+            paramsText,
+            estimate: call.estimated_cost_usd,
+            budget:
+              remainingBefore === null
+                ? null
+                : { limit_usd: Number(config.budget_usd), remaining_usd: remainingBefore.toNumber() },
+            nowNs,
+            counters: policies!.view(layer, session.organization_id),
+          });
+    if (judged !== null) decision = judged.decision;
     const callNumber = session.call_count + 1;
 
     let reservation_id: string | null = null;
@@ -878,7 +939,7 @@ export function createEngine(options: EngineOptions): Engine {
         tool_name: call.tool_name,
         nonce: hasNonce ? nonce : null,
         args_digest: paramsHash,
-        reason: (decision as Decision).reason, // only decide() answers HITL
+        reason: (decision as Decision).reason, // decide()'s, or a policy rule's (policy_hitl:rule:<name>)
         status: "PENDING",
         decision: null,
         operator_id: null,
@@ -947,6 +1008,8 @@ export function createEngine(options: EngineOptions): Engine {
         // Inputs and outcome only: the state decide() saw is the fold of the entries before this
         // one (replay re-derives it), so it is not copied here; the config is in session_registered.
         now_ns: nowNs,
+        // The policy version in force, and what it judged (policy-layer.ts); absent without a policy.
+        ...(policy === undefined ? {} : { policy_hash: policy.hash, policy: judged?.record ?? null }),
         ...replayInputs({
           paramsText,
           paramsBytes: tooLarge,
@@ -986,6 +1049,10 @@ export function createEngine(options: EngineOptions): Engine {
       );
       hitlEvents.push({ type: "hitl_request", request: hitlView(opened) });
     }
+    // Last, once nothing can fail: an allowed call's policy counters, counted when the batch commits.
+    if (judged?.record != null && decision.verdict === "ALLOW") {
+      policies!.stage(layer!, session.organization_id, judged.record, nowNs);
+    }
     return {
       result: {
         session_id: session.session_id,
@@ -1000,6 +1067,7 @@ export function createEngine(options: EngineOptions): Engine {
         entry_seq: entry.seq,
         entry_hash: entry.entry_hash,
         ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
+        ...(policy === undefined ? {} : { policy_hash: policy.hash, policy: judged?.record ?? null }),
       },
       entry,
       hitl: hitlEvents,
@@ -1196,7 +1264,11 @@ export function createEngine(options: EngineOptions): Engine {
         }),
       );
       // The receipt is built outside the transaction: on a shared store, not while holding its locks.
-      const answer = evaluations.submit({ request, malformed }).then(
+      const submitted =
+        policies === null
+          ? evaluations.submit({ request, malformed })
+          : policyInForce().then((policy) => evaluations.submit({ request, malformed, policy }));
+      const answer = submitted.then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);
           return { ...result, receipt: compactJws(entry) };

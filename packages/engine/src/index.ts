@@ -53,6 +53,15 @@ export {
   PARAMS_INLINE_MAX,
   PARAMS_TOO_LARGE,
 } from "./params-cap.js";
+export {
+  countedAfter,
+  isPolicyReason,
+  judgeByPolicy,
+  type PolicyLayerInput,
+  type PolicyLayerResult,
+  type PolicyRecord,
+} from "./policy-layer.js";
+export { POLICY_PUBLISHED, type PolicySource, publishedData } from "./policy-runtime.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";
 export { findRollback, type RollbackFinding, rollbackMessage } from "./rollback.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";

@@ -12,7 +12,10 @@ import type {
   Substrate,
   Verdict,
 } from "@leash/core";
+import type { CompiledPolicy } from "@leash/policy";
 import type { Tracer } from "@opentelemetry/api";
+import type { PolicyRecord } from "./policy-layer.js";
+import type { PolicySource } from "./policy-runtime.js";
 
 export interface EngineOptions {
   substrate: Substrate;
@@ -59,6 +62,12 @@ export interface EngineOptions {
    * `@leash/engine`, a no-op until the application installs an OpenTelemetry SDK.
    */
   tracer?: Tracer;
+  /**
+   * An operator's policy (@leash/policy loadPolicy), or a source whose current() may change (a reload):
+   * judged after SP/1.0's decide allowed a call, before its budget hold (README: Policies). Its
+   * versions are published in the chain and every decision entry names the one it used.
+   */
+  policy?: CompiledPolicy | PolicySource;
 }
 
 /** Keeps one checkpoint, somewhere the store's writers cannot reach (same shape as @leash/recovery's). */
@@ -152,7 +161,12 @@ export type EngineReason =
   | "policy_violation:params_hash_mismatch"
   | "policy_violation:tool_denied"
   | "policy_violation:params_too_large"
-  | "hitl_timeout";
+  | "hitl_timeout"
+  // The policy layer's (policy-layer.ts): the rule that refused or asked for a human.
+  | `policy_violation:rule:${string}`
+  | `policy_hitl:rule:${string}`
+  | `policy_error:rule:${string}`
+  | "policy_violation:default_deny";
 
 export interface EvaluateResult {
   session_id: string;
@@ -182,6 +196,9 @@ export interface EvaluateResult {
   error?: string;
   /** With HITL: the request a human answers (engine.getHitl / answerHitl / waitForHitl take it). */
   hitl_request_id?: string;
+  /** With a policy (EngineOptions.policy): the version in force, and what it judged (null: it did not run). */
+  policy_hash?: string;
+  policy?: PolicyRecord | null;
   /** True when the request's message was decided before: this is that recorded answer, nothing new was written. */
   redelivered?: true;
 }

@@ -145,6 +145,11 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         tool_name: call.tool_name,
         params: call.params,
         nonce: call.nonce,
+        // The engine reads a configured tool's estimate itself; one from elsewhere (a policy) is sent.
+        ...(call.estimate_usd === undefined ||
+        options.config.tool_estimates_usd?.[call.tool_name] !== undefined
+          ? {}
+          : { estimated_cost_usd: call.estimate_usd }),
         ...(call.previous_error === undefined ? {} : { previous_error: call.previous_error }),
         ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
       });

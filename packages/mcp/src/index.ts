@@ -28,6 +28,7 @@ export {
   DEFAULT_HITL_TIMEOUT_MS,
   type LeashProxy,
   type LeashProxyOptions,
+  type PolicyToolView,
 } from "./proxy.js";
 export { type UpstreamSpec, upstreamTransport } from "./upstream.js";
 export { denialText, pendingText } from "./words.js";

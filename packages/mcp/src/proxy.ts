@@ -55,6 +55,18 @@ export interface LeashProxyOptions {
    * The traceparent is forwarded upstream unchanged either way.
    */
   withTraceContext?: <T>(traceparent: string | undefined, run: () => Promise<T>) => Promise<T>;
+  /**
+   * What an operator's policy says of each tool (`leash mcp --policy`): tools it never allows are left
+   * out of tools/list (a call to one is still judged, and denied, by the gate), and its `estimate_usd`
+   * rules give the estimate of tools the proxy config gives none.
+   */
+  policyView?: PolicyToolView;
+}
+
+/** A policy's static view of tools (see @leash/policy neverAllows and toolEstimate). */
+export interface PolicyToolView {
+  hidden(tool: string): boolean;
+  estimate(tool: string): number | undefined;
 }
 
 export interface LeashProxy {
@@ -210,7 +222,10 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
         forwardOptions(extra, request),
       );
       for (const tool of result.tools) if (tool.outputSchema !== undefined) withOutputSchema.add(tool.name);
-      return result;
+      const view = options.policyView;
+      return view === undefined
+        ? result
+        : { ...result, tools: result.tools.filter((t) => !view.hidden(t.name)) };
     });
   }
   server.fallbackNotificationHandler = async (notification) => {
@@ -381,7 +396,9 @@ export async function createLeashProxy(options: LeashProxyOptions): Promise<Leas
   ): Promise<CallToolResult> {
     const tool = request.params.name;
     const args = request.params.arguments ?? {};
-    const settings = tools[tool] ?? {};
+    const configured = tools[tool] ?? {};
+    const fromPolicy = configured.estimate_usd === undefined ? options.policyView?.estimate(tool) : undefined;
+    const settings = fromPolicy === undefined ? configured : { ...configured, estimate_usd: fromPolicy };
     // The engine's spans for this call are children of the agent's trace, when it sent one.
     const traceparent = (request.params._meta as { traceparent?: unknown } | undefined)?.traceparent;
     const traced = typeof traceparent === "string" ? { traceparent } : {};

@@ -23,6 +23,7 @@ export {
   type PolicyVerdict,
 } from "./evaluate.js";
 export * as limits from "./limits.js";
+export { neverAllows, type ToolOf, toolEstimate } from "./reach.js";
 export {
   type Mode,
   type Per,

@@ -15,6 +15,8 @@ export interface ServeFixtureOptions {
   console?: boolean;
   /** `--hitl-timeout S` for policies without one. */
   hitlTimeoutS?: number;
+  /** `--policy FILE`: an operator's policy file (@leash/policy). */
+  policyFile?: string;
 }
 
 export interface ServeFixture {
@@ -68,6 +70,7 @@ export async function startServeFixture(options: ServeFixtureOptions): Promise<S
     const args = ["--config", config, "--key-file", join(dir, "leash.key"), "--socket", socketPath];
     if (options.grpc) args.push("--grpc", "127.0.0.1:0", "--grpc-insecure");
     if (options.hitlTimeoutS !== undefined) args.push("--hitl-timeout", String(options.hitlTimeoutS));
+    if (options.policyFile !== undefined) args.push("--policy", options.policyFile);
     let operatorTokenFile: string | null = null;
     if (options.console) {
       const tokens = join(dir, "tokens.json");

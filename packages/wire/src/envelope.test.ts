@@ -1,6 +1,13 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { errorPayload, isMessageId, newMessageId, openEnvelope, sealEnvelope } from "./envelope.js";
+import {
+  admitEnvelope,
+  errorPayload,
+  isMessageId,
+  newMessageId,
+  openEnvelope,
+  sealEnvelope,
+} from "./envelope.js";
 import { WireError } from "./errors.js";
 import { decodeEnvelope, encodeFrame, FrameDecoder } from "./framing.js";
 import { EnvelopeSchema, ErrorCode } from "./gen/shackle/sp1/shackle_pb.js";
@@ -30,6 +37,22 @@ const code = (f: () => unknown) => {
 };
 
 describe("sealEnvelope / openEnvelope", () => {
+  it("with replay null the id is not admitted: the caller admits it, once, with admitEnvelope", () => {
+    const body = sealEnvelope(preExec, { key, sender: "agent", clock });
+    const replay = new ReplayWindow({ clock });
+    const open = () => openEnvelope(body, { keyFor: () => key, sender: "agent", replay: null });
+    const env = open();
+    expect(code(open)).toBe("ok");
+    admitEnvelope(env, "agent", replay);
+    expect(replay.has(env.messageId)).toBe(true);
+    expect(code(() => admitEnvelope(open(), "agent", replay))).toBe("replayed_message");
+    expect(
+      code(() =>
+        openEnvelope(body, { keyFor: () => new Uint8Array(32).fill(2), sender: "agent", replay: null }),
+      ),
+    ).toBe("bad_hmac");
+  });
+
   it("round-trips through a frame, setting ids, timestamp and version", () => {
     const body = sealEnvelope(preExec, { key, sender: "agent", clock });
     const [frame] = new FrameDecoder().push(encodeFrame(body));

@@ -100,7 +100,11 @@ export interface OpenOptions {
   keyFor: (envelope: Envelope) => Uint8Array | undefined;
   /** Who sent it: the daemon opens "agent" envelopes, a client "daemon" ones. */
   sender: Sender;
-  replay: ReplayWindow;
+  /**
+   * Where the message id is admitted; null when the caller admits it itself with admitEnvelope, once it
+   * has decided the envelope deserves a slot (a daemon does so per organization, after its quotas).
+   */
+  replay: ReplayWindow | null;
   /** Default SUPPORTED_PROTOCOL_VERSIONS. */
   supportedVersions?: readonly string[];
 }
@@ -126,9 +130,17 @@ export function openEnvelope(body: Uint8Array, options: OpenOptions): Envelope {
   const supported = options.supportedVersions ?? SUPPORTED_PROTOCOL_VERSIONS;
   if (envelope.payload.case === "register") negotiateProtocolVersion(envelope.protocolVersion, supported);
   else requireSupportedVersion(envelope.protocolVersion, supported);
-  const ts = options.sender === "agent" ? envelope.clientTimestampNs : envelope.serverTimestampNs;
-  options.replay.admit(envelope.messageId, ts);
+  if (options.replay !== null) admitEnvelope(envelope, options.sender, options.replay);
   return envelope;
+}
+
+/**
+ * Admits an opened envelope's message id into `replay` (its sender's timestamp checked against the window).
+ * @throws WireError `timestamp_out_of_window`, `replayed_message`, `replay_cache_full`.
+ */
+export function admitEnvelope(envelope: Envelope, sender: Sender, replay: ReplayWindow): void {
+  const ts = sender === "agent" ? envelope.clientTimestampNs : envelope.serverTimestampNs;
+  replay.admit(envelope.messageId, ts);
 }
 
 /**

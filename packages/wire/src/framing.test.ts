@@ -107,6 +107,18 @@ describe("FrameDecoder", () => {
     expect(code(() => inBody.end())).toBe("malformed_frame");
   });
 
+  it("inFrame: from a frame's first byte until it completes, the length prefix alone included", () => {
+    const d = new FrameDecoder();
+    const frame = encodeFrame(body(10));
+    expect(d.inFrame).toBe(false);
+    d.push(frame.subarray(0, 2));
+    expect(d.inFrame).toBe(true);
+    d.push(frame.subarray(2, 4));
+    expect([d.inFrame, d.bufferedBytes]).toEqual([true, 0]);
+    expect(d.push(frame.subarray(4)).length).toBe(1);
+    expect(d.inFrame).toBe(false);
+  });
+
   it("honours a smaller maxBytes and refuses a nonsensical one", () => {
     const d = new FrameDecoder({ maxBytes: 4 });
     expect(d.push(encodeFrame(body(4))).length).toBe(1);

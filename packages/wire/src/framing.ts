@@ -70,6 +70,11 @@ export class FrameDecoder {
     return this.#buffered;
   }
 
+  /** Whether a frame has begun and not yet completed (even when only its length prefix has arrived). */
+  get inFrame(): boolean {
+    return this.#buffered > 0 || this.#need >= 0;
+  }
+
   /** The error that failed the decoder, or null while it is usable. */
   get failure(): WireError | null {
     return this.#failure;

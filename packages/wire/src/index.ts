@@ -3,6 +3,7 @@
 
 export { PendingRequests } from "./correlation.js";
 export {
+  admitEnvelope,
   errorPayload,
   isMessageId,
   newMessageId,

@@ -6,6 +6,7 @@ import { moneyText, nonce, nonEmpty, positiveInteger } from "../args.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions, withEngine } from "../context.js";
 import { type Io, parseJsonKeepingText, readSource } from "../io.js";
 import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
+import { loadPolicyFile } from "./policy.js";
 
 /** Exit statuses of `evaluate`, part of its contract: scripts run the tool only on 0. */
 export const EXIT_DENY = 3;
@@ -20,6 +21,8 @@ export interface EvaluateOptions extends StoreOptions, KeyOptions {
   readonly nonce?: string | number;
   /** Kept as text: the engine reads it as an exact decimal (`1.0000000000000000000000001` is more than 1). */
   readonly estimate?: string;
+  /** A policy file judged after SP/1.0's decide (published in the chain before its first decision). */
+  readonly policy?: string;
 }
 
 /**
@@ -43,14 +46,19 @@ export async function runEvaluate(options: EvaluateOptions, io: Io): Promise<num
   const params = (await readParams(options.params, io)) as Record<string, unknown> | null | undefined;
   const settings = await loadSettings(options, io);
   const { signer } = resolveSigner(options, io);
-  const result = await withEngine(settings, signer, (engine) =>
-    engine.evaluate({
-      session_id: options.session,
-      tool_name: options.tool,
-      ...(params === undefined ? {} : { params }),
-      ...(options.nonce === undefined ? {} : { nonce: options.nonce }),
-      ...(options.estimate === undefined ? {} : { estimated_cost_usd: options.estimate }),
-    }),
+  const policy = options.policy === undefined ? undefined : await loadPolicyFile(options.policy, io);
+  const result = await withEngine(
+    settings,
+    signer,
+    (engine) =>
+      engine.evaluate({
+        session_id: options.session,
+        tool_name: options.tool,
+        ...(params === undefined ? {} : { params }),
+        ...(options.nonce === undefined ? {} : { nonce: options.nonce }),
+        ...(options.estimate === undefined ? {} : { estimated_cost_usd: options.estimate }),
+      }),
+    policy,
   );
   printJson(io, result);
   return VERDICT_STATUS[result.verdict];
@@ -93,6 +101,10 @@ export function registerEvaluate(program: Command, io: Io, setExit: (code: numbe
           "--estimate <usd>",
           "estimated cost in USD (exact decimal), held against the budget on ALLOW; under a budget a call needs one unless the guard config has default_estimate_usd / tool_estimates_usd",
           moneyText,
+        )
+        .option(
+          "--policy <file>",
+          "an operator's policy (YAML/JSON): its rules judge the call after SP/1.0's decide (reason policy_violation:rule:<name>, …)",
         ),
     ),
   )

@@ -12,10 +12,12 @@ import {
   type LeashGate,
   loadMcpConfig,
   type McpProxyConfig,
+  type PolicyToolView,
   parseMcpConfig,
   sessionGuardConfig,
   upstreamTransport,
 } from "@leash/mcp";
+import { type CompiledPolicy, neverAllows, toolEstimate } from "@leash/policy";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Command } from "commander";
 import { positiveNumber } from "../args.js";
@@ -23,6 +25,7 @@ import { checkSigner, engineFailure } from "../context.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io } from "../io.js";
 import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
 import { connectStore, migrateStore, parseStoreUrl, resolveStoreUrl } from "../store.js";
+import { loadPolicyFile } from "./policy.js";
 
 export interface McpOptions extends KeyOptions {
   readonly config?: string;
@@ -37,6 +40,21 @@ export interface McpOptions extends KeyOptions {
   readonly daemonPubkey?: string;
   readonly hitlTimeout?: number;
   readonly daemonTimeout?: number;
+  /** An operator's policy: judged in library mode; hides tools it never allows and gives estimates in both. */
+  readonly policy?: string;
+}
+
+/** The policy's view of tools for this agent (tools/list filtering, per-tool estimates). */
+function policyViewOf(policy: CompiledPolicy, options: McpOptions): PolicyToolView {
+  const who = (tool: string) => ({
+    tool,
+    agent: options.agent ?? "mcp-proxy",
+    ...(options.org === undefined ? {} : { org: options.org }),
+  });
+  return {
+    hidden: (tool) => neverAllows(policy, who(tool)),
+    estimate: (tool) => toolEstimate(policy, who(tool)),
+  };
 }
 
 /** Where the proxy's own notes go: stderr, one line each (stdout is the agent's MCP stream). */
@@ -163,6 +181,7 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
 export async function runMcp(command: readonly string[], options: McpOptions, io: Io): Promise<number> {
   checkModeFlags(options);
   const config = await readConfig(options);
+  const policy = options.policy === undefined ? undefined : await loadPolicyFile(options.policy, io);
   const transport = upstreamOf(command, options, io);
   const log = logger(io);
   // Flags, store URL and key are checked before the server starts (they change nothing).
@@ -211,6 +230,7 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
         substrate,
         signer,
         reservationTtlMs: config.leash.reservation_ttl_s * 1000,
+        ...(policy === undefined ? {} : { policy }),
       });
       gate = await engineGate({
         engine,
@@ -232,6 +252,7 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
       gate,
       tools: config.tools,
       log,
+      ...(policy === undefined ? {} : { policyView: policyViewOf(policy, options) }),
       ...(options.hitlTimeout === undefined ? {} : { hitlTimeoutMs: options.hitlTimeout * 1000 }),
     });
   } catch (err) {
@@ -268,6 +289,10 @@ export function registerMcp(program: Command, io: Io, setExit: (code: number) =>
       )
       .argument("[command...]", "the MCP server to start, after --: COMMAND [ARGS…] (stdio)")
       .option("--url <url>", "an MCP server over streamable HTTP, in place of a command")
+      .option(
+        "--policy <file>",
+        "an operator's policy (YAML/JSON): judges each call (library mode; with --daemon the daemon's decides), hides from tools/list the tools it never allows, gives tools its estimate_usd",
+      )
       .option(
         "--config <file>",
         "JSON or YAML: {store, guard, reservation_ttl_s, tools: {NAME: {estimate_usd, policy: guard|hitl|deny}}}",

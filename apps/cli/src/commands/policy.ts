@@ -1,6 +1,7 @@
 // `leash policy check FILE`, `leash policy test FILE CASES` and `leash policy schema`: policies as code
 // (@leash/policy).
 // It loads and runs policies only; it never touches a store or an engine.
+import { readFileSync, writeFileSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import type { CompiledPolicy } from "@leash/policy";
 import {
@@ -14,6 +15,8 @@ import {
 } from "@leash/policy";
 import type { Command } from "commander";
 import { CliError, EXIT_BAD_INPUT, type Io, readSource, sourceLabel } from "../io.js";
+import { addKeyOptions, type KeyOptions, resolveSigner } from "../keys.js";
+import { registerPolicyStore } from "./policy-store.js";
 
 /** Exit status of `policy test` when a case's outcome differs from what it expects. */
 const EXIT_MISMATCH = 1;
@@ -37,6 +40,11 @@ function asCliError(error: unknown): never {
     throw new CliError((error as PolicyError).message, EXIT_BAD_INPUT, { cause: error });
   }
   throw error;
+}
+
+/** Reads and compiles a policy file (bounded); a file that does not load is a CliError (exit 2). */
+export async function loadPolicyFile(file: string, io: Io): Promise<CompiledPolicy> {
+  return load(file, io);
 }
 
 async function load(file: string, io: Io): Promise<CompiledPolicy> {
@@ -121,4 +129,25 @@ export function registerPolicy(program: Command, io: Io, setExit: (code: number)
     .action(async (file: string, cases: string) => {
       setExit(await runPolicyTest(file, cases, io));
     });
+  registerPolicyStore(policy, io, setExit);
+  addKeyOptions(
+    policy
+      .command("sign")
+      .description(
+        "sign a policy file with an operator key: writes FILE.sig (hex Ed25519 of the file's bytes) for `leash serve --policy-pubkey`",
+      )
+      .argument("<file>", "the policy file (it must load)"),
+  ).action(async (file: string, options: KeyOptions) => {
+    setExit(await runPolicySign(file, options, io));
+  });
+}
+
+/** Signs the file's exact bytes (after checking it loads), next to it as FILE.sig. */
+export async function runPolicySign(file: string, options: KeyOptions, io: Io): Promise<number> {
+  const policy = await load(file, io);
+  const { signer } = resolveSigner(options, io, { ephemeral: false });
+  const signature = Buffer.from(signer.sign(readFileSync(file))).toString("hex");
+  writeFileSync(`${file}.sig`, `${signature}\n`);
+  io.stdout(`${file}.sig: policy ${policy.name} sha256 ${policy.hash}, signed by key ${signer.keyId}\n`);
+  return 0;
 }

@@ -1,21 +1,26 @@
 // `leash serve`: runs the sidecar daemon (@leash/daemon) on a Unix socket (and gRPC) until SIGTERM or SIGINT.
 // The daemon is @leash/daemon's; this reads flags, the config file and the signing key, and prints where it listens.
 import { readFileSync } from "node:fs";
+import { loadPublicKey } from "@leash/chain";
 import {
   ConsoleConfigError,
   type ConsoleOptions,
   checkGrpcOptions,
   DaemonConfigError,
+  DEFAULT_ORGANIZATION_QUOTAS,
+  DEFAULT_SOCKET_LIMITS,
   defaultSocketPath,
   GrpcConfigError,
   type GrpcOptions,
   isLoopback,
   loadConsoleTokens,
   loadDaemonConfig,
+  PolicyFileError,
   parseHostPort,
   SocketInUseError,
   startDaemon,
 } from "@leash/daemon";
+import { PolicyError } from "@leash/policy";
 import { defaultStateDir, stateCheckpointStore } from "@leash/recovery";
 import type { Command } from "commander";
 import { engineFailure } from "../context.js";
@@ -25,6 +30,10 @@ import { parseStoreUrl, resolveStoreUrl } from "../store.js";
 
 export interface ServeOptions extends KeyOptions {
   readonly store?: string;
+  /** An operator's policy file (overrides the config's `policy:`). */
+  readonly policy?: string;
+  /** The operator's public key file: the policy must be signed with it (`FILE.sig`). */
+  readonly policyPubkey?: string;
   readonly config?: string;
   readonly socket?: string;
   readonly http?: string;
@@ -170,6 +179,20 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
   const socketPath = options.socket ?? defaultSocketPath(io.env);
+  let policyPublicKey: string | undefined;
+  if (options.policyPubkey !== undefined) {
+    if (options.policy === undefined && config.policyFile === undefined) {
+      throw new CliError(
+        "--policy-pubkey needs a policy (--policy FILE or `policy:` in the config)",
+        EXIT_BAD_INPUT,
+      );
+    }
+    try {
+      policyPublicKey = loadPublicKey(options.policyPubkey).publicKeyHex;
+    } catch (err) {
+      throw new CliError(`--policy-pubkey: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
+    }
+  }
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
     daemon = await startDaemon({
@@ -183,11 +206,15 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       ...(grpc === undefined ? {} : { grpc }),
       ...(consoleOptions === undefined ? {} : { console: consoleOptions }),
       ...(hitlTimeoutS === undefined ? {} : { hitlTimeoutS }),
+      ...(options.policy === undefined ? {} : { policyFile: options.policy }),
+      ...(policyPublicKey === undefined ? {} : { policyPublicKey }),
     });
   } catch (err) {
     if (
       err instanceof SocketInUseError ||
       err instanceof DaemonConfigError ||
+      err instanceof PolicyError ||
+      err instanceof PolicyFileError ||
       err instanceof GrpcConfigError ||
       ConsoleConfigError.isInstance(err)
     ) {
@@ -203,6 +230,22 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   );
   await daemon.closed;
   return 0;
+}
+
+/** The `limits:` block with its defaults, from the daemon's own numbers. */
+function limitsHelp(): string {
+  const l = DEFAULT_SOCKET_LIMITS;
+  const q = DEFAULT_ORGANIZATION_QUOTAS;
+  return `Limits (the config's \`limits:\` block; defaults shown): max_connections ${l.maxConnections} (at the
+cap a new connection replaces the oldest never authenticated), auth_timeout_s ${l.authTimeoutMs / 1000},
+idle_timeout_s ${l.idleTimeoutMs / 1000}, frame_timeout_s ${l.frameTimeoutMs / 1000} (a frame must arrive whole that long after its
+first byte), max_buffered_bytes ${l.maxBufferedBytes} (partial frames across connections),
+write_pause_bytes ${l.writePauseBytes} and write_close_bytes ${l.writeCloseBytes} (answers queued unread on one
+connection: stop reading it, close it), max_queued_bytes ${l.maxQueuedBytes} (unread answers across
+connections), max_in_flight ${l.maxInFlight} and max_long_polls ${l.maxLongPolls} per connection; per_organization:
+{ in_flight: ${q.inFlight}, tails: ${q.tails}, replay_ids: ${q.replayIds}, rate_per_s: ${q.ratePerS}, burst: ${q.burst} }.
+Each refusal is counted in leash_daemon_limit_refusals_total{limit} (/metrics). Run it with
+NODE_OPTIONS=--max-semi-space-size=2 to keep garbage out of its RSS under load.`;
 }
 
 export function registerServe(program: Command, io: Io, setExit: (code: number) => void): void {
@@ -237,6 +280,14 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "require client certificates from this CA (PEM): mTLS, the certificate names the organization",
       )
       .option("--console <host:port>", "also serve the HITL web console (HTTP + WebSocket /v1/control)")
+      .option(
+        "--policy <file>",
+        "an operator's policy (YAML/JSON, see `leash policy check`): rules judged after SP/1.0's decide; reloaded on SIGHUP or change",
+      )
+      .option(
+        "--policy-pubkey <file>",
+        "require the policy file to be signed with this operator key (FILE.sig, made by `leash policy sign`)",
+      )
       .option(
         "--console-tokens <file>",
         "the console's operators: JSON {tokens: [{sha256, operator, readonly, organizations}]} (make one with `leash console token add`)",
@@ -288,6 +339,7 @@ in with their token (the chain records the token's operator, never a typed name)
 sees the queue but cannot answer; a token sees and answers only the organizations it names. The
 console speaks plain HTTP: on a non-loopback address serve refuses to start unless --console-insecure
 (put a TLS reverse proxy in front).
+${limitsHelp()}
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
 flags, config, key or socket path.`,

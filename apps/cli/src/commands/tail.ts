@@ -1,6 +1,7 @@
 // `leash tail`: the store's (or, with --daemon, a daemon's) decisions one line each (time, session, tool,
 // verdict, reason), and with --follow each new one as it is committed. It verifies nothing (`leash verify` does).
 
+import type { ChainEventData } from "@leash/chain";
 import type { TailEntry } from "@leash/client";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import type { Command } from "commander";
@@ -43,9 +44,10 @@ export interface TailLine {
 /** The decision an entry records, or null for any other kind (and for a body that does not parse). */
 export function decisionOf(entry: ChainEntryRecord): TailLine | null {
   if (entry.kind !== "decision") return null;
-  let data: Record<string, unknown>;
+  // Typed as the schema's decision, but read defensively: tail shows entries nobody has verified yet.
+  let data: Partial<ChainEventData<"decision">>;
   try {
-    data = (JSON.parse(entry.body) as { data: Record<string, unknown> }).data;
+    data = (JSON.parse(entry.body) as { data: Partial<ChainEventData<"decision">> }).data;
   } catch {
     return null;
   }

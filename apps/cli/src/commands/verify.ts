@@ -14,6 +14,7 @@ import {
 import { type Command, Option } from "commander";
 import { jsonlEntries, progressBar, storeCount, storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, type StoreOptions } from "../context.js";
+import { checkedEvents, type FoundViolation, violationFirst, violationLine } from "../event-check.js";
 import { CliError, EXIT_BAD_INPUT, EXIT_REFUSED, firstLine, type Io, parseJson, readSource } from "../io.js";
 import { collect, keyFailure, loadPublicKeys } from "../keys.js";
 import { openExistingStore, storeFailure } from "../store.js";
@@ -196,9 +197,10 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
     const bar = progressBar(io, "leash verify:", total);
     let result: VerifyChainResult;
+    const found: { first: FoundViolation | null } = { first: null };
     const stored = new StoredParamsCheck();
     try {
-      result = await verifyChain(stored.watch(entries), {
+      result = await verifyChain(checkedEvents(stored.watch(entries), found), {
         publicKeys,
         verifier: options.verifier,
         onProgress: (n) => bar.update(n),
@@ -208,6 +210,11 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
       throw keyFailure(err, "verify");
     } finally {
       bar.done();
+    }
+    const violation = violationFirst(result, found.first);
+    if (violation !== null) {
+      io.stdout(violationLine(violation));
+      return EXIT_REFUSED;
     }
     const params = substrate === undefined ? undefined : storedParams(substrate);
     // Params stored by digest are part of what the entries sign: missing or altered, the chain fails.
@@ -286,7 +293,10 @@ both heads. The store is only read: nothing is created or migrated.
 Output: one line on stdout,
   OK: <n> entries verified, head <hash>
   FAILED at entry <index> (seq <seq>): <kind>: <message>
-with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key.
+with <kind> one of edited, removed, reordered, inserted, truncated, bad_signature, unknown_key,
+or schema: an entry whose data its kind's JSON Schema refuses (docs/chain-format.md), or a kind
+no schema describes,
+  FAILED at entry <index> (seq <seq>): schema: <entry kind> v<version> <JSON pointer> <message>
 With --replay, once the signatures verify, a second line:
   REPLAY OK: <n> entries replayed, <d> decisions, every verdict re-derived
   REPLAY FAILED at entry <index> (seq <seq>, session <id>): <kind> <field>: expected <json>, recorded <json>

@@ -32,13 +32,17 @@ export interface EntryBody {
   prev_hash: string;
   /** Id of the key that signed this entry (see keyId). */
   key_id: string;
-  /** Kind-specific fields; open on purpose, so a new field needs no format change. */
+  /**
+   * Kind-specific fields. The envelope leaves them open (a new field needs no new body version);
+   * each kind's fields are versioned by its own JSON Schema (../events/schemas.ts).
+   */
   data: Record<string, Json>;
 }
 
 /**
- * `data` of a "decision" entry, as the engine writes it (SP/1.0 §7.1 AuditEntry fields 3–13).
- * Money is exact decimal strings, never binary floats; other fields may be added.
+ * `data` of a "decision" entry, as the engine writes it (SP/1.0 §7.1 AuditEntry fields 3–13), open:
+ * the SP/1.0 fields every version has. Each version's exact fields are DecisionEvent and its JSON
+ * Schema (../events/, docs/chain-format.md). Money is exact decimal strings, never binary floats.
  */
 export interface DecisionData {
   session_id: string;

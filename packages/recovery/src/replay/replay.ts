@@ -38,6 +38,7 @@ import {
   boundRequestId,
   budgetEnabled,
   consumedTransitionOf,
+  countedAfter,
   countsOnly,
   denyListed,
   type EngineDecision,
@@ -45,6 +46,7 @@ import {
   HITL_TIMEOUT,
   hasTransition,
   hitlExpiresNs,
+  judgeByPolicy,
   maxParamsBytes,
   nodeSha256Hex,
   nodeSha256HexOfBytes,
@@ -52,6 +54,8 @@ import {
   oversizedBytes,
   PARAMS_HASH_MISMATCH,
   PARAMS_TOO_LARGE,
+  POLICY_PUBLISHED,
+  type PolicyRecord,
   pausedOf,
   releasesApproval,
   resolveEstimate,
@@ -59,6 +63,7 @@ import {
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
+import { type CompiledPolicy, EMPTY_STATE, loadPolicy, type PolicyState } from "@leash/policy";
 import { ReplayLedger } from "./budget-ledger.js";
 
 /** The state a chain implies, as the snapshot tables should hold it. */
@@ -250,6 +255,9 @@ export class ChainReplayer {
   provedFrom = 0;
   verdictsChecked = 0;
   readonly unknownKinds = new Set<string>();
+  /** Policy versions the chain published, by hash, and each organization's limit counters. */
+  readonly policies = new Map<string, CompiledPolicy>();
+  readonly policyCounters = new Map<string, PolicyState>();
   /** The params the entry being folded carries beside it (read from an export), if any. */
   #attached: ChainEntryRecord["params"];
   readonly #kept = new Map<string, string>();
@@ -347,6 +355,8 @@ export class ChainReplayer {
         return this.#expired(data, nowNs);
       case "settled_by_expiry":
         return this.#settledByExpiry(data, nowNs);
+      case POLICY_PUBLISHED:
+        return this.#published(data);
       case "key_rotation":
       case "snapshot_repaired":
       case "rollback_accepted":
@@ -357,6 +367,38 @@ export class ChainReplayer {
         this.unknownKinds.add(kind);
         return;
     }
+  }
+
+  /** A published version must load from its own canonical text to the hash it names. */
+  #published(data: Data): void {
+    let policy: CompiledPolicy;
+    try {
+      policy = loadPolicy(String(data.canonical));
+    } catch (error) {
+      throw new Mismatch(
+        "canonical",
+        "a policy that loads",
+        null,
+        `policy_published: ${(error as Error).message}`,
+      );
+    }
+    expectEqual("policy_hash", policy.hash, data.policy_hash);
+    this.policies.set(policy.hash, policy);
+  }
+
+  /** The policy version a decision entry names; it must have been published before it. */
+  #policyOf(data: Data): CompiledPolicy | undefined {
+    if (data.policy_hash === undefined) return undefined;
+    const policy = typeof data.policy_hash === "string" ? this.policies.get(data.policy_hash) : undefined;
+    if (policy === undefined) {
+      throw new Mismatch(
+        "policy_hash",
+        "a published policy",
+        data.policy_hash,
+        "the policy was never published",
+      );
+    }
+    return policy;
   }
 
   #put(session: SessionRecord): void {
@@ -435,8 +477,11 @@ export class ChainReplayer {
     let params: unknown = {};
     let paramsHash = data.params_hash as string | null;
     const text = data.params_json;
+    // The params' canonical text, inline or stored by digest: what the policy layer's conditions read.
+    let canonicalText: string | null = null;
     if (provable) {
       if (typeof text === "string") {
+        canonicalText = text;
         paramsHash = sha256Hex(text);
         expectEqual("params_hash", paramsHash, data.params_hash);
         params = readParams(text);
@@ -453,6 +498,7 @@ export class ChainReplayer {
         }
         expectEqual("params_hash", sha256Hex(stored), paramsHash);
         params = readParams(stored);
+        canonicalText = stored;
       } else if (typeof data.params_bytes === "number") {
         // Params over the cap were recorded by digest and size alone: the cap decides, not decide().
         params = NON_CANONICAL;
@@ -550,6 +596,30 @@ export class ChainReplayer {
         expectEqual("params_bytes", tooLarge !== null && tooLarge > cap ? tooLarge : null, recorded);
       }
     }
+    // The policy layer, with the version the entry names and the counters folded so far.
+    const policy = this.#policyOf(data);
+    const counters = this.policyCounters.get(session.organization_id) ?? EMPTY_STATE;
+    let policyRecord = (data.policy ?? null) as PolicyRecord | null;
+    if (policy !== undefined && provable) {
+      const judged = judgeByPolicy({
+        policy,
+        decision,
+        malformed,
+        session,
+        toolName,
+        paramsText: canonicalText,
+        estimate: call.estimated_cost_usd,
+        budget:
+          remainingBefore === null
+            ? null
+            : { limit_usd: Number(config.budget_usd), remaining_usd: remainingBefore.toNumber() },
+        nowNs,
+        counters,
+      });
+      expectEqual("policy", judged.record, policyRecord);
+      policyRecord = judged.record;
+      decision = judged.decision;
+    }
 
     let reservationId: string | null = null;
     let remainingAfter = remainingBefore;
@@ -582,6 +652,12 @@ export class ChainReplayer {
     }
     expectEqual("verdict", decision.verdict, data.verdict);
     expectEqual("reason", decision.reason, data.reason);
+    if (policy !== undefined) {
+      this.policyCounters.set(
+        session.organization_id,
+        countedAfter(counters, policyRecord, decision.verdict, nowNs),
+      );
+    }
     expectEqual("reservation_id", reservationId, data.reservation_id);
     expectEqual("budget_before_usd", remainingBefore?.toFixed() ?? null, data.budget_before_usd);
     const remaining = remainingAfter === null ? null : remainingAfter.toFixed();

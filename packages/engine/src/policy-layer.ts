@@ -1,0 +1,130 @@
+// The policy layer: an operator's policy (@leash/policy) judges a call SP/1.0's decide and the engine's own
+// guards allowed, before its budget hold. Pure and shared with the replay, so both derive one verdict.
+import {
+  applyCounterUpdates,
+  type CompiledPolicy,
+  type CounterUpdate,
+  evaluatePolicy,
+  type MonitorRecord,
+  type PolicyInput,
+  type PolicyState,
+} from "@leash/policy";
+import { type EngineDecision, releasesApproval } from "./hitl-binding.js";
+
+/** What a decision entry records of the policy layer (`data.policy`), when the policy ran. */
+export interface PolicyRecord {
+  readonly hash: string;
+  readonly verdict: "ALLOW" | "DENY" | "HITL";
+  /** The rule that decided; null when the default (or the scope) did. */
+  readonly rule: string | null;
+  readonly reason: string;
+  /** Rules in monitor mode that would have decided otherwise (`would: "DENY rule:x"`). */
+  readonly monitor: readonly MonitorRecord[];
+  /** What the call adds to the limit counters; applied when the entry's verdict is ALLOW. */
+  readonly counter_updates: readonly CounterUpdate[];
+  /** Set when a human's approval released the call and the policy asked for one: the approval stands. */
+  readonly approved?: true;
+}
+
+/** The inputs of one call, as both the engine and the replay have them at the policy's step. */
+export interface PolicyLayerInput {
+  readonly policy: CompiledPolicy;
+  /** The verdict so far (decide() and the engine's own guards). */
+  readonly decision: EngineDecision;
+  readonly malformed: boolean;
+  readonly session: {
+    readonly session_id: string;
+    readonly agent_id: string;
+    readonly organization_id: string;
+    readonly call_count: number;
+  };
+  readonly toolName: string;
+  /** The params' canonical text (what the entry records): conditions see it parsed, numbers as doubles. */
+  readonly paramsText: string | null;
+  /** The estimate the call carries (decide()'s number, or the call's own text without a budget). */
+  readonly estimate: unknown;
+  /** The budget as decide() saw it; null without one. */
+  readonly budget: { readonly limit_usd: number; readonly remaining_usd: number } | null;
+  readonly nowNs: number;
+  /** The organization's counters before this call. */
+  readonly counters: PolicyState;
+}
+
+export interface PolicyLayerResult {
+  readonly decision: EngineDecision;
+  /** Null when the policy did not run (the call was not allowed before it). */
+  readonly record: PolicyRecord | null;
+}
+
+/** True for a reason the policy layer gives (policy_violation:rule:x, policy_hitl:…, policy_error:…, default deny). */
+export function isPolicyReason(reason: string): boolean {
+  return (
+    reason.startsWith("policy_violation:rule:") ||
+    reason.startsWith("policy_hitl:rule:") ||
+    reason.startsWith("policy_error:rule:") ||
+    reason === "policy_violation:default_deny"
+  );
+}
+
+function estimateOf(value: unknown): number | undefined {
+  const n = typeof value === "string" && value.trim() !== "" ? Number(value) : value;
+  return typeof n === "number" && Number.isFinite(n) && n >= 0 ? n : undefined;
+}
+
+/** The call as the policy sees it: every field derives from what the decision entry records. */
+export function policyInputOf(p: PolicyLayerInput): PolicyInput {
+  const estimate = estimateOf(p.estimate);
+  return {
+    tool: p.toolName,
+    args: p.paramsText === null ? {} : JSON.parse(p.paramsText),
+    agent: p.session.agent_id,
+    org: p.session.organization_id,
+    session: { id: p.session.session_id, calls: p.session.call_count },
+    ...(p.budget === null
+      ? {}
+      : {
+          budget: {
+            limit_usd: p.budget.limit_usd,
+            remaining_usd: p.budget.remaining_usd,
+            spent_usd: p.budget.limit_usd - p.budget.remaining_usd,
+          },
+        }),
+    ...(estimate === undefined ? {} : { estimate_usd: estimate }),
+    time: { unix_s: Math.floor(p.nowNs / 1e9) },
+  };
+}
+
+/**
+ * The verdict after the policy: it runs only on an ALLOW (a DENY or HITL before it stands; a policy can
+ * only tighten). Its DENY and HITL carry the rule's reason; a call a human's approval released is not
+ * asked again (the approval answers the policy's HITL too), though a DENY rule still refuses it.
+ */
+export function judgeByPolicy(p: PolicyLayerInput): PolicyLayerResult {
+  if (p.malformed || p.decision.verdict !== "ALLOW") return { decision: p.decision, record: null };
+  const outcome = evaluatePolicy(p.policy, policyInputOf(p), p.counters);
+  const approved = outcome.verdict === "HITL" && releasesApproval(p.decision);
+  const record: PolicyRecord = {
+    hash: outcome.policy_hash,
+    verdict: outcome.verdict,
+    rule: outcome.rule ?? null,
+    reason: outcome.reason,
+    monitor: outcome.monitor,
+    counter_updates: outcome.counterUpdates,
+    ...(approved ? { approved: true as const } : {}),
+  };
+  if (outcome.verdict === "ALLOW" || approved) return { decision: p.decision, record };
+  return { decision: { verdict: outcome.verdict, reason: outcome.reason } as EngineDecision, record };
+}
+
+/** The counters after an entry: a policy's updates count only when the call was allowed in the end. */
+export function countedAfter(
+  counters: PolicyState,
+  record: PolicyRecord | null | undefined,
+  verdict: string,
+  nowNs: number,
+): PolicyState {
+  if (record === null || record === undefined || verdict !== "ALLOW" || record.counter_updates.length === 0) {
+    return counters;
+  }
+  return applyCounterUpdates(counters, record.counter_updates, Math.floor(nowNs / 1e9));
+}
