@@ -6,6 +6,7 @@ import { createEngine } from "@leash/engine";
 import { manualClock, openStore } from "@leash/test-stores";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { leash, scratchDir } from "./helpers.js";
+import { STORE_KINDS, type TestStore, testStore } from "./stores.js";
 
 const scratch = scratchDir();
 afterAll(() => scratch.cleanup());
@@ -147,5 +148,98 @@ describe("leash verify against the chain event schemas", () => {
     const r = await verify(older);
     expect(r.stdout).toMatch(/^OK: 5 entries verified/);
     expect(r.code).toBe(0);
+  });
+});
+
+/** A rule of each kind the engine records in a decision's `policy`: deny, hitl, a rate limit, a monitor. */
+const POLICY = scratch.write(
+  "verify-ops.yaml",
+  `version: 1
+name: ops
+rules:
+  - name: no-drop
+    match: { tool: db.drop }
+    action: deny
+    message: Dropping tables is not allowed.
+  - name: big-payments
+    match: { tool: payments.send }
+    when: "has(args.amount_usd) && args.amount_usd > 500"
+    action: hitl
+  - name: search-rate
+    match: { tool: search }
+    action: { rate: { limit: 2, window_s: 60, per: agent } }
+  - name: shadow-delete
+    match: { tool: fs.delete }
+    action: deny
+    message: would refuse deletes
+    mode: monitor
+`,
+);
+
+describe.each(STORE_KINDS)("leash verify on a chain written with a policy, on %s", (kind) => {
+  let store: TestStore;
+  beforeAll(async () => {
+    store = await testStore(kind);
+  });
+  afterAll(() => store.cleanup());
+  const L = (argv: string[]) =>
+    leash([...argv, "--store", store.url], "", { LEASH_SIGNING_KEY: KEY.privateKeyPem });
+
+  it("verifies (and replays) every policy_published and decision entry; a retyped policy field fails", async () => {
+    expect((await L(["session", "create", "--agent", "bot", "--session", "p1"])).code).toBe(0);
+    const evaluate = async (tool: string, params: string, nonce: string) => {
+      const r = await L([
+        "evaluate",
+        "--session",
+        "p1",
+        "--tool",
+        tool,
+        "--params",
+        params,
+        "--nonce",
+        nonce,
+        "--policy",
+        POLICY,
+      ]);
+      expect(r.stdout, r.stderr).not.toBe("");
+      return { code: r.code, out: JSON.parse(r.stdout) as { reason: string; hitl_request_id?: string } };
+    };
+    expect((await evaluate("db.drop", '{"t":1}', "1")).out.reason).toBe("policy_violation:rule:no-drop");
+    const paused = await evaluate("payments.send", '{"amount_usd":900}', "2");
+    expect([paused.code, paused.out.reason]).toEqual([4, "policy_hitl:rule:big-payments"]);
+    const approved = await L(["hitl", "approve", paused.out.hitl_request_id!, "--operator", "alice"]);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect((await evaluate("payments.send", '{"amount_usd":900}', "2")).code).toBe(0);
+    const searches = [];
+    for (const n of ["3", "4", "5"]) searches.push((await evaluate("search", `{"q":${n}}`, n)).code);
+    expect(searches).toEqual([0, 0, 3]);
+    expect((await evaluate("fs.delete", '{"p":"/x"}', "6")).code).toBe(0);
+
+    const verified = await L(["verify", "--pubkey", KEY.publicKeyHex]);
+    expect(verified.code, verified.stdout + verified.stderr).toBe(0);
+    const replayed = await L(["verify", "--replay", "--pubkey", KEY.publicKeyHex]);
+    expect(replayed.code, replayed.stdout + replayed.stderr).toBe(0);
+    expect(replayed.stdout).toContain("REPLAY OK");
+
+    const exported = await L(["export", "--format", "jsonl"]);
+    const written = exported.stdout
+      .trim()
+      .split("\n")
+      .map((line) => (JSON.parse(line) as { body: Body }).body);
+    expect(new Set(written.map((b) => b.kind))).toContain("policy_published");
+    const judged = written.findIndex(
+      (b) => (b.data.policy as { monitor?: unknown[] } | null)?.monitor?.length,
+    );
+    expect(judged).toBeGreaterThan(0);
+    const retyped = await verify(
+      resigned(written, judged, (b) => {
+        (b.data.policy as { monitor: { would: unknown }[] }).monitor[0]!.would = 1;
+        return b;
+      }),
+    );
+    expect(retyped.stdout).toBe(
+      `FAILED at entry ${judged} (seq ${judged}): schema: decision v3 /data/policy/monitor/0/would must be string\n`,
+    );
+    expect(retyped.code).toBe(1);
   });
 });

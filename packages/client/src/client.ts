@@ -4,7 +4,6 @@ import { createHash, getRandomValues } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@leash/core";
 import {
-  digestToHex,
   errorCodeName,
   GetSessionStateRequestSchema,
   HeartbeatSchema,
@@ -14,9 +13,6 @@ import {
   type Payload,
   PostExecNotificationSchema,
   PreExecRequestSchema,
-  paramsDigest,
-  paramsFromJson,
-  paramsToJson,
   RegisterRequestSchema,
   type SessionState,
   verdictFromWire,
@@ -25,6 +21,7 @@ import { Connection } from "./connection.js";
 import { LeashError, type LeashErrorCode } from "./errors.js";
 import { GrpcConnection } from "./grpc-connection.js";
 import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
+import { paramsOnWire } from "./params-on-wire.js";
 import { receiptProblem } from "./receipt-check.js";
 import { SettlementOutbox } from "./settlement-outbox.js";
 import { tailOn } from "./tail.js";
@@ -50,7 +47,6 @@ export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_RECONNECT = { initialDelayMs: 50, maxDelayMs: 5000 } as const;
 
 /** Sent when params have no JSON form: the daemon answers DENY policy_violation:malformed_input, as the engine would. */
-const UNSERIALIZABLE_PARAMS = "<params without a JSON form>";
 
 export interface Client {
   register(request?: ClientRegisterRequest): Promise<RegisterResult>;
@@ -252,7 +248,7 @@ export function createClient(options: ClientOptions): Client {
         if (typeof call.tool_name !== "string" || call.tool_name === "") {
           return deny("fail_closed:bad_request", "tool_name must be a non-empty string");
         }
-        const { json, hash } = paramsOnWire(call.params);
+        const { json, hash, digest } = paramsOnWire(call.params);
         let estimate: { double: number; decimal: string };
         let nonce: bigint;
         try {
@@ -269,7 +265,7 @@ export function createClient(options: ClientOptions): Client {
               callNumber: BigInt((lastCall.get(sessionId) ?? 0) + 1),
               toolName: call.tool_name,
               toolParamsJson: json,
-              ...(hash === null ? {} : { toolParamsHash: hexToBytes(hash) }),
+              ...(digest === null ? {} : { toolParamsHash: digest }),
               estimatedCostUsd: estimate.double,
               estimatedCostUsdDecimal: estimate.decimal,
               nonce,
@@ -470,23 +466,6 @@ function answerOf(outcome: RequestOutcome): Payload {
   throw new LeashError(FAILURE_CODES[outcome.failure] ?? "bad_response", outcome.message);
 }
 
-/** tool_params_json (the agent's text when it gave text) and the hex digest the daemon will compute. */
-function paramsOnWire(params: PreExecCall["params"]): { json: string; hash: string | null } {
-  if (typeof params === "string") {
-    try {
-      return { json: params, hash: digestToHex(paramsDigest(paramsFromJson(params))) };
-    } catch {
-      return { json: params, hash: null }; // the daemon sees the text and answers malformed_input
-    }
-  }
-  const value = params ?? {};
-  try {
-    return { json: paramsToJson(value), hash: digestToHex(paramsDigest(value)) };
-  } catch {
-    return { json: UNSERIALIZABLE_PARAMS, hash: null };
-  }
-}
-
 const MAX_UINT64 = 2n ** 64n - 1n;
 
 /**
@@ -568,10 +547,6 @@ function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0)
     throw new LeashError("invalid_argument", `createClient: ${name} must be > 0`);
   return value;
-}
-
-function hexToBytes(hex: string): Uint8Array {
-  return new Uint8Array(Buffer.from(hex, "hex"));
 }
 
 function messageOf(error: unknown): string {

@@ -6,7 +6,6 @@ import {
   decodeEnvelope,
   type Envelope,
   ErrorCode,
-  encodeFrame,
   errorCodeName,
   FrameDecoder,
   newMessageId,
@@ -14,7 +13,7 @@ import {
   type Payload,
   PendingRequests,
   ReplayWindow,
-  sealEnvelope,
+  sealFrame,
   WireError,
 } from "@leash/wire";
 import type { RequestOutcome, SettleOutcome, Transport } from "./transport.js";
@@ -82,10 +81,10 @@ export class Connection implements Transport {
     const socket = ready.socket;
     const remaining = Math.max(1, timeoutMs - (Date.now() - started));
     const messageId = newMessageId();
-    const body = this.#seal(payload, messageId);
+    const frame = this.#seal(payload, messageId);
     const answer = this.#pending.wait(messageId, { timeoutMs: remaining });
     socket.ref(); // a request in flight keeps the process alive; an idle client does not
-    socket.write(encodeFrame(body));
+    socket.write(frame);
     try {
       return { ok: true, answer: (await answer).payload };
     } catch (error) {
@@ -141,7 +140,7 @@ export class Connection implements Transport {
   }
 
   #seal(payload: Payload, messageId: string): Uint8Array {
-    return sealEnvelope(payload, {
+    return sealFrame(payload, {
       key: this.#options.key,
       keyId: this.#options.keyId,
       sender: "agent",

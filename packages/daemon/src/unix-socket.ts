@@ -18,6 +18,7 @@ import {
   type Payload,
   PROTOCOL_VERSION,
   sealEnvelope,
+  sealFrame,
   WireError,
 } from "@leash/wire";
 import type { Logger } from "pino";
@@ -201,8 +202,7 @@ export async function listenUnix(options: UnixTransportOptions): Promise<UnixTra
     const send = (payload: Payload, key: Uint8Array, keyId: string, correlationId: string) => {
       if (socket.destroyed || !socket.writable) return;
       countError(payload);
-      const body = sealEnvelope(payload, { key, keyId, sender: "daemon", clock, correlationId });
-      socket.write(encodeFrame(body));
+      socket.write(sealFrame(payload, { key, keyId, sender: "daemon", clock, correlationId }));
       guard.wrote(conn);
     };
 

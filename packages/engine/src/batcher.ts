@@ -6,6 +6,13 @@
 // COMMIT to be durable (fsync), which is what keeps the processor busy through the disk's wait. When a
 // batch fails as a whole, its calls run again one by one: a call that fails alone then fails alone,
 // and the others still get their answers.
+//
+// When to cut the next batch: the first one of a turn of the event loop with nothing in flight, on a
+// microtask, so a lone call (and calls made together, Promise.all) starts at once and waits for no
+// timer. Any later one of that turn, or while a batch is in flight, on setImmediate: a daemon's calls
+// each arrive in an I/O callback of their own, and a microtask pump would cut a batch after each one
+// (one call a transaction on memory, a few on SQLite); the check phase runs after all of the turn's
+// I/O callbacks, so the calls read from every socket in that turn share a batch.
 
 import { AsyncResource } from "node:async_hooks";
 
@@ -23,6 +30,11 @@ export class Batcher<T, R> {
   #judging = false;
   #inFlight = 0;
   #scheduled = false;
+  /** A batch was cut in this turn of the event loop (cleared on setImmediate, at the turn's end). */
+  #cutThisTurn = false;
+  readonly #turnEnded = () => {
+    this.#cutThisTurn = false;
+  };
   /**
    * Pumps in the async context the batcher was made in: `judged` is called from inside a batch's
    * transaction, and the next batch's transaction must not look nested in it to a store that tracks
@@ -45,16 +57,21 @@ export class Batcher<T, R> {
     });
   }
 
-  /** On the next turn, so that calls made together (Promise.all) share a batch. */
+  /** Idle: on a microtask (no wait). Busy: after the turn's I/O callbacks, so their calls share a batch. */
   #schedule(): void {
     if (this.#scheduled) return;
     this.#scheduled = true;
-    queueMicrotask(this.#pumpOutside);
+    if (this.#inFlight === 0 && !this.#cutThisTurn) queueMicrotask(this.#pumpOutside);
+    else setImmediate(this.#pumpOutside);
   }
 
   #pump(): void {
     if (this.#judging || this.#inFlight >= IN_FLIGHT || this.#queue.length === 0) return;
     const batch = this.#queue.splice(0, this.maxBatch);
+    if (!this.#cutThisTurn) {
+      this.#cutThisTurn = true;
+      setImmediate(this.#turnEnded);
+    }
     this.#judging = true;
     this.#inFlight++;
     let released = false;

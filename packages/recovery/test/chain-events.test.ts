@@ -7,11 +7,14 @@ import {
   EVENT_SCHEMAS,
   eventVersionOf,
   generateKeyPair,
+  type PolicyJudgement,
+  type Signer,
   WRITTEN_KINDS,
 } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { canonicalHash } from "@leash/core";
 import { createEngine } from "@leash/engine";
+import { loadPolicy } from "@leash/policy";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   compareSnapshots,
@@ -30,6 +33,53 @@ afterEach(async () => {
 
 const readChain = (substrate: Substrate): Promise<ChainEntryRecord[]> =>
   substrate.transaction((tx) => tx.chain.range(0, 1_000_000));
+
+/** A rule of each kind a decision's `policy` records: deny, hitl, a rate limit, a monitor. */
+const POLICY = `
+version: 1
+name: ops
+rules:
+  - name: no-drop
+    match: { tool: db.drop }
+    action: deny
+    message: Dropping tables is not allowed.
+  - name: big-payments
+    match: { tool: payments.send }
+    when: "has(args.amount_usd) && args.amount_usd > 500"
+    action: hitl
+  - name: search-rate
+    match: { tool: search }
+    action: { rate: { limit: 2, window_s: 60, per: agent } }
+  - name: shadow-delete
+    match: { tool: fs.delete }
+    action: deny
+    message: would refuse deletes
+    mode: monitor
+`;
+
+/** An engine with a policy: its policy_published entry, and decisions with every `policy` field. */
+async function judgedByPolicy(substrate: Substrate, signer: Signer, clock: ReturnType<typeof manualClock>) {
+  const engine = createEngine({ substrate, signer, clock, policy: loadPolicy(POLICY) });
+  await engine.register({ agent_id: "bot", session_id: "p", config: { budget_usd: 5 } });
+  const call = (
+    tool_name: string,
+    params: Record<string, unknown>,
+    nonce: number,
+    estimated_cost_usd = 0.1,
+  ) => engine.evaluate({ session_id: "p", tool_name, params, nonce, estimated_cost_usd });
+  expect((await call("db.drop", { t: 1 }, 1)).reason).toBe("policy_violation:rule:no-drop");
+  const paused = await call("payments.send", { amount_usd: 900 }, 2);
+  expect(paused.reason).toBe("policy_hitl:rule:big-payments");
+  await engine.answerHitl(paused.hitl_request_id!, { decision: "approve", operatorId: "alice" });
+  expect((await call("payments.send", { amount_usd: 900 }, 2)).verdict).toBe("ALLOW");
+  const searches = [];
+  for (const n of [3, 4, 5]) searches.push((await call("search", { q: n }, n)).verdict);
+  expect(searches).toEqual(["ALLOW", "ALLOW", "DENY"]);
+  expect((await call("fs.delete", { p: "/x" }, 6)).verdict).toBe("ALLOW");
+  // Refused before the policy ran (over budget): `policy` is null.
+  expect((await call("search", { q: 7 }, 7, 100)).reason).toBe("budget_overrun");
+  await engine.close();
+}
 
 /** A chain with every kind a writer writes today, and the optional fields they can carry. */
 async function everyKind(): Promise<ChainEntryRecord[]> {
@@ -139,6 +189,7 @@ async function everyKind(): Promise<ChainEntryRecord[]> {
   const next = generateKeyPair();
   await engine.rotateKey(next.signer, "alice");
   await engine.close();
+  await judgedByPolicy(store.substrate, next.signer, clock);
 
   const replay = await replayChain(await readChain(store.substrate), {
     params: storedParams(store.substrate),
@@ -208,9 +259,34 @@ describe("the writers' entries against the chain event schemas", () => {
       "hitl_decision.comment",
       "hitl_decision.successor.nonce",
       "key_rotation.operator_id",
+      "decision.policy_hash",
+      "decision.policy.rule",
+      "decision.policy.monitor",
+      "decision.policy.counter_updates",
+      "decision.policy.approved",
     ]) {
       expect(fields).toContain(field);
     }
+    // Each shape of the policy record was written: refused before the policy (null), a rule's DENY and
+    // HITL, a human's approval standing, a monitor's would-be verdict, a rate limit's counter update.
+    const judged = entries
+      .filter((e) => e.kind === "decision")
+      .map((e) => JSON.parse(e.body).data.policy as PolicyJudgement | null | undefined)
+      .filter((p) => p !== undefined);
+    expect(judged).toContain(null);
+    const records = judged.filter((p) => p !== null);
+    expect(new Set(records.map((p) => p.verdict))).toEqual(new Set(["ALLOW", "DENY", "HITL"]));
+    expect(records.some((p) => p.approved === true)).toBe(true);
+    expect(records.some((p) => p.monitor.length > 0)).toBe(true);
+    expect(records.some((p) => p.counter_updates.length > 0)).toBe(true);
+    // Closed, and both fields or neither: an extra field in the record, or the record alone, is refused.
+    const decision = entries
+      .map((e) => JSON.parse(e.body) as { kind: string; data: Record<string, unknown> })
+      .find((b) => b.kind === "decision" && b.data.policy !== undefined && b.data.policy !== null)!.data;
+    const extra = { ...decision, policy: { ...(decision.policy as object), note: "x" } };
+    expect(checkEventData("decision", extra)).toMatchObject({ version: 3, pointer: "/data/policy/note" });
+    const { policy_hash: _, ...unnamed } = decision;
+    expect(checkEventData("decision", unnamed)).toMatchObject({ pointer: "/data/policy_hash" });
   });
 
   it("an entry with an extra, a missing or a retyped field is refused, naming the field", () => {

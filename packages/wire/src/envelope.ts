@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import type { Clock } from "@leash/core";
 import { validate as uuidValidate, version as uuidVersion, v7 as uuidv7 } from "uuid";
 import { WIRE_ERROR_CODES, WireError } from "./errors.js";
-import { decodeEnvelope } from "./framing.js";
+import { decodeEnvelope, FRAME_PREFIX_BYTES, prefixFrame } from "./framing.js";
 import {
   type Envelope,
   EnvelopeSchema,
@@ -13,7 +13,8 @@ import {
   type Error as ErrorMessage,
   ErrorSchema,
 } from "./gen/shackle/sp1/shackle_pb.js";
-import { checkEnvelopeHmac, signEnvelope } from "./hmac.js";
+import { checkEnvelopeHmac, signEnvelope, signedEnvelopeBytes } from "./hmac.js";
+import { pooledRandom } from "./random-pool.js";
 import type { ReplayWindow } from "./replay.js";
 import {
   negotiateProtocolVersion,
@@ -28,9 +29,12 @@ export type Sender = "agent" | "daemon";
 /** The payload of an Envelope: `{ case: "pre_exec", value: … }` and so on (shackle.proto oneof). */
 export type Payload = Envelope["payload"];
 
-/** A UUIDv7 message id for the instant `nowMs` (milliseconds since the epoch; default now). */
-export function newMessageId(nowMs?: number): string {
-  return nowMs === undefined ? uuidv7() : uuidv7({ msecs: nowMs });
+/**
+ * A UUIDv7 message id for the instant `nowMs` (milliseconds since the epoch; default now). Its 74
+ * random bits come from a pool (random-pool.ts), not a getRandomValues call per id.
+ */
+export function newMessageId(nowMs: number = Date.now()): string {
+  return uuidv7({ msecs: nowMs, random: pooledRandom(16) });
 }
 
 /** Whether `id` is a UUIDv7 in its canonical text form. */
@@ -59,9 +63,25 @@ export interface SealOptions {
  * server_timestamp_ns for the daemon) and the HMAC.
  */
 export function sealEnvelope(payload: Payload, options: SealOptions): Uint8Array {
+  return signEnvelope(envelopeOf(payload, options), options.key);
+}
+
+/**
+ * sealEnvelope's bytes as a whole frame (encodeFrame(sealEnvelope(…)) byte for byte), serialized once
+ * into one buffer with room for the length prefix: what a socket writes.
+ * @throws WireError `message_too_large` over `maxBytes` (default MAX_FRAME_BYTES).
+ */
+export function sealFrame(payload: Payload, options: SealOptions, maxBytes?: number): Uint8Array {
+  return prefixFrame(
+    signedEnvelopeBytes(envelopeOf(payload, options), options.key, FRAME_PREFIX_BYTES),
+    maxBytes,
+  );
+}
+
+function envelopeOf(payload: Payload, options: SealOptions): Envelope {
   const nowNs = BigInt(Math.trunc(options.clock.nowNs()));
   const messageId = options.messageId ?? newMessageId(Number(nowNs / 1_000_000n));
-  const envelope = create(EnvelopeSchema, {
+  return create(EnvelopeSchema, {
     protocolVersion: options.protocolVersion ?? PROTOCOL_VERSION,
     messageId,
     correlationId: options.correlationId ?? messageId,
@@ -70,7 +90,6 @@ export function sealEnvelope(payload: Payload, options: SealOptions): Uint8Array
     keyId: options.keyId ?? "",
     payload,
   });
-  return signEnvelope(envelope, options.key);
 }
 
 export interface OpenOptions {

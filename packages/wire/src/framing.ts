@@ -25,6 +25,23 @@ export function encodeFrame(body: Uint8Array, maxBytes: number = MAX_FRAME_BYTES
   return frame;
 }
 
+/** Room to leave before a body built in place, for prefixFrame to fill. */
+export const FRAME_PREFIX_BYTES = PREFIX_BYTES;
+
+/**
+ * Makes `frame` (FRAME_PREFIX_BYTES left free, then the body) a frame by writing the body's length in
+ * front of it, without copying the body; the same bytes as encodeFrame(body).
+ * @throws WireError `message_too_large` over `maxBytes`, `malformed_frame` for an empty body.
+ */
+export function prefixFrame(frame: Uint8Array, maxBytes: number = MAX_FRAME_BYTES): Uint8Array {
+  const length = frame.length - PREFIX_BYTES;
+  if (length <= 0) throw new WireError("malformed_frame", "a frame must not be empty");
+  if (length > maxBytes)
+    throw new WireError("message_too_large", `frame of ${length} bytes exceeds ${maxBytes}`);
+  new DataView(frame.buffer, frame.byteOffset, PREFIX_BYTES).setUint32(0, length, false);
+  return frame;
+}
+
 /**
  * A streaming decoder: feed it the socket's chunks as they come, get whole frame bodies back.
  * It holds at most one partial frame (≤ maxBytes) plus the chunk in hand. A length prefix over

@@ -3,7 +3,7 @@
 
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { WireError } from "./errors.js";
 import { type Envelope, EnvelopeSchema } from "./gen/shackle/sp1/shackle_pb.js";
 
@@ -24,6 +24,28 @@ function mac(key: Uint8Array, bytes: Uint8Array): Uint8Array {
   return createHmac("sha256", key).update(bytes).digest();
 }
 
+/** Field 6's tag (field 6, wire type LEN) and its length (32): the two bytes before the MAC. */
+const HMAC_TAG = (HMAC_FIELD << 3) | WireType.LengthDelimited;
+
+/**
+ * The envelope serialized once with `hmac` empty, then field 6 holding HMAC-SHA256(key, those bytes),
+ * in one buffer sized up front with `headroom` bytes left free before it (a frame's length prefix).
+ */
+export function signedEnvelopeBytes(envelope: Envelope, key: Uint8Array, headroom: number): Uint8Array {
+  checkKey(key);
+  const unsigned = toBinary(
+    EnvelopeSchema,
+    envelope.hmac.length === 0 ? envelope : create(EnvelopeSchema, { ...envelope, hmac: new Uint8Array(0) }),
+  );
+  const out = new Uint8Array(headroom + unsigned.length + 2 + HMAC_BYTES);
+  out.set(unsigned, headroom);
+  let at = headroom + unsigned.length;
+  out[at++] = HMAC_TAG;
+  out[at++] = HMAC_BYTES;
+  out.set(mac(key, unsigned), at);
+  return out;
+}
+
 /**
  * The envelope's bytes with its MAC appended: serializes it with `hmac` empty, computes
  * HMAC-SHA256(key, those bytes) and appends field 6. The result is a frame body (encodeFrame).
@@ -31,16 +53,7 @@ function mac(key: Uint8Array, bytes: Uint8Array): Uint8Array {
  * @throws WireError `invalid_argument` for a key shorter than MIN_KEY_BYTES.
  */
 export function signEnvelope(envelope: Envelope, key: Uint8Array): Uint8Array {
-  checkKey(key);
-  const unsigned = toBinary(EnvelopeSchema, create(EnvelopeSchema, { ...envelope, hmac: new Uint8Array(0) }));
-  const tail = new BinaryWriter()
-    .tag(HMAC_FIELD, WireType.LengthDelimited)
-    .bytes(mac(key, unsigned))
-    .finish();
-  const out = new Uint8Array(unsigned.length + tail.length);
-  out.set(unsigned, 0);
-  out.set(tail, unsigned.length);
-  return out;
+  return signedEnvelopeBytes(envelope, key, 0);
 }
 
 /**
@@ -50,6 +63,16 @@ export function signEnvelope(envelope: Envelope, key: Uint8Array): Uint8Array {
  *   `bad_hmac` for field 6 with the wrong wire type or present more than once.
  */
 export function splitHmac(bytes: Uint8Array): { unsigned: Uint8Array; hmac: Uint8Array | undefined } {
+  const { hmac, cutStart, cutEnd } = locateHmac(bytes);
+  if (hmac === undefined) return { unsigned: bytes, hmac };
+  const unsigned = new Uint8Array(bytes.length - (cutEnd - cutStart));
+  unsigned.set(bytes.subarray(0, cutStart), 0);
+  unsigned.set(bytes.subarray(cutEnd), cutStart);
+  return { unsigned, hmac };
+}
+
+/** Where the one top-level field 6 lies in `bytes` (see splitHmac for what is refused). */
+function locateHmac(bytes: Uint8Array): { hmac: Uint8Array | undefined; cutStart: number; cutEnd: number } {
   const reader = new BinaryReader(bytes);
   let hmac: Uint8Array | undefined;
   let cutStart = -1;
@@ -74,11 +97,7 @@ export function splitHmac(bytes: Uint8Array): { unsigned: Uint8Array; hmac: Uint
     if (WireError.isInstance(error)) throw error;
     throw new WireError("invalid_envelope", "envelope bytes are not protobuf", { cause: error });
   }
-  if (hmac === undefined) return { unsigned: bytes, hmac };
-  const unsigned = new Uint8Array(bytes.length - (cutEnd - cutStart));
-  unsigned.set(bytes.subarray(0, cutStart), 0);
-  unsigned.set(bytes.subarray(cutEnd), cutStart);
-  return { unsigned, hmac };
+  return { hmac, cutStart, cutEnd };
 }
 
 /**
@@ -104,8 +123,13 @@ export function verifyEnvelopeHmac(bytes: Uint8Array, key: Uint8Array): boolean 
  */
 export function checkEnvelopeHmac(bytes: Uint8Array, key: Uint8Array): void {
   checkKey(key);
-  const { unsigned, hmac } = splitHmac(bytes);
+  const { hmac, cutStart, cutEnd } = locateHmac(bytes);
   if (hmac === undefined) throw new WireError("bad_hmac", "envelope carries no hmac");
   if (hmac.length !== HMAC_BYTES) throw new WireError("bad_hmac", `hmac must be ${HMAC_BYTES} bytes`);
-  if (!timingSafeEqual(mac(key, unsigned), hmac)) throw new WireError("bad_hmac", "hmac does not match");
+  // The MAC input is the bytes either side of field 6, hashed in place rather than copied together.
+  const expected = createHmac("sha256", key)
+    .update(bytes.subarray(0, cutStart))
+    .update(bytes.subarray(cutEnd))
+    .digest();
+  if (!timingSafeEqual(expected, hmac)) throw new WireError("bad_hmac", "hmac does not match");
 }

@@ -13,6 +13,7 @@ export {
   type SealOptions,
   type Sender,
   sealEnvelope,
+  sealFrame,
 } from "./envelope.js";
 export {
   APPENDIX_B_ERROR_CODES,
@@ -22,7 +23,15 @@ export {
   WireError,
   type WireErrorCode,
 } from "./errors.js";
-export { decodeEnvelope, encodeEnvelope, encodeFrame, FrameDecoder, MAX_FRAME_BYTES } from "./framing.js";
+export {
+  decodeEnvelope,
+  encodeEnvelope,
+  encodeFrame,
+  FRAME_PREFIX_BYTES,
+  FrameDecoder,
+  MAX_FRAME_BYTES,
+  prefixFrame,
+} from "./framing.js";
 export * from "./gen/shackle/sp1/shackle_pb.js";
 export {
   GRPC_ERROR_CODE_METADATA,
@@ -38,6 +47,7 @@ export {
   HMAC_FIELD,
   MIN_KEY_BYTES,
   signEnvelope,
+  signedEnvelopeBytes,
   splitHmac,
   verifyEnvelopeHmac,
 } from "./hmac.js";

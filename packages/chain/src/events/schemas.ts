@@ -99,6 +99,40 @@ const decisionV2 = closed(
   ["input_problem", "rng", "previous_error", "expected_params_hash", "hitl_request_id", "hold_ttl_ns"],
 );
 
+const policyVerdict = { enum: ["ALLOW", "DENY", "HITL"] } as const;
+
+/** What a decision records of the operator's policy layer (@leash/engine's PolicyRecord). */
+const policyRecord = {
+  type: "object",
+  properties: {
+    hash,
+    verdict: policyVerdict,
+    rule: nullableString,
+    reason: nonEmpty,
+    monitor: {
+      type: "array",
+      items: {
+        type: "object",
+        properties: { rule: nonEmpty, would: nonEmpty, reason: nonEmpty },
+        required: ["rule", "would", "reason"],
+        additionalProperties: false,
+      },
+    },
+    counter_updates: {
+      type: "array",
+      items: {
+        type: "object",
+        properties: { key: nonEmpty, start: { type: "integer" }, end: { type: "integer" }, add: count },
+        required: ["key", "start", "end", "add"],
+        additionalProperties: false,
+      },
+    },
+    approved: { const: true },
+  },
+  required: ["hash", "verdict", "rule", "reason", "monitor", "counter_updates"],
+  additionalProperties: false,
+} as const;
+
 /**
  * Replay inputs version 3: exactly one of `params_json` (inline), `params_bytes` (over the guard's
  * cap: size alone) and `params_blob` (stored by digest beside the entry).
@@ -112,6 +146,10 @@ const decisionV3Closed = closed(
     replay_inputs: { const: 3 },
     params_bytes: { type: "integer", minimum: 0 },
     params_blob: { const: true },
+    // Written by an engine with a policy, both or neither: the version in force and what it judged
+    // (null when the call was refused before the policy ran).
+    policy_hash: hash,
+    policy: { anyOf: [policyRecord, { type: "null" }] },
   },
   [
     "input_problem",
@@ -123,6 +161,8 @@ const decisionV3Closed = closed(
     "params_json",
     "params_bytes",
     "params_blob",
+    "policy_hash",
+    "policy",
   ],
 );
 const decisionV3: EventSchemaVersion = {
@@ -130,6 +170,11 @@ const decisionV3: EventSchemaVersion = {
   schema: {
     ...decisionV3Closed.schema,
     oneOf: [{ required: ["params_json"] }, { required: ["params_bytes"] }, { required: ["params_blob"] }],
+    // `policy_hash` and `policy` together or not at all.
+    anyOf: [
+      { required: ["policy_hash", "policy"] },
+      { not: { anyOf: [{ required: ["policy_hash"] }, { required: ["policy"] }] } },
+    ],
   },
 };
 
@@ -337,6 +382,13 @@ const rollbackAcceptedV1 = closed(
   },
 );
 
+const policyPublishedV1 = closed("policy_published", 1, "A policy version put in force", {
+  policy_hash: hash,
+  name: nonEmpty,
+  // The policy document with its defaults filled in, as canonical JSON; policy_hash is its SHA-256.
+  canonical: nonEmpty,
+});
+
 /** Every kind the engine and recovery write or have written, newest version first. */
 export const EVENT_SCHEMAS = {
   decision: [decisionV3, decisionV2, decisionV1],
@@ -357,6 +409,7 @@ export const EVENT_SCHEMAS = {
   key_rotation: [keyRotationV1],
   snapshot_repaired: [snapshotRepairedV1],
   rollback_accepted: [rollbackAcceptedV1],
+  policy_published: [policyPublishedV1],
 } as const satisfies Record<string, readonly EventSchemaVersion[]>;
 
 export type ChainEventKind = keyof typeof EVENT_SCHEMAS;

@@ -35,12 +35,32 @@ export interface DecisionEvent {
   hold_ttl_ns?: number;
 }
 
+/** What a decision records of the operator's policy layer, when the policy ran. */
+export interface PolicyJudgement {
+  /** The policy version that judged (the decision's `policy_hash`). */
+  hash: string;
+  verdict: "ALLOW" | "DENY" | "HITL";
+  /** The rule that decided; null when the default (or the policy's scope) did. */
+  rule: string | null;
+  reason: string;
+  /** Rules in monitor mode that would have decided otherwise (`would: "DENY rule:x"`). */
+  monitor: { rule: string; would: string; reason: string }[];
+  /** What the call adds to the limit counters (windows in Unix seconds); counted when it is allowed. */
+  counter_updates: { key: string; start: number; end: number; add: number }[];
+  /** A human's approval released the call the policy asked one for. */
+  approved?: true;
+}
+
+/** A decision by an engine with a policy: both fields, or (without a policy) neither. */
+export type DecisionPolicyFields =
+  | { policy_hash: string; policy: PolicyJudgement | null }
+  | { policy_hash?: never; policy?: never };
+
 /** A decision of replay inputs version 3: the params inline, by size alone, or stored by digest. */
-export type DecisionEventV3 = Omit<DecisionEvent, "replay_inputs" | "params_json"> & { replay_inputs: 3 } & (
-    | { params_json: string | null }
-    | { params_bytes: number }
-    | { params_blob: true }
-  );
+export type DecisionEventV3 = Omit<DecisionEvent, "replay_inputs" | "params_json"> & {
+  replay_inputs: 3;
+} & DecisionPolicyFields &
+  ({ params_json: string | null } | { params_bytes: number } | { params_blob: true });
 
 /** A decision written before replay inputs version 2: open, only these fields are sure. */
 export interface EarlierDecisionEvent {
@@ -184,6 +204,13 @@ export interface RollbackAcceptedEvent {
   store_head_hash: string | null;
 }
 
+export interface PolicyPublishedEvent {
+  policy_hash: string;
+  name: string;
+  /** The policy document with its defaults filled in, as canonical JSON; `policy_hash` is its SHA-256. */
+  canonical: string;
+}
+
 /** An entry of a kind's earlier version: only the fields it has always had (`K`) are sure. */
 export type Earlier<T, K extends keyof T> = Pick<T, K> & Partial<T> & { [field: string]: Json | undefined };
 
@@ -208,7 +235,8 @@ export type ChainEvent =
   | { kind: "reservation_expired"; data: ReservationExpiredEvent }
   | { kind: "key_rotation"; data: KeyRotationEvent }
   | { kind: "snapshot_repaired"; data: SnapshotRepairedEvent }
-  | { kind: "rollback_accepted"; data: RollbackAcceptedEvent };
+  | { kind: "rollback_accepted"; data: RollbackAcceptedEvent }
+  | { kind: "policy_published"; data: PolicyPublishedEvent };
 
 /** The data type of one kind. */
 export type ChainEventData<K extends ChainEvent["kind"]> = Extract<ChainEvent, { kind: K }>["data"];
