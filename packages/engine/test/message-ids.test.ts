@@ -249,6 +249,29 @@ describe.each(KINDS.filter((k) => k !== "memory"))("a recorded answer edited in 
       store,
       `UPDATE leash_chain SET body = replace(body, '"verdict":"DENY"', '"verdict":"ALLOW"') WHERE kind = 'decision'`,
     );
+    // The edited entry is the chain's head, so the head check that runs before any read of the batch
+    // refuses the store first; either way the copy is never answered from the edited record.
+    const copy = await engine.evaluate(request).then(
+      (r) => ({ verdict: r.verdict, reason: r.reason }),
+      (e: { code?: string }) => ({ verdict: "thrown", reason: e.code }),
+    );
+    expect(copy).toEqual({ verdict: "DENY", reason: "fail_closed:chain_unverified" });
+  });
+
+  it("is never served when the edited record lies behind the head: the copy is refused as corrupt", async () => {
+    store = await openStore(kind);
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer });
+    const s = await engine.register({ agent_id: "bot", config: { denied_tools: ["rm"] } });
+    const request = { session_id: s.session_id, tool_name: "rm", params: {}, message: MESSAGE };
+    expect((await engine.evaluate(request)).verdict).toBe("DENY");
+    // Another call moves the head past the recorded decision.
+    expect((await engine.evaluate({ session_id: s.session_id, tool_name: "ls", params: {} })).verdict).toBe(
+      "ALLOW",
+    );
+    await sql(
+      store,
+      `UPDATE leash_chain SET body = replace(body, '"verdict":"DENY"', '"verdict":"ALLOW"') WHERE kind = 'decision' AND body LIKE '%"tool_name":"rm"%'`,
+    );
     await expect(engine.evaluate(request)).rejects.toMatchObject({ code: "corrupt" });
   });
 });
