@@ -186,7 +186,9 @@ function budgetChart(r) {
       "stroke-width": 2,
       points: points.map((p, i) => `${i * step + 46},${y(p)}`).join(" "),
     });
-    points.forEach((p, i) => add("circle", { cx: i * step + 46, cy: y(p), r: 4, fill: "#116b35" }));
+    points.forEach((p, i) => {
+      add("circle", { cx: i * step + 46, cy: y(p), r: 4, fill: "#116b35" });
+    });
   }
   box.replaceChildren(
     svg,
