@@ -867,7 +867,9 @@ export function createEngine(options: EngineOptions): Engine {
             decision,
             malformed: malformed !== null,
             session,
+            state,
             toolName: call.tool_name,
+            paramsHash,
             paramsText,
             estimate: call.estimated_cost_usd,
             budget:

@@ -606,7 +606,9 @@ export class ChainReplayer {
         decision,
         malformed,
         session,
+        state,
         toolName,
+        paramsHash,
         paramsText: canonicalText,
         estimate: call.estimated_cost_usd,
         budget:
