@@ -10,6 +10,7 @@ import {
   type MonitorRecord,
   type PolicyInput,
   type PolicyState,
+  toolEstimate,
 } from "@leash/policy";
 import { type EngineDecision, releasesApproval } from "./hitl-binding.js";
 
@@ -63,6 +64,22 @@ export interface PolicyLayerResult {
   readonly decision: EngineDecision;
   /** Null when the policy did not run (the call was not allowed before it). */
   readonly record: PolicyRecord | null;
+}
+
+/**
+ * The estimate a call is held at before the config's defaults: its own when it gives one, else the
+ * estimate an enforced unconditional `estimate_usd` rule gives its tool (for this agent), else none.
+ */
+export function estimateWithPolicy(
+  policy: CompiledPolicy | undefined,
+  toolName: string,
+  session: { readonly agent_id: string; readonly organization_id: string },
+  given: unknown,
+): unknown {
+  if ((given !== undefined && given !== null) || policy === undefined) return given;
+  return (
+    toolEstimate(policy, { tool: toolName, agent: session.agent_id, org: session.organization_id }) ?? given
+  );
 }
 
 /** True for a reason the policy layer gives (policy_violation:rule:x, policy_hitl:…, policy_error:…, default deny). */

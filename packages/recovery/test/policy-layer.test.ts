@@ -171,6 +171,43 @@ describe.each(KINDS)("the policy layer on %s", (kind: Kind) => {
     await expectReplayOk(store);
   });
 
+  it("holds a call without an estimate at its estimate_usd rule's, the call's own first, and replays", async () => {
+    store = await openStore(kind);
+    const policy = loadPolicy({
+      version: 1,
+      name: "estimates",
+      rules: [{ name: "search-cost", match: { tool: "search" }, action: { estimate_usd: 0.25 } }],
+    });
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, policy });
+    await engine.register({
+      agent_id: "bot",
+      session_id: "s",
+      config: { max_repeat_calls: 100, budget_usd: 1 },
+    });
+    const held = await engine.evaluate({
+      session_id: "s",
+      tool_name: "search",
+      params: { q: 1 },
+      nonce: "1",
+    });
+    expect([held.verdict, held.estimate_usd]).toEqual(["ALLOW", "0.25"]);
+    expect((await engine.getSession("s")).budget_remaining_usd).toBe("0.75");
+    // The call's own estimate comes first.
+    const own = await engine.evaluate({
+      session_id: "s",
+      tool_name: "search",
+      params: { q: 2 },
+      nonce: "2",
+      estimated_cost_usd: 0.1,
+    });
+    expect([own.verdict, own.estimate_usd]).toEqual(["ALLOW", "0.1"]);
+    expect((await engine.getSession("s")).budget_remaining_usd).toBe("0.65");
+    // A tool no rule gives an estimate still needs one.
+    const other = await engine.evaluate({ session_id: "s", tool_name: "fetch", params: {}, nonce: "3" });
+    expect([other.verdict, other.reason]).toEqual(["DENY", "policy_violation:missing_estimate"]);
+    await expectReplayOk(store);
+  });
+
   it("swaps versions at a reload: the new one is published first, each decision names its own", async () => {
     store = await openStore(kind);
     let current = loadPolicy({ version: 1, name: "v", rules: [] });
