@@ -3,13 +3,11 @@
 // installs them into an empty project outside the workspace that type-checks strictly and runs on
 // SQLite, PostgreSQL (only the URL changes) and memory. It publishes nothing.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { PNPM, packAll, publicPackages, root } from "./packages.mjs";
 
-const root = fileURLToPath(new URL("..", import.meta.url));
-const PNPM = ["-y", "pnpm@12.4.2"];
 const PG_URL = process.env.LEASH_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const keep = process.argv.includes("--keep");
 
@@ -21,38 +19,12 @@ function step(what) {
   process.stdout.write(`check-packages: ${what}\n`);
 }
 
-/** The workspace's public packages: every package.json under packages/ and apps/ without `private`. */
-function publicPackages() {
-  const found = [];
-  for (const group of ["packages", "apps"]) {
-    for (const entry of readdirSync(join(root, group), { withFileTypes: true })) {
-      if (!entry.isDirectory()) continue;
-      const dir = join(root, group, entry.name);
-      let manifest;
-      try {
-        manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
-      } catch {
-        continue;
-      }
-      if (manifest.private === true) continue;
-      found.push({ dir, name: manifest.name });
-    }
-  }
-  return found;
-}
-
 const work = mkdtempSync(join(tmpdir(), "leash-packages-"));
 const tarballs = join(work, "tarballs");
 const failures = [];
 try {
-  const packages = publicPackages();
-  step(`packing ${packages.length} public packages into ${tarballs}`);
-  const packed = new Map();
-  for (const { dir, name } of packages) {
-    const out = run("npx", [...PNPM, "pack", "--pack-destination", tarballs], { cwd: dir });
-    const file = out.trim().split("\n").pop().trim();
-    packed.set(name, file.startsWith("/") ? file : join(tarballs, file));
-  }
+  step(`packing ${publicPackages().length} public packages into ${tarballs}`);
+  const packed = packAll(tarballs);
   const tgz = readdirSync(tarballs);
   if (tgz.some((f) => f.includes("test-stores") || f.includes("demo"))) {
     failures.push(`a private package was packed: ${tgz.join(", ")}`);
@@ -94,6 +66,7 @@ try {
     "@leash/chain",
     "@leash/budget-guard",
     "@leash/outbox",
+    "@leash/policy",
     "@leash/engine",
     "@leash/substrate-sqlite",
     "@leash/substrate-postgres",
@@ -211,7 +184,14 @@ console.log(JSON.stringify({ url: url.replace(/\\/\\/[^@]*@/, "//"), verdicts })
   step("opening a sqlite: URL in a project without @leash/substrate-sqlite");
   const bare = join(work, "bare");
   run("mkdir", ["-p", bare]);
-  const bareDeps = ["@leash/core", "@leash/chain", "@leash/budget-guard", "@leash/outbox", "@leash/engine"];
+  const bareDeps = [
+    "@leash/core",
+    "@leash/chain",
+    "@leash/budget-guard",
+    "@leash/outbox",
+    "@leash/policy",
+    "@leash/engine",
+  ];
   writeFileSync(
     join(bare, "package.json"),
     JSON.stringify({

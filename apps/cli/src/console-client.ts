@@ -1,6 +1,8 @@
 // `leash hitl --console URL`: one WebSocket to a daemon's HITL console, JSON ConsoleRequest out, the
 // ConsoleEvent with its correlation id back, mapped onto the engine's view. It decides nothing: the daemon does.
+import { statSync } from "node:fs";
 import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
+import { looseSecretProblem } from "@leash/daemon";
 import type { HitlStatus as EngineStatus, HitlRequestView, HumanDecision } from "@leash/engine";
 import {
   AnswerHitlRequestSchema,
@@ -99,6 +101,7 @@ export interface ConsoleFlags {
 
 /** The operator token: --token-file FILE (first line), else $LEASH_CONSOLE_TOKEN. */
 export async function consoleToken(flags: ConsoleFlags, io: Io): Promise<string> {
+  if (flags.tokenFile !== undefined && flags.tokenFile !== "-") refuseLooseTokenFile(flags.tokenFile);
   const token =
     flags.tokenFile === undefined
       ? (io.env.LEASH_CONSOLE_TOKEN ?? "").trim()
@@ -238,4 +241,12 @@ export function answerQuery(
       },
     }),
   };
+}
+
+/** An operator token is a secret: a file group or others can read is refused, as a signing key is. */
+function refuseLooseTokenFile(path: string): void {
+  const info = statSync(path, { throwIfNoEntry: false });
+  if (info === undefined || !info.isFile()) return; // readSource says what is wrong with it
+  const loose = looseSecretProblem(path, info);
+  if (loose !== null) throw new CliError(`--token-file: ${loose}`, EXIT_BAD_INPUT);
 }

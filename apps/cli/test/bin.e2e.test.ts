@@ -50,6 +50,13 @@ describe("the built leash binary", () => {
     expect(flag.stderr).toBe("leash: error: unknown option '--frobnicate'\n");
   });
 
+  it("evaluate --help names the HITL answer as the README does (leash hitl approve), not session resume", () => {
+    const r = leashBin(["evaluate", "--help"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain("a human decides with `leash hitl approve|reject|modify <hitl_request_id>`");
+    expect(r.stdout).not.toContain("session resume");
+  });
+
   it("reads stdin and exits 0 on a DENY", () => {
     const input = JSON.stringify({ config: {}, state: { circuit_tripped: true }, call: { tool_name: "x" } });
     const r = leashBin(["decide"], input);

@@ -1,7 +1,7 @@
 // `leash console token add` and `leash serve`'s console flags: minting a token (printed once, stored hashed)
 // and every refused combination, each a one-line error before anything starts.
 import { createHash, randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { expectOneLineError, leash, scratchDir } from "./helpers.js";
@@ -62,6 +62,47 @@ describe("leash console token add", () => {
       readonly: true,
       organizations: ["acme", "globex"],
     });
+  });
+
+  it("--token-out writes the token to a new file of mode 0600 (a shell redirect would leave it 0644), never over one", async () => {
+    const file = join(scratch.dir, "out-tokens.json");
+    const out = join(scratch.dir, "alice.token");
+    const r = await leash([
+      "console",
+      "token",
+      "add",
+      "--file",
+      file,
+      "--operator",
+      "alice",
+      "--organization",
+      "acme",
+      "--token-out",
+      out,
+    ]);
+    expect([r.code, r.stdout]).toEqual([0, ""]);
+    expect(statSync(out).mode & 0o777).toBe(0o600);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    const token = readFileSync(out, "utf8").trim();
+    expect(JSON.parse(readFileSync(file, "utf8")).tokens[0].sha256).toBe(
+      createHash("sha256").update(token).digest("hex"),
+    );
+    const again = await leash([
+      "console",
+      "token",
+      "add",
+      "--file",
+      file,
+      "--operator",
+      "bob",
+      "--organization",
+      "acme",
+      "--token-out",
+      out,
+    ]);
+    expect(again.code).toBe(2);
+    expect(readFileSync(out, "utf8").trim()).toBe(token);
+    expect(JSON.parse(readFileSync(file, "utf8")).tokens).toHaveLength(1);
   });
 
   it("refuses a missing operator or file and a name the file cannot hold, changing nothing", async () => {

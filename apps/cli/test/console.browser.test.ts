@@ -203,6 +203,38 @@ rules:
     }
   }, 60_000);
 
+  it("the budget panel: after an approved $0.05 call it says 4.95 of 5 USD remain, and its chart is labelled", async () => {
+    const { client, session } = await agent();
+    const pay = guard(
+      client,
+      { session_id: session, tool_name: "pay_invoice", estimate: "0.05" },
+      async () => "paid",
+    );
+    const call = pay({ invoice: "inv-7" });
+    call.catch(() => undefined);
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    try {
+      await signIn(page, daemon.consoleUrl!, ALICE);
+      await open(page, session, "pay_invoice");
+      expect(await page.textContent("#d-budget-paused")).toBe(
+        "When this call paused: 5 USD remaining, 0 USD settled",
+      );
+      await page.click("#b-approve");
+      await expect(call).resolves.toBe("paid");
+      // The verdict table and the panel agree: the approved call's hold is counted.
+      await expect.poll(() => page.textContent("#d-verdicts")).toContain("4.95");
+      await expect
+        .poll(() => page.textContent("#d-budget-now"))
+        .toMatch(/^Remaining now: 4\.95 of 5 USD \(after call \d+'s verdict\)$/);
+      const labels = await page.locator("#d-budget svg text").allTextContents();
+      expect(labels).toContain("Used 0.05 of 5 USD (spent and held)");
+      expect(labels).toContain("Remaining after each recent verdict (USD)");
+      await page.screenshot({ path: join(ARTIFACTS, `console-${kind}-budget.png`) });
+    } finally {
+      await page.close();
+    }
+  }, 60_000);
+
   it("reject: the waiting agent gets LeashDenied and the tool never runs", async () => {
     const { client, session } = await agent();
     let ran = false;

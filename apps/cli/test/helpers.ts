@@ -61,7 +61,8 @@ export function scratchDir(): { dir: string; write(name: string, text: string): 
     dir,
     write(name, text) {
       const path = join(dir, name);
-      writeFileSync(path, text);
+      // 0600: key and token files are refused when others can read them, and any of these may be one.
+      writeFileSync(path, text, { mode: 0o600 });
       return path;
     },
     cleanup: () => rmSync(dir, { recursive: true, force: true }),

@@ -2,7 +2,7 @@
 // an agent's guarded call pauses, the operator lists, shows and approves it; tokens decide who answers.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generateKeyPair } from "@leash/chain";
@@ -176,7 +176,17 @@ describe("leash hitl --console against a daemon on sqlite", () => {
     const url = daemon.consoleUrl!;
     const { id, call } = await pausedCall({ to: "x@example.com" });
     const badFile = join(dir, "bad.token");
-    writeFileSync(badFile, "lct_not-a-token\n");
+    writeFileSync(badFile, "lct_not-a-token\n", { mode: 0o600 });
+    // A token is a secret: a file others can read is refused before it is sent, as a signing key is.
+    const looseFile = join(dir, "loose.token");
+    writeFileSync(looseFile, `${ALICE}\n`, { mode: 0o644 });
+    chmodSync(looseFile, 0o644);
+    const loose = await bin(["hitl", "approve", id, "--console", url, "--token-file", looseFile]);
+    expect([loose.code, loose.stdout, loose.stderr]).toEqual([
+      2,
+      "",
+      `leash: error: --token-file: ${looseFile} is readable by group or others (mode 0644); run: chmod 600 ${looseFile}\n`,
+    ]);
 
     const bad = await bin(["hitl", "approve", id, "--console", url, "--token-file", badFile]);
     expect([bad.code, bad.stdout, bad.stderr]).toEqual([

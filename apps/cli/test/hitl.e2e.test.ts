@@ -10,13 +10,13 @@ const keys = scratchDir();
 afterAll(() => keys.cleanup());
 const KEY = testKey(keys.dir);
 
-function bin(args: string[]) {
+function bin(args: string[], { key = true }: { key?: boolean } = {}) {
   if (!existsSync(CLI_BIN)) throw new Error(`${CLI_BIN} is missing: run \`npx tsc --build\` first`);
   const { LEASH_STORE: _store, LEASH_SIGNING_KEY: _key, ...rest } = process.env;
   const r = spawnSync(process.execPath, [CLI_BIN, ...args], {
     cwd: REPO_ROOT,
     encoding: "utf8",
-    env: { ...rest, LEASH_SIGNING_KEY: KEY.pem },
+    env: key ? { ...rest, LEASH_SIGNING_KEY: KEY.pem } : rest,
     timeout: 30_000,
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
@@ -59,6 +59,9 @@ describe.each(STORE_KINDS)("leash hitl on %s", (kind) => {
     const listed = L("hitl", "list", "--status", "pending");
     expect(listed.code).toBe(0);
     expect(listed.stdout).toMatch(new RegExp(`^${id}  pending   pay  session ${s} call 1  expires \\d{4}-`));
+    // Listing is a read: no signing key needed.
+    const unsigned = bin(["hitl", "list", "--store", store.url, "--status", "pending"], { key: false });
+    expect([unsigned.code, unsigned.stdout, unsigned.stderr]).toEqual([0, listed.stdout, ""]);
 
     const shown = L("hitl", "show", id);
     expect(shown.code).toBe(0);
@@ -125,6 +128,12 @@ describe.each(STORE_KINDS)("leash hitl on %s", (kind) => {
     async () => {
       const { s, id } = paused("--hitl-timeout", "0.2");
       await new Promise((resolve) => setTimeout(resolve, 300));
+      // A read needs no signing key: the due request is listed as expired, and nothing is recorded.
+      const unsigned = bin(["hitl", "list", "--store", store.url, "--status", "expired"], { key: false });
+      expect([unsigned.code, unsigned.stderr]).toEqual([0, ""]);
+      expect(unsigned.stdout).toMatch(new RegExp(`^${id}  expired   pay  session ${s} call 1`));
+      const stillStored = bin(["hitl", "show", id, "--store", store.url, "--json"], { key: false });
+      expect(JSON.parse(stillStored.stdout).status).toBe("pending");
       const late = L("hitl", "approve", id, "--operator", "alice");
       expect(late.code).toBe(1);
       expect(late.stderr).toMatch(/^leash: error: request .* expired unanswered \(hitl_expired\)\n$/);

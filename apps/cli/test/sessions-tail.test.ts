@@ -88,7 +88,12 @@ describe("leash sessions list", { timeout: 60_000 }, () => {
       budget_remaining_usd: 4,
     });
     const none = leash(["sessions", "list", "--store", store, "--agent", "nobody"]);
-    expect([none.status, none.stdout]).toEqual([0, `no sessions in ${store} match\n`]);
+    expect([none.status, none.stdout]).toEqual([0, `no sessions in ${store} match the filter\n`]);
+    const memory = leash(["sessions", "list", "--store", "memory:"]);
+    expect([memory.status, memory.stdout]).toEqual([
+      0,
+      "no sessions: a memory: store lives in one process and starts empty in each command (list a sqlite: or postgres:// store)\n",
+    ]);
   });
 
   it("refuses a bad status and a store that does not exist with one line, exit 2", () => {

@@ -23,22 +23,23 @@ Plays four scripted agents under Leash (library mode, a temporary SQLite store),
 and writes an HTML report that opens offline (default ./leash-demo-report.html).`;
 
 const TRY_NEXT: Array<[string, string]> = [
+  ["(cd apps/cli && npm link)", "the `leash` command on your PATH: this clone's CLI (the README's Set up)"],
   [
-    "mkdir -p /tmp/leash-try && pnpm leash keygen --out /tmp/leash-try/demo.key",
+    "mkdir -p /tmp/leash-try && leash keygen --out /tmp/leash-try/demo.key",
     "a signing key of your own, outside the working tree (the demo's dies with it)",
   ],
   [
     'export LEASH_STORE=sqlite:/tmp/leash-try/try.db LEASH_SIGNING_KEY="$(cat /tmp/leash-try/demo.key)"',
     "the store and the key every command below uses",
   ],
-  ["pnpm leash session create --agent me --session s1 --budget 1 --max-repeat 3", "a guarded session"],
+  ["leash session create --agent me --session s1 --budget 1 --max-repeat 3", "a guarded session"],
   [
-    'pnpm leash evaluate --session s1 --tool search --params \'{"q":"x"}\' --nonce 1 --estimate 0.1',
+    'leash evaluate --session s1 --tool search --params \'{"q":"x"}\' --nonce 1 --estimate 0.1',
     "ask Leash about one call; run it again with the same nonce: a replay, refused",
   ],
-  ["pnpm leash tail --follow", "watch verdicts as they happen (in another terminal, with the same exports)"],
-  ["pnpm leash sessions list", "every session, its status and its budget left"],
-  ["pnpm leash verify --pubkey /tmp/leash-try/demo.pub.hex", "check the whole signed chain yourself"],
+  ["leash tail --follow", "watch verdicts as they happen (in another terminal, with the same exports)"],
+  ["leash sessions list", "every session, its status and its budget left"],
+  ["leash verify --pubkey /tmp/leash-try/demo.pub.hex", "check the whole signed chain yourself"],
 ];
 
 /** Splits text into lines of at most `width` characters, at spaces. */

@@ -132,7 +132,7 @@ export async function humanInTheLoop(engine: Engine, narrator: Narrator): Promis
   // A human looks at the paused call and approves exactly that call (same nonce, same arguments).
   await engine.resume({ session_id: sessionId, decision: "approve", operator_id: "alice@example.com" });
   narrator.aside(
-    "alice@example.com approves the paused call (`leash session resume` or the console); the agent sends it again",
+    "alice@example.com approves the paused call (`leash hitl approve <request id>`, or the console); the agent sends it again",
   );
   await call("summary 5, approved by alice", "report-5.pdf", "sum-5");
   await call("summary 5 again (replayed)", "report-5.pdf", "sum-5");

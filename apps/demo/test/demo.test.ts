@@ -47,6 +47,9 @@ describe("pnpm demo", () => {
     expect(output).toMatch(
       /summary 5 again \(replayed\)\s+DENY\s+policy_violation:duplicate_resume_no_effect/,
     );
+    // One spelling of a human's answer everywhere: the README's, evaluate --help's and this one.
+    expect(output).toContain("`leash hitl approve <request id>`, or the console");
+    expect(output).not.toContain("session resume");
     expect(output).toMatch(/chain verified: \d+ signed entries/);
     expect(output).toMatch(/receipts: (\d+) of \1 verified offline/);
     expect(output).toMatch(/fails verification at seq \d+: edited/);
@@ -73,7 +76,9 @@ describe("pnpm demo", () => {
     expect(output).toMatch(
       /: 17 verdicts, 4 session registrations, 11 settled costs, 1 request for a human, 1 human answer\./,
     );
-    expect(output).toMatch(/What to try next[\s\S]*pnpm leash tail --follow/);
+    expect(output).toMatch(
+      /What to try next[\s\S]*\(cd apps\/cli && npm link\)[\s\S]*\n\s+leash tail --follow/,
+    );
     expect(output).toContain(`Report (one HTML file, works offline): ${report}`);
   });
 });

@@ -25,6 +25,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="leash-py-bench-"))
     key = os.urandom(32).hex()
     (tmp / "k1.hmac").write_text(key)
+    (tmp / "k1.hmac").chmod(0o600)  # the daemon refuses a key file others can read
     config = {"organizations": {"acme": {"hmac_keys": {"k1": {"file": str(tmp / "k1.hmac")}}, "default_guard": {"budget_usd": 1_000_000}}}}
     (tmp / "daemon.json").write_text(json.dumps(config))
     socket_path = str(tmp / "leash.sock")

@@ -128,6 +128,21 @@ class AppendixA(unittest.TestCase):
                 self.assertIn("kid_mismatch", denied.exception.result.detail)
                 self.assertEqual(runs, [])
 
+    def test_a_wrong_hmac_key_says_so_first(self) -> None:
+        if "socket" not in TRANSPORTS:
+            return
+        with client("socket") as good:
+            session = good.register().session_id
+        with client("socket", hmac_key="00" * 32) as c:
+            with self.assertRaises(LeashError) as refused:
+                c.register()
+            self.assertEqual(refused.exception.code, "auth_failed")
+            self.assertTrue(refused.exception.message.startswith("the daemon refused our key (bad_hmac)"), refused.exception.message)
+        with client("socket", hmac_key="00" * 32) as c:
+            r = c.pre_exec("web_search", {"q": "x"}, session_id=session)
+            self.assertEqual((r.verdict, r.reason), ("DENY", "fail_closed:auth_failed"))
+            self.assertTrue((r.detail or "").startswith("the daemon refused our key (bad_hmac)"), r.detail)
+
     def test_refusals(self) -> None:
         for transport in TRANSPORTS:
             background: list[BaseException] = []

@@ -458,6 +458,7 @@ const FAILURE_CODES: Record<string, LeashErrorCode> = {
   daemon_unavailable: "daemon_unavailable",
   timeout: "timeout",
   bad_response: "bad_response",
+  auth_failed: "auth_failed",
 };
 
 function answerOf(outcome: RequestOutcome): Payload {

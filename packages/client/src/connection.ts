@@ -5,6 +5,7 @@ import type { Clock } from "@leash/core";
 import {
   decodeEnvelope,
   type Envelope,
+  ErrorCode,
   errorCodeName,
   FrameDecoder,
   newMessageId,
@@ -29,7 +30,14 @@ export interface ConnectionOptions {
 }
 
 /** Rejects the requests in flight when the stream can no longer be trusted. */
-class BadResponse extends Error {}
+class BadResponse extends Error {
+  constructor(
+    message: string,
+    readonly failure: "bad_response" | "auth_failed" = "bad_response",
+  ) {
+    super(message);
+  }
+}
 
 /** How many timed-out ids are remembered, so their late answers are ignored rather than suspect. */
 const LATE_IDS = 1024;
@@ -84,7 +92,7 @@ export class Connection implements Transport {
         this.#rememberLate(messageId);
         return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms` };
       }
-      if (error instanceof BadResponse) return { ok: false, failure: "bad_response", message: error.message };
+      if (error instanceof BadResponse) return { ok: false, failure: error.failure, message: error.message };
       return { ok: false, failure: "daemon_unavailable", message: messageOf(error) };
     } finally {
       if (this.#pending.size === 0) this.#socket?.unref();
@@ -221,6 +229,17 @@ export class Connection implements Transport {
       });
     } catch (error) {
       // Its correlation id cannot be trusted either, so no request can take it: all fail closed.
+      const refused = keyRefusalOf(body);
+      if (refused !== null) {
+        // The likely cause first: a wrong hmacKey or keyId (the daemon cannot sign for a key it does
+        // not trust, so its refusal is unsigned; it changes nothing about the DENY).
+        this.#distrust(
+          socket,
+          `the daemon refused our key (${refused}): check hmacKey and keyId against its config (its answer is unsigned: ${messageOf(error)})`,
+          "auth_failed",
+        );
+        return false;
+      }
       this.#distrust(
         socket,
         `the daemon's answer does not authenticate: ${messageOf(error)}${refusalOf(body)}`,
@@ -241,10 +260,10 @@ export class Connection implements Transport {
   }
 
   /** Fails every request in flight as bad_response and drops the connection (a new one follows). */
-  #distrust(socket: Socket, message: string): void {
+  #distrust(socket: Socket, message: string, failure: BadResponse["failure"] = "bad_response"): void {
     if (this.#socket === socket) this.#socket = null;
     socket.destroy();
-    this.#pending.failAll(new BadResponse(message));
+    this.#pending.failAll(new BadResponse(message, failure));
     this.#scheduleRetry();
   }
 
@@ -281,6 +300,18 @@ function refusalOf(body: Uint8Array): string {
     return ` (unauthenticated Error: ${errorCodeName(e.code)} ${e.detail})`;
   } catch {
     return "";
+  }
+}
+
+/** The detail of an unsigned AUTHENTICATION_FAILED Error (bad_hmac, unknown_key, …), else null. */
+function keyRefusalOf(body: Uint8Array): string | null {
+  try {
+    const envelope = decodeEnvelope(body);
+    if (envelope.payload.case !== "error") return null;
+    const e = envelope.payload.value;
+    return e.code === ErrorCode.AUTHENTICATION_FAILED ? e.detail || "authentication_failed" : null;
+  } catch {
+    return null;
   }
 }
 

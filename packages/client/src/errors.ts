@@ -13,6 +13,8 @@ export type LeashErrorCode =
   | "timeout"
   /** An answer that does not parse, does not authenticate or does not answer the request. */
   | "bad_response"
+  /** The daemon refused our HMAC key or key id (socket): the key or key id is wrong. */
+  | "auth_failed"
   /** The daemon answered with an SP/1.0 Error (its Appendix B code is in the message). */
   | "daemon_error"
   /** The client was closed. */

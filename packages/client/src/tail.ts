@@ -22,6 +22,7 @@ const FAILURES: Record<string, LeashErrorCode> = {
   daemon_unavailable: "daemon_unavailable",
   timeout: "timeout",
   bad_response: "bad_response",
+  auth_failed: "auth_failed",
 };
 
 function invalid(message: string): LeashError {

@@ -3,7 +3,8 @@
 import type { Payload } from "@leash/wire";
 
 /** Why a request got no usable answer; the client turns each into a fail-closed reason. */
-export type RequestFailure = "daemon_unavailable" | "timeout" | "bad_response";
+/** `auth_failed`: the daemon refused our HMAC key or key id (its unsigned Error says so). */
+export type RequestFailure = "daemon_unavailable" | "timeout" | "bad_response" | "auth_failed";
 
 export type RequestOutcome =
   | { ok: true; answer: Payload }

@@ -98,6 +98,8 @@ export type FailClosedReason =
   | "fail_closed:daemon_unavailable"
   | "fail_closed:timeout"
   | "fail_closed:bad_response"
+  /** The daemon refused our HMAC key or key id (a wrong key, or a key id its config does not have). */
+  | "fail_closed:auth_failed"
   | "fail_closed:bad_receipt"
   | "fail_closed:daemon_error"
   | "fail_closed:bad_request";

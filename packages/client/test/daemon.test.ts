@@ -184,12 +184,18 @@ describe.each(TRANSPORTS)("against the real daemon over %s", (transport) => {
       });
       const error = await tool().catch((e: unknown) => e);
       expect(LeashDenied.isInstance(error)).toBe(true);
-      // The daemon cannot sign for a key it does not trust: an unsigned Error, which the client cannot trust either.
-      expect((error as LeashDenied).reason).toBe("fail_closed:bad_response");
-      expect((error as LeashDenied).result.detail).toContain(
-        `unauthenticated Error: AUTHENTICATION_FAILED ${detail}`,
+      // The daemon cannot sign for a key it does not trust: an unsigned Error. The cause comes first.
+      expect((error as LeashDenied).reason).toBe("fail_closed:auth_failed");
+      expect((error as LeashDenied).result.detail).toMatch(
+        new RegExp(`^the daemon refused our key \\(${detail}\\)`),
       );
       expect(runs).toEqual([]);
+      // register() says the same, as its error's code and first words.
+      const refused = await client(transport, bad)
+        .register()
+        .catch((e: unknown) => e);
+      expect((refused as { code: string }).code).toBe("auth_failed");
+      expect((refused as Error).message).toMatch(/^the daemon refused our key/);
     });
   }
 

@@ -134,58 +134,79 @@ function budgetChart(r) {
     return;
   }
   const limit = Number(b.limitUsdDecimal);
-  const spent = Number(b.spentUsdDecimal ?? "0");
+  // The request's figures are the budget when the call paused; the session's latest verdict says
+  // what is left now (holds of calls not yet settled count against it, so it can be below limit − spent).
+  const latest = (r.recentVerdicts ?? []).filter((v) => v.budgetRemainingUsdDecimal).at(-1);
+  const nowText = latest?.budgetRemainingUsdDecimal ?? b.remainingUsdDecimal ?? "";
+  const now = nowText === "" ? null : Number(nowText);
+  const used = now === null ? Number(b.spentUsdDecimal ?? "0") : Math.max(0, limit - now);
   const width = 520;
   const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} 120`);
+  svg.setAttribute("viewBox", `0 0 ${width} 150`);
   svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `spent ${b.spentUsdDecimal ?? "0"} of ${b.limitUsdDecimal} USD`);
-  const rect = (x, y, w, h, fill) => {
-    const n = document.createElementNS(SVG, "rect");
-    for (const [k, v] of Object.entries({ x, y, width: Math.max(0, w), height: h, fill, rx: 3 }))
-      n.setAttribute(k, String(v));
-    svg.append(n);
-  };
-  rect(0, 4, width, 16, "#e5e7eb");
-  rect(
-    0,
-    4,
-    limit > 0 ? (Math.min(spent, limit) / limit) * width : 0,
-    16,
-    spent >= limit ? "#a4161a" : "#1f4fd1",
+  svg.setAttribute(
+    "aria-label",
+    `${trimUsd(used)} of ${b.limitUsdDecimal} USD used, ${nowText || "?"} USD remaining; remaining after each recent verdict`,
   );
-  // Remaining budget over the session's recent verdicts.
+  const add = (tag, attrs, text) => {
+    const n = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, String(v));
+    if (text !== undefined) n.textContent = text;
+    svg.append(n);
+    return n;
+  };
+  const label = (x, y, text, anchor = "start") =>
+    add("text", { x, y, "font-size": 12, fill: "#374151", "text-anchor": anchor }, text);
+  label(0, 12, `Used ${trimUsd(used)} of ${b.limitUsdDecimal} USD (spent and held)`);
+  add("rect", { x: 0, y: 18, width, height: 14, fill: "#e5e7eb", rx: 3 });
+  add("rect", {
+    x: 0,
+    y: 18,
+    width: limit > 0 ? (Math.min(used, limit) / limit) * width : 0,
+    height: 14,
+    fill: used >= limit ? "#a4161a" : "#1f4fd1",
+    rx: 3,
+  });
+  // Remaining budget after each of the session's recent verdicts.
   const points = (r.recentVerdicts ?? [])
     .filter((v) => v.budgetRemainingUsdDecimal)
     .map((v) => Number(v.budgetRemainingUsdDecimal));
-  const axis = document.createElementNS(SVG, "line");
-  for (const [k, v] of Object.entries({ x1: 0, y1: 115, x2: width, y2: 115, stroke: "#9ca3af" }))
-    axis.setAttribute(k, String(v));
-  svg.append(axis);
+  label(0, 52, "Remaining after each recent verdict (USD)");
+  const top = 60;
+  const bottom = 140;
+  add("line", { x1: 40, y1: bottom, x2: width, y2: bottom, stroke: "#9ca3af" });
+  label(36, top + 4, b.limitUsdDecimal, "end");
+  label(36, bottom + 4, "0", "end");
   if (points.length > 0 && limit > 0) {
-    const step = points.length > 1 ? (width - 8) / (points.length - 1) : 0;
-    const line = document.createElementNS(SVG, "polyline");
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", "#116b35");
-    line.setAttribute("stroke-width", "2");
-    const y = (p) => 115 - (Math.max(0, Math.min(p, limit)) / limit) * 85;
-    line.setAttribute("points", points.map((p, i) => `${i * step + 4},${y(p)}`).join(" "));
-    svg.append(line);
-    points.forEach((p, i) => {
-      const dot = document.createElementNS(SVG, "circle");
-      for (const [k, v] of Object.entries({ cx: i * step + 4, cy: y(p), r: 4, fill: "#116b35" }))
-        dot.setAttribute(k, String(v));
-      svg.append(dot);
+    const step = points.length > 1 ? (width - 52) / (points.length - 1) : 0;
+    const y = (p) => bottom - (Math.max(0, Math.min(p, limit)) / limit) * (bottom - top);
+    add("polyline", {
+      fill: "none",
+      stroke: "#116b35",
+      "stroke-width": 2,
+      points: points.map((p, i) => `${i * step + 46},${y(p)}`).join(" "),
     });
+    points.forEach((p, i) => add("circle", { cx: i * step + 46, cy: y(p), r: 4, fill: "#116b35" }));
   }
   box.replaceChildren(
     svg,
     el(
       "p",
-      {},
-      `Spent ${b.spentUsdDecimal ?? "0"} of ${b.limitUsdDecimal} USD · remaining ${b.remainingUsdDecimal ?? "?"} USD`,
+      { id: "d-budget-now" },
+      `Remaining now: ${nowText || "?"} of ${b.limitUsdDecimal} USD` +
+        (latest === undefined ? "" : ` (after call ${latest.callNumber}'s verdict)`),
+    ),
+    el(
+      "p",
+      { id: "d-budget-paused" },
+      `When this call paused: ${b.remainingUsdDecimal ?? "?"} USD remaining, ${b.spentUsdDecimal ?? "0"} USD settled`,
     ),
   );
+}
+
+/** A dollar figure without float noise (0.05, not 0.049999999999999822). */
+function trimUsd(n) {
+  return String(Number(n.toFixed(12)));
 }
 
 /** Line diff (longest common subsequence) of the original params and the edited ones. */

@@ -8,6 +8,7 @@ import { MIN_KEY_BYTES } from "@leash/wire";
 import { parse as parseYaml } from "yaml";
 import { configSafetyProblem } from "./config-safety.js";
 import { type DaemonLimits, parseLimits } from "./limits.js";
+import { looseSecretProblem } from "./secret-file.js";
 
 /** A bad configuration: one line naming the file and field. */
 export class DaemonConfigError extends Error {
@@ -93,6 +94,8 @@ function keyBytes(spec: unknown, where: string, baseDir: string, fail: Fail): Ui
       const info = statSync(path);
       if (!info.isFile()) fail(`${where}.file ${path} is not a regular file`);
       if (info.size > 4096) fail(`${where}.file ${path} is larger than a key file can be`);
+      const loose = looseSecretProblem(path, info);
+      if (loose !== null) fail(`${where}.file: ${loose}`);
       hex = readFileSync(path, "utf8").trim();
     } catch (error) {
       if (error instanceof DaemonConfigError) throw error;

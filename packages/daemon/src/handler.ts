@@ -510,7 +510,9 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         humanReadableReason: `${result.verdict}: ${reason}`,
         budgetRemainingUsd: remaining.double,
         budgetRemainingUsdDecimal: remaining.decimal,
+        repeatCount: result.repeat_count,
         daemonTimeNs: nowNs(),
+        // §3.10: false even for a probabilistic denial, which the wire shows as budget_exhausted.
         probabilisticDeny: false,
         reason,
         // Absent only for fail_closed:chain_unverified, which the engine answers without an entry.

@@ -69,6 +69,7 @@ export {
   type ReloadResult,
   readPolicyFile,
 } from "./policy-file.js";
+export { looseSecretProblem } from "./secret-file.js";
 export { defaultSocketPath } from "./socket-path.js";
 export { DEFAULT_TAIL_POLL_MS, TailFeed, type TailFeedOptions, type TailWake } from "./tail/feed.js";
 export { type TailFilter, type TailPage, TailReader, tailEventOf } from "./tail/reader.js";

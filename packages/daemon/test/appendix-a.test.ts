@@ -124,6 +124,19 @@ describe.each(["sqlite", "postgres"] as const)("Appendix A over the socket on %s
       DenyReason.CIRCUIT_OPEN,
     ]);
 
+    // Every PreExecResponse field the spec defines (§4.3), as Appendix A shows them: call 2 counts one
+    // identical call before it, the DENY of call 4 three (and call 5, circuit_open, still sees three).
+    expect(responses.map((r) => r.repeatCount)).toEqual([0, 1, 2, 3, 3]);
+    for (const [i, r] of responses.entries()) {
+      expect(r.sessionId).toBe(sessionId);
+      expect(r.callNumber).toBe(BigInt(i + 1));
+      expect(r.humanReadableReason).toContain(r.reason);
+      expect(r.daemonTimeNs).toBeGreaterThan(0n);
+      expect(r.probabilisticDeny).toBe(false);
+    }
+    expect(responses.map((r) => r.budgetRemainingUsd)).toEqual([0.498, 0.4965, 0.4945, 0.4945, 0.4945]);
+    expect(responses[3]!.denyReason).toBe(DenyReason.MAX_REPEAT_EXCEEDED);
+
     const hb = await client.request({
       case: "heartbeat",
       value: create(HeartbeatSchema, {

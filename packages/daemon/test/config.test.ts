@@ -1,14 +1,16 @@
 // The daemon config: policies by organization and agent, HMAC keys from files or hex, and one-line refusals
 // naming the field. Plus the per-connection in-flight limit, answered RATE_LIMITED on a live daemon.
 import { randomBytes } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { chmodSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { ErrorCode, GetSessionStateRequestSchema, RegisterRequestSchema } from "@leash/wire";
 import { describe, expect, it } from "vitest";
 import {
+  addConsoleToken,
   DaemonConfigError,
   keyMayActAs,
+  loadConsoleTokens,
   loadDaemonConfig,
   parseDaemonConfig,
   policyFor,
@@ -45,6 +47,27 @@ describe("daemon config", () => {
       window_duration_s: 60,
       denied_tools: ["delete_all"],
     });
+  });
+
+  it("refuses an HMAC key file or a console tokens file that group or others can read, saying chmod 600", () => {
+    const dir = scratchDir();
+    const keyFile = join(dir, "open.hmac");
+    writeFileSync(keyFile, HEX, { mode: 0o644 });
+    chmodSync(keyFile, 0o644);
+    expect(() =>
+      parseDaemonConfig({ organizations: { o: { hmac_keys: { k: { file: keyFile } } } } }),
+    ).toThrow(
+      `/organizations/o/hmac_keys/k.file: ${keyFile} is readable by group or others (mode 0644); run: chmod 600 ${keyFile}`,
+    );
+    chmodSync(keyFile, 0o600);
+    expect(
+      parseDaemonConfig({ organizations: { o: { hmac_keys: { k: { file: keyFile } } } } }).organizations.size,
+    ).toBe(1);
+    const tokens = join(dir, "tokens.json");
+    addConsoleToken(tokens, "alice", false, ["acme"]);
+    expect(statSync(tokens).mode & 0o777).toBe(0o600);
+    chmodSync(tokens, 0o640);
+    expect(() => loadConsoleTokens(tokens)).toThrow(`chmod 600 ${tokens}`);
   });
 
   it("binds a key to agents (file or hex form); a key without agents acts for the whole organization", () => {

@@ -162,7 +162,7 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
   it("Appendix A over the socket and gRPC: three ALLOWs ran, max_repeat_exceeded and circuit_open did not; every receipt verifies here too", async () => {
     const run = await python(["-m", "unittest", "-v", "live_daemon.AppendixA"], env);
     expect(run.code, run.stderr).toBe(0);
-    expect(ranCount(run)).toBe(4);
+    expect(ranCount(run)).toBe(5);
     const flows = decisions().filter((d) => d.test === "appendix_a");
     for (const transport of ["socket", "grpc"]) {
       const mine = flows.filter((d) => d.transport === transport);
@@ -182,6 +182,56 @@ describe("the Python client against leash serve (socket + gRPC, SQLite)", () => 
       expect([checked.entry_hash, checked.seq]).toEqual([d.entry_hash, d.entry_seq]);
       expect(checked.payload.data.reason).toBe(d.reason);
       if (d.params_hash !== null) expect(checked.payload.data.params_hash).toBe(d.params_hash);
+    }
+  }, 120_000);
+
+  it("Appendix A over gRPC from protoc's generated messages and grpcio alone: every PreExecResponse field as the spec shows it", async () => {
+    // No leash_client logic: the generated shackle_pb2 and a bare grpcio channel, as any Python team
+    // that generates its own client from the proto would have.
+    const script = `
+import json, os, time, grpc
+from leash_client._proto import shackle_pb2 as pb
+from google.protobuf import empty_pb2
+channel = grpc.insecure_channel(os.environ["LEASH_TEST_GRPC"])
+md = (("leash-organization", "acme"),)
+def call(method, request, response):
+    return channel.unary_unary("/shackle.sp1.ShackleDaemon/" + method, request_serializer=type(request).SerializeToString,
+                               response_deserializer=response.FromString)(request, metadata=md, timeout=10)
+reg = call("Register", pb.RegisterRequest(agent_id="research-bot", framework="crewai", organization_id="acme"), pb.RegisterResponse)
+params = '{"query":"leash sidecar"}'
+import hashlib
+digest = hashlib.sha256(params.encode()).digest()
+out = []
+for n in range(1, 5):
+    before = time.time_ns()
+    r = call("PreExec", pb.PreExecRequest(session_id=reg.session_id, call_number=n, tool_name="web_search",
+             tool_params_hash=digest, tool_params_json=params, estimated_cost_usd=0.002), pb.PreExecResponse)
+    after = time.time_ns()
+    out.append({"session_ok": r.session_id == reg.session_id, "call_number": r.call_number,
+                "verdict": pb.Verdict.Name(r.verdict), "deny_reason": pb.DenyReason.Name(r.deny_reason),
+                "human_readable_reason": r.human_readable_reason, "budget_remaining_usd": r.budget_remaining_usd,
+                "repeat_count": r.repeat_count, "time_ok": before - 10**9 <= r.daemon_time_ns <= after + 10**9,
+                "probabilistic_deny": r.probabilistic_deny})
+print(json.dumps(out))
+`;
+    const run = await python(["-c", script], env);
+    expect(run.code, run.stderr).toBe(0);
+    const answers = JSON.parse(run.stdout) as Record<string, unknown>[];
+    expect(answers.map((a) => [a.verdict, a.repeat_count, a.budget_remaining_usd])).toEqual([
+      ["ALLOW", 0, 0.498],
+      ["ALLOW", 1, 0.496], // Appendix A, line 8
+      ["ALLOW", 2, 0.494],
+      ["DENY", 3, 0.494], // line 10: DENY MAX_REPEAT_EXCEEDED, repeat_count=3
+    ]);
+    expect(answers.map((a) => a.deny_reason)).toEqual(["NONE", "NONE", "NONE", "MAX_REPEAT_EXCEEDED"]);
+    for (const [i, a] of answers.entries()) {
+      expect(a).toMatchObject({
+        session_ok: true,
+        call_number: i + 1,
+        time_ok: true,
+        probabilistic_deny: false,
+      });
+      expect(a.human_readable_reason).toBe(i < 3 ? "ALLOW: within_thresholds" : "DENY: max_repeat_exceeded");
     }
   }, 120_000);
 

@@ -2,7 +2,7 @@
 // Reading and validating only (errors name the field); opening the store is the app's job.
 import { open, stat } from "node:fs/promises";
 import type { Config } from "@leash/core";
-import { configSchema } from "@leash/core/schema";
+import { configSchema, describeSchemaError } from "@leash/core/schema";
 import { Ajv } from "ajv";
 import { parse as parseYaml } from "yaml";
 import { LeashError } from "./errors.js";
@@ -39,12 +39,7 @@ let validate: ReturnType<Ajv["compile"]> | undefined;
 export function parseConfigObject(value: unknown, source = "config"): LeashConfigFile {
   validate ??= new Ajv({ allErrors: true, allowUnionTypes: true, strict: false }).compile(fileSchema);
   if (!validate(value)) {
-    const errors = (validate.errors ?? []).map((e) => {
-      const where = e.instancePath || "/";
-      if (e.keyword === "additionalProperties")
-        return `${where} has unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`;
-      return `${where} ${e.message}`;
-    });
+    const errors = (validate.errors ?? []).map((e) => describeSchemaError(e));
     throw new LeashError("config_invalid", `${source}: ${errors.join("; ")}`);
   }
   const v = value as Partial<LeashConfigFile>;

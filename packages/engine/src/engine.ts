@@ -79,6 +79,7 @@ import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.j
 import { estimateWithPolicy, judgeByPolicy } from "./policy-layer.js";
 import { type CounterLayer, EnginePolicies, POLICY_PUBLISHED, publishedData } from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
+import { repeatSeen } from "./repeat-seen.js";
 import {
   canonicalParamsText,
   nodeSha256Hex,
@@ -885,6 +886,7 @@ export function createEngine(options: EngineOptions): Engine {
           });
     if (judged !== null) decision = judged.decision;
     const callNumber = session.call_count + 1;
+    const repeatCount = repeatSeen(state, call.tool_name);
 
     let reservation_id: string | null = null;
     let remainingAfter = remainingBefore;
@@ -1070,6 +1072,7 @@ export function createEngine(options: EngineOptions): Engine {
         estimate_usd: estimateUsd,
         rng: rngValue,
         params_hash: paramsHash,
+        repeat_count: repeatCount,
         entry_seq: entry.seq,
         entry_hash: entry.entry_hash,
         ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
@@ -1327,7 +1330,7 @@ export function createEngine(options: EngineOptions): Engine {
       }
       const status = filter.status === undefined ? undefined : storedStatus(filter.status);
       if (filter.sessionId !== undefined) checkSessionId(filter.sessionId);
-      await expireSession(filter.sessionId);
+      if (filter.recordExpiry !== false) await expireSession(filter.sessionId);
       const rows = await substrate.transaction((tx) =>
         tx.hitl.list({
           ...(filter.sessionId === undefined ? {} : { sessionId: filter.sessionId }),
@@ -1668,6 +1671,7 @@ function chainUnverified(request: EvaluateRequest, error: ChainUnverifiedError):
     reservation_id: null,
     rng: null,
     params_hash: null,
+    repeat_count: 0,
     entry_seq: null,
     entry_hash: null,
     receipt: null,

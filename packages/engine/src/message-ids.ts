@@ -159,6 +159,8 @@ function recordedResult(
     estimate_usd: (data.estimate_usd ?? null) as string | null,
     rng: (data.rng ?? null) as number | null,
     params_hash: paramsHash,
+    // Decision entries do not record what rule 6 counted: a redelivered answer says 0.
+    repeat_count: 0,
     entry_seq: entry.seq,
     entry_hash: entry.entry_hash,
     ...(typeof hitlRequestId === "string" ? { hitl_request_id: hitlRequestId } : {}),

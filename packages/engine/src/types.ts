@@ -182,6 +182,8 @@ export interface EvaluateResult {
   /** The random number probabilistic denial used, when it was consulted (recorded for audit). */
   rng: number | null;
   params_hash: string | null;
+  /** The consecutive identical calls of this tool before this one, as rule 6 counted them (§4.3). */
+  repeat_count: number;
   /**
    * The decision's audit chain entry: its position and hash. Null only for a refusal without an
    * entry (`fail_closed:chain_unverified`, whose `call_number` is then 0: no call was counted).
@@ -294,6 +296,11 @@ export interface HitlRequestView {
 export interface HitlListFilter {
   sessionId?: string;
   status?: HitlStatus;
+  /**
+   * false: a plain read that records nothing (so an engine without a signing key can list); requests
+   * past their expiry are then listed as stored (`pending`). Default true: they are expired first.
+   */
+  recordExpiry?: boolean;
 }
 
 export interface HitlAnswer {

@@ -5,7 +5,7 @@ import { closeSync, constants, mkdtempSync, openSync, rmSync, truncateSync, writ
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { LeashError, loadConfigFile } from "../src/index.js";
+import { LeashError, loadConfigFile, parseConfigObject } from "../src/index.js";
 
 const dir = mkdtempSync(join(tmpdir(), "leash-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -83,5 +83,13 @@ describe("loadConfigFile", () => {
   it("refuses a directory", async () => {
     const error = await refusal(loadConfigFile(dir));
     expect(error.message).toBe(`cannot read config file ${dir}: not a regular file`);
+  });
+});
+
+describe("parseConfigObject", () => {
+  it("names the allowed values of an enum field (hitl_mode)", () => {
+    expect(() => parseConfigObject({ guard: { hitl_mode: "sometimes" } }, "c.yaml")).toThrow(
+      'c.yaml: /guard/hitl_mode must be one of "never", "on_deny", "on_threshold", "always"',
+    );
   });
 });

@@ -77,6 +77,7 @@ beforeAll(async () => {
         { sha256: tokenHash(OPERATOR_TOKEN), operator: "alice", readonly: false, organizations: ["acme"] },
       ],
     }),
+    { mode: 0o600 },
   );
   // Policies are the daemon's: every call of notes-bot needs a human, delete_all is never allowed.
   const config = join(ws.dir, "daemon.yaml");

@@ -343,6 +343,8 @@ export class PostgresSubstrate implements Substrate {
         max: poolSize,
         application_name: "leash",
         pipeline: true,
+        // Idle connections do not keep the process alive: a script that forgot close() still exits.
+        allowExitOnIdle: true,
       });
       // An idle connection that dies (server restart, network) emits "error" on the pool; unhandled,
       // that would crash the process. The next checkout reports the outage as an "io" error instead.

@@ -118,7 +118,7 @@ The JSON includes \`receipt\`: a compact JWS (EdDSA) of the decision's signed au
 Exit status (scripts can branch on it; run the tool only on 0):
   0  ALLOW — run the tool, then report its cost with \`leash post-exec --call <call_number>\`
   ${EXIT_DENY}  DENY  — do not run it; \`reason\` says why
-  ${EXIT_HITL}  HITL  — do not run it yet; a human decides with \`leash session resume\`
+  ${EXIT_HITL}  HITL  — do not run it yet; a human decides with \`leash hitl approve|reject|modify <hitl_request_id>\`
   1  the engine refused the request (unknown session, store error)
   2  bad flags, params, config, signing key or store URL
 

@@ -1,5 +1,6 @@
 // `leash hitl list|show|approve|reject|defer|escalate|modify`: the operator's side of human-in-the-loop, on a store.
 // It shows and answers requests through the engine (answerHitl); binding, expiry and single use are the engine's rules.
+import { SIGNING_KEY_ENV } from "@leash/chain";
 import type { HitlRequestView, HitlStatus, HumanDecision } from "@leash/engine";
 import { type Command, Option } from "commander";
 import { nonEmpty } from "../args.js";
@@ -211,6 +212,39 @@ async function runAnswer(
   return 0;
 }
 
+/** Whether the command was given a signing key (a flag or the environment); listing needs none. */
+function hasSigningKey(options: KeyOptions, io: Io): boolean {
+  return (
+    options.keyFile !== undefined ||
+    options.ephemeralKey === true ||
+    (io.env[SIGNING_KEY_ENV] ?? "").trim() !== ""
+  );
+}
+
+/**
+ * `hitl list` without a key: a read that records nothing. A pending request past its expiry is shown
+ * as expired (what the next signed command will record), and the status filter applies to that.
+ */
+async function listWithoutKey(
+  settings: Awaited<ReturnType<typeof loadSettings>>,
+  options: ListOptions,
+): Promise<HitlRequestView[]> {
+  const stored = await withEngine(settings, "read-only", (engine) =>
+    engine.listHitl({
+      ...(options.session === undefined ? {} : { sessionId: options.session }),
+      recordExpiry: false,
+    }),
+  );
+  const nowNs = Date.now() * 1e6;
+  return stored
+    .map((view) =>
+      view.status === "pending" && view.expires_ns !== null && view.expires_ns <= nowNs
+        ? { ...view, status: "expired" as const }
+        : view,
+    )
+    .filter((view) => options.status === undefined || view.status === options.status);
+}
+
 const OPERATOR_HELP =
   "who decided (recorded in the audit chain); required with a store, refused with --console (the token's operator is recorded)";
 
@@ -246,7 +280,7 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
   )
     .addHelpText(
       "after",
-      `\nRequests past their expiry are recorded as expired first (a signed entry), so it needs the signing key.\nExit status: 0 listed, 1 a store error, 2 bad flags, config, signing key or store URL.${CONSOLE_HELP}`,
+      `\nWith a signing key, requests past their expiry are recorded as expired first (a signed entry); without one it only reads, and lists them as expired without recording it.\nExit status: 0 listed, 1 a store error, 2 bad flags, config, signing key or store URL.${CONSOLE_HELP}`,
     )
     .action(async (options: ListOptions) => {
       if (consoleMode(options)) {
@@ -257,13 +291,14 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
         return setExit(0);
       }
       const settings = await loadSettings(options, io);
-      const { signer } = resolveSigner(options, io);
-      const views = await withEngine(settings, signer, (engine) =>
-        engine.listHitl({
-          ...(options.session === undefined ? {} : { sessionId: options.session }),
-          ...(options.status === undefined ? {} : { status: options.status }),
-        }),
-      );
+      const views = hasSigningKey(options, io)
+        ? await withEngine(settings, resolveSigner(options, io).signer, (engine) =>
+            engine.listHitl({
+              ...(options.session === undefined ? {} : { sessionId: options.session }),
+              ...(options.status === undefined ? {} : { status: options.status }),
+            }),
+          )
+        : await listWithoutKey(settings, options);
       if (options.json) printJson(io, views);
       else if (views.length === 0) io.stdout("no HITL requests\n");
       else for (const view of views) io.stdout(listLine(view));

@@ -309,18 +309,18 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
       "after",
       `
 Example:
-  leash keygen --out daemon.key
-  head -c 32 /dev/urandom | xxd -p -c 64 > acme-k1.hmac      # the organization's HMAC key
-  cat > daemon.yaml <<'YAML'
+  leash keygen --out ~/.config/leash/leash.key
+  (umask 077; openssl rand -hex 32 > ~/.config/leash/acme-k1.hmac)   # acme's HMAC key, mode 0600
+  cat > daemon.yaml <<YAML
   store: sqlite:./leash.db
   organizations:
     acme:
-      hmac_keys: { k1: { file: ./acme-k1.hmac } }
+      hmac_keys: { k1: { file: $HOME/.config/leash/acme-k1.hmac } }
       default_guard: { budget_usd: 1 }
       agents:
         research-bot: { guard: { budget_usd: 0.5, max_repeat_calls: 3 } }
   YAML
-  leash serve --config daemon.yaml --key-file daemon.key --socket /run/leash/leash.sock --http 127.0.0.1:9464
+  leash serve --config daemon.yaml --key-file ~/.config/leash/leash.key --socket /run/leash/leash.sock --http 127.0.0.1:9464
 
 The socket is created with mode 0660 (the agents' group may connect). A socket file left by a killed
 daemon is removed at start; if another daemon listens on it, serve refuses to start. The chain is

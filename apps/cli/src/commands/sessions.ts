@@ -92,7 +92,7 @@ export async function runSessionsList(options: SessionsListOptions, io: Io): Pro
     return 0;
   }
   if (rows.length === 0) {
-    io.stdout(`no sessions in ${settings.target.label} match\n`);
+    io.stdout(noSessionsLine(settings.target, options));
     return 0;
   }
   const lines = table(
@@ -134,4 +134,16 @@ Exit status: 0 listed (also when none match), 1 a store error, 2 bad flags, conf
     .action(async (options: SessionsListOptions) => {
       setExit(await runSessionsList(options, io));
     });
+}
+
+/** What an empty listing says: which store was read, and why a memory: store is always empty here. */
+function noSessionsLine(
+  target: { kind: string; label: string },
+  filter: Pick<SessionsListOptions, "status" | "agent" | "org">,
+): string {
+  if (target.kind === "memory") {
+    return "no sessions: a memory: store lives in one process and starts empty in each command (list a sqlite: or postgres:// store)\n";
+  }
+  const filtered = filter.status !== undefined || filter.agent !== undefined || filter.org !== undefined;
+  return filtered ? `no sessions in ${target.label} match the filter\n` : `no sessions in ${target.label}\n`;
 }

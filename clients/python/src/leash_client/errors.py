@@ -14,6 +14,7 @@ LeashErrorCode = Literal[
     "daemon_unavailable",  # no connection to the daemon, or it closed with the request in flight
     "timeout",  # no answer within the request's timeout
     "bad_response",  # an answer that does not parse, authenticate or answer the request
+    "auth_failed",  # the daemon refused our HMAC key or key id (a wrong key, or a key id it lacks)
     "daemon_error",  # the daemon answered an SP/1.0 Error (its Appendix B code is in the message)
     "closed",
 ]

@@ -204,6 +204,13 @@ class SocketTransport:
                 envelope = open_daemon_envelope(body, key=self._key, replay=self._replay)
         except WireError as error:
             # Its correlation id cannot be trusted either, so no request can take it: all fail closed.
+            refused = _key_refusal_of(body)
+            if refused is not None:
+                # The likely cause first: a wrong hmac_key or key_id (the refusal is unsigned; it
+                # changes nothing about the DENY).
+                self._drop(sock, failed("auth_failed", f"the daemon refused our key ({refused}): check hmac_key "
+                                        f"and key_id against its config (its answer is unsigned: {error})"))
+                return False
             self._distrust(sock, f"the daemon's answer does not authenticate: {error}{_refusal_of(body)}")
             return False
         kind = envelope.WhichOneof("payload") or ""
@@ -275,3 +282,14 @@ def _refusal_of(body: bytes) -> str:
     if envelope.WhichOneof("payload") != "error":
         return ""
     return f" (unauthenticated Error: {error_code_name(envelope.error.code)} {envelope.error.detail})"
+
+
+def _key_refusal_of(body: bytes) -> Optional[str]:
+    """The detail of an unsigned AUTHENTICATION_FAILED Error (bad_hmac, unknown_key, …), else None."""
+    try:
+        envelope = pb.Envelope.FromString(body)
+    except Exception:
+        return None
+    if envelope.WhichOneof("payload") != "error" or envelope.error.code != pb.AUTHENTICATION_FAILED:
+        return None
+    return envelope.error.detail or "authentication_failed"

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Protocol
 
 #: Why a request got no usable answer (each becomes fail_closed:<failure> or LeashError(<failure>)).
-Failure = Literal["daemon_unavailable", "timeout", "bad_response"]
+#: auth_failed: the daemon refused our HMAC key or key id (its unsigned Error says so).
+Failure = Literal["daemon_unavailable", "timeout", "bad_response", "auth_failed"]
 
 
 @dataclass(frozen=True)

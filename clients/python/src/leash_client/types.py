@@ -14,6 +14,7 @@ FAIL_CLOSED_REASONS = (
     "fail_closed:daemon_unavailable",
     "fail_closed:timeout",
     "fail_closed:bad_response",
+    "fail_closed:auth_failed",
     "fail_closed:bad_receipt",
     "fail_closed:daemon_error",
     "fail_closed:bad_request",

@@ -34,7 +34,8 @@ function validator(id: string): ValidateFunction {
   return fn;
 }
 
-function describe(error: ErrorObject, root: string): string {
+/** One validation error as a line that names the field (and, for an enum, the allowed values). */
+export function describeSchemaError(error: ErrorObject, root = ""): string {
   const path = `${root}${error.instancePath}` || "/";
   if (error.keyword === "additionalProperties") {
     return `${path} has unknown field "${(error.params as { additionalProperty: string }).additionalProperty}"`;
@@ -51,7 +52,7 @@ function describe(error: ErrorObject, root: string): string {
 function run<T>(id: string, value: unknown, root: string): Validation<T> {
   const fn = validator(id);
   if (fn(value)) return { ok: true, value: value as T };
-  return { ok: false, errors: (fn.errors ?? []).map((e) => describe(e, root)) };
+  return { ok: false, errors: (fn.errors ?? []).map((e) => describeSchemaError(e, root)) };
 }
 
 export const validateConfig = (value: unknown, root = "/config") => run<Config>("leash:config", value, root);

@@ -3,10 +3,13 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { LeashBaseError } from "@leash/core";
+import { looseSecretProblem } from "../secret-file.js";
 
 export type ConsoleConfigErrorCode =
   | "console_tokens_invalid"
   | "console_tokens_unreadable"
+  /** The tokens file is open to group or others (chmod 600). */
+  | "console_tokens_permissions"
   | "console_listen_invalid"
   | "console_insecure";
 
@@ -109,8 +112,12 @@ export function parseConsoleTokens(text: string, source = "the tokens file"): Co
 export function loadConsoleTokens(path: string): ConsoleToken[] {
   let text: string;
   try {
+    const loose = looseSecretProblem(path);
+    if (loose !== null)
+      throw new ConsoleConfigError("console_tokens_permissions", `the console tokens file ${loose}`);
     text = readFileSync(path, "utf8");
   } catch (error) {
+    if (ConsoleConfigError.isInstance(error)) throw error;
     throw new ConsoleConfigError(
       "console_tokens_unreadable",
       `cannot read the console tokens file ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
