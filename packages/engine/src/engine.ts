@@ -76,7 +76,7 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
-import { judgeByPolicy } from "./policy-layer.js";
+import { estimateWithPolicy, judgeByPolicy } from "./policy-layer.js";
 import { type CounterLayer, EnginePolicies, POLICY_PUBLISHED, publishedData } from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { repeatSeen } from "./repeat-seen.js";
@@ -787,7 +787,11 @@ export function createEngine(options: EngineOptions): Engine {
     const estimate =
       accountId === null || malformed !== null
         ? null
-        : resolveEstimate(config, request.tool_name, request.estimated_cost_usd);
+        : resolveEstimate(
+            config,
+            request.tool_name,
+            estimateWithPolicy(policy, request.tool_name, session, request.estimated_cost_usd),
+          );
     const call: Call = {
       tool_name: malformed === null ? request.tool_name : "",
       params: request.params,
@@ -868,7 +872,9 @@ export function createEngine(options: EngineOptions): Engine {
             decision,
             malformed: malformed !== null,
             session,
+            state,
             toolName: call.tool_name,
+            paramsHash,
             paramsText,
             estimate: call.estimated_cost_usd,
             budget:

@@ -55,6 +55,7 @@ export {
 } from "./params-cap.js";
 export {
   countedAfter,
+  estimateWithPolicy,
   isPolicyReason,
   judgeByPolicy,
   type PolicyLayerInput,

@@ -1,5 +1,7 @@
 // The policy layer: an operator's policy (@leash/policy) judges a call SP/1.0's decide and the engine's own
 // guards allowed, before its budget hold. Pure and shared with the replay, so both derive one verdict.
+
+import type { State } from "@leash/core";
 import {
   applyCounterUpdates,
   type CompiledPolicy,
@@ -8,6 +10,7 @@ import {
   type MonitorRecord,
   type PolicyInput,
   type PolicyState,
+  toolEstimate,
 } from "@leash/policy";
 import { type EngineDecision, releasesApproval } from "./hitl-binding.js";
 
@@ -38,7 +41,14 @@ export interface PolicyLayerInput {
     readonly organization_id: string;
     readonly call_count: number;
   };
+  /**
+   * The SP/1.0 session state decide() saw (both sides re-derive it): the conditions' `session.repeat`
+   * and `session.spent_usd` come from it.
+   */
+  readonly state: State;
   readonly toolName: string;
+  /** The digest of `paramsText` (the entry's `params_hash`), what makes two calls identical. */
+  readonly paramsHash: string | null;
   /** The params' canonical text (what the entry records): conditions see it parsed, numbers as doubles. */
   readonly paramsText: string | null;
   /** The estimate the call carries (decide()'s number, or the call's own text without a budget). */
@@ -56,6 +66,22 @@ export interface PolicyLayerResult {
   readonly record: PolicyRecord | null;
 }
 
+/**
+ * The estimate a call is held at before the config's defaults: its own when it gives one, else the
+ * estimate an enforced unconditional `estimate_usd` rule gives its tool (for this agent), else none.
+ */
+export function estimateWithPolicy(
+  policy: CompiledPolicy | undefined,
+  toolName: string,
+  session: { readonly agent_id: string; readonly organization_id: string },
+  given: unknown,
+): unknown {
+  if ((given !== undefined && given !== null) || policy === undefined) return given;
+  return (
+    toolEstimate(policy, { tool: toolName, agent: session.agent_id, org: session.organization_id }) ?? given
+  );
+}
+
 /** True for a reason the policy layer gives (policy_violation:rule:x, policy_hitl:…, policy_error:…, default deny). */
 export function isPolicyReason(reason: string): boolean {
   return (
@@ -71,6 +97,23 @@ function estimateOf(value: unknown): number | undefined {
   return typeof n === "number" && Number.isFinite(n) && n >= 0 ? n : undefined;
 }
 
+/**
+ * Earlier consecutive identical calls (same tool, same params digest) the session allowed: SP/1.0's own
+ * repeat count (feedback counts it), read only when this call continues the run.
+ */
+function repeatOf(p: PolicyLayerInput): number {
+  const { state } = p;
+  if (p.paramsHash === null || state.last_tool_name !== p.toolName) return 0;
+  if (state.last_tool_params_hash !== p.paramsHash) return 0;
+  const count = state.repeat_counts?.[p.toolName];
+  return typeof count === "number" && Number.isFinite(count) && count > 0 ? count : 0;
+}
+
+function spentOf(state: State): number {
+  const spent = state.budget_spent_usd;
+  return typeof spent === "number" && Number.isFinite(spent) && spent > 0 ? spent : 0;
+}
+
 /** The call as the policy sees it: every field derives from what the decision entry records. */
 export function policyInputOf(p: PolicyLayerInput): PolicyInput {
   const estimate = estimateOf(p.estimate);
@@ -79,7 +122,12 @@ export function policyInputOf(p: PolicyLayerInput): PolicyInput {
     args: p.paramsText === null ? {} : JSON.parse(p.paramsText),
     agent: p.session.agent_id,
     org: p.session.organization_id,
-    session: { id: p.session.session_id, calls: p.session.call_count },
+    session: {
+      id: p.session.session_id,
+      calls: p.session.call_count,
+      repeat: repeatOf(p),
+      spent_usd: spentOf(p.state),
+    },
     ...(p.budget === null
       ? {}
       : {

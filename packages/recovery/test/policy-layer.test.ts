@@ -125,6 +125,89 @@ describe.each(KINDS)("the policy layer on %s", (kind: Kind) => {
     await expectReplayOk(store);
   });
 
+  it("feeds conditions the session's repeat count and spend: max_repeat fires, spent_usd is seen, replays", async () => {
+    store = await openStore(kind);
+    const policy = loadPolicy({
+      version: 1,
+      name: "session",
+      rules: [
+        { name: "poll-twice", match: { tool: "poll" }, action: { max_repeat: 2 } },
+        {
+          name: "stop-spending",
+          match: { tool: "pay" },
+          when: "session.spent_usd >= 1.0",
+          action: "deny",
+          message: "this session has spent enough",
+        },
+      ],
+    });
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, policy });
+    await engine.register({
+      agent_id: "bot",
+      session_id: "s",
+      config: { max_repeat_calls: 100, budget_usd: 10 },
+    });
+    let nonce = 0;
+    const call = (tool_name: string, params: Record<string, unknown>, estimated_cost_usd: number) =>
+      engine.evaluate({ session_id: "s", tool_name, params, nonce: String(nonce++), estimated_cost_usd });
+
+    // max_repeat: 2 lets two identical calls through and refuses the third.
+    expect((await call("poll", { job: 1 }, 0)).verdict).toBe("ALLOW");
+    expect((await call("poll", { job: 1 }, 0)).verdict).toBe("ALLOW");
+    const third = await call("poll", { job: 1 }, 0);
+    expect([third.verdict, third.reason]).toEqual(["DENY", "policy_violation:rule:poll-twice"]);
+    // Other arguments start a new run.
+    expect((await call("poll", { job: 2 }, 0)).verdict).toBe("ALLOW");
+
+    const first = await call("pay", { to: "a" }, 0.6);
+    expect(first.verdict).toBe("ALLOW");
+    await engine.postExec({ session_id: "s", call_number: first.call_number, actual_cost_usd: 0.6 });
+    // Held but not yet settled money is not spent: still allowed.
+    const second = await call("pay", { to: "b" }, 0.5);
+    expect(second.verdict).toBe("ALLOW");
+    await engine.postExec({ session_id: "s", call_number: second.call_number, actual_cost_usd: 0.5 });
+    const refused = await call("pay", { to: "c" }, 0.1);
+    expect([refused.verdict, refused.reason]).toEqual(["DENY", "policy_violation:rule:stop-spending"]);
+    await expectReplayOk(store);
+  });
+
+  it("holds a call without an estimate at its estimate_usd rule's, the call's own first, and replays", async () => {
+    store = await openStore(kind);
+    const policy = loadPolicy({
+      version: 1,
+      name: "estimates",
+      rules: [{ name: "search-cost", match: { tool: "search" }, action: { estimate_usd: 0.25 } }],
+    });
+    const engine = createEngine({ substrate: store.substrate, signer: KEY.signer, policy });
+    await engine.register({
+      agent_id: "bot",
+      session_id: "s",
+      config: { max_repeat_calls: 100, budget_usd: 1 },
+    });
+    const held = await engine.evaluate({
+      session_id: "s",
+      tool_name: "search",
+      params: { q: 1 },
+      nonce: "1",
+    });
+    expect([held.verdict, held.estimate_usd]).toEqual(["ALLOW", "0.25"]);
+    expect((await engine.getSession("s")).budget_remaining_usd).toBe("0.75");
+    // The call's own estimate comes first.
+    const own = await engine.evaluate({
+      session_id: "s",
+      tool_name: "search",
+      params: { q: 2 },
+      nonce: "2",
+      estimated_cost_usd: 0.1,
+    });
+    expect([own.verdict, own.estimate_usd]).toEqual(["ALLOW", "0.1"]);
+    expect((await engine.getSession("s")).budget_remaining_usd).toBe("0.65");
+    // A tool no rule gives an estimate still needs one.
+    const other = await engine.evaluate({ session_id: "s", tool_name: "fetch", params: {}, nonce: "3" });
+    expect([other.verdict, other.reason]).toEqual(["DENY", "policy_violation:missing_estimate"]);
+    await expectReplayOk(store);
+  });
+
   it("swaps versions at a reload: the new one is published first, each decision names its own", async () => {
     store = await openStore(kind);
     let current = loadPolicy({ version: 1, name: "v", rules: [] });

@@ -42,6 +42,7 @@ import {
   countsOnly,
   denyListed,
   type EngineDecision,
+  estimateWithPolicy,
   guardAccountId,
   HITL_TIMEOUT,
   hasTransition,
@@ -472,8 +473,16 @@ export class ChainReplayer {
 
     const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
     const toolName = malformed ? "" : (data.tool_name as string);
+    // The policy the entry names, also for the estimate an `estimate_usd` rule gives a call without one.
+    const policy = this.#policyOf(data);
     const estimate =
-      accountId === null || malformed ? null : resolveEstimate(config, toolName, data.estimated_cost_usd);
+      accountId === null || malformed
+        ? null
+        : resolveEstimate(
+            config,
+            toolName,
+            estimateWithPolicy(policy, toolName, session, data.estimated_cost_usd),
+          );
     let params: unknown = {};
     let paramsHash = data.params_hash as string | null;
     const text = data.params_json;
@@ -597,7 +606,6 @@ export class ChainReplayer {
       }
     }
     // The policy layer, with the version the entry names and the counters folded so far.
-    const policy = this.#policyOf(data);
     const counters = this.policyCounters.get(session.organization_id) ?? EMPTY_STATE;
     let policyRecord = (data.policy ?? null) as PolicyRecord | null;
     if (policy !== undefined && provable) {
@@ -606,7 +614,9 @@ export class ChainReplayer {
         decision,
         malformed,
         session,
+        state,
         toolName,
+        paramsHash,
         paramsText: canonicalText,
         estimate: call.estimated_cost_usd,
         budget:
