@@ -459,6 +459,12 @@ export function createEngine(options: EngineOptions): Engine {
     return policy;
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
+  /** Submits a call with the policy in force; without waiting once the chain is trusted, loaded, published. */
+  function submitUnderPolicy(request: EvaluateRequest, malformed: string | null): Promise<Evaluated> {
+    const ready = trust.trusted ? policies!.ready() : undefined;
+    if (ready !== undefined) return evaluations.submit({ request, malformed, policy: ready });
+    return policyInForce().then((policy) => evaluations.submit({ request, malformed, policy }));
+  }
 
   /**
    * Reads the batch's sessions and their budget accounts together, before the first call is judged:
@@ -1276,7 +1282,7 @@ export function createEngine(options: EngineOptions): Engine {
       const submitted =
         policies === null
           ? evaluations.submit({ request, malformed })
-          : policyInForce().then((policy) => evaluations.submit({ request, malformed, policy }));
+          : submitUnderPolicy(request, malformed);
       const answer = submitted.then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);

@@ -51,6 +51,7 @@ export class EnginePolicies {
   readonly #published = new Set<string>();
   readonly #publishing = new Map<string, Promise<void>>();
   #loaded: Promise<void> | undefined;
+  #loadedDone = false;
 
   constructor(policy: CompiledPolicy | PolicySource) {
     this.#source =
@@ -62,6 +63,13 @@ export class EnginePolicies {
   /** The policy in force now. */
   current(): CompiledPolicy {
     return this.#source.current();
+  }
+
+  /** The policy in force when the counters are loaded and it is published (no wait needed), else undefined. */
+  ready(): CompiledPolicy | undefined {
+    if (!this.#loadedDone) return undefined;
+    const policy = this.#source.current();
+    return this.#published.has(policy.hash) ? policy : undefined;
   }
 
   /** Runs `publish` once per version (concurrent first calls share it); a failed one is tried again. */
@@ -93,9 +101,10 @@ export class EnginePolicies {
       for (let from = 0; ; ) {
         const page = await read(from, PAGE);
         for (const entry of page) this.#fold(entry);
-        if (page.length < PAGE) return;
+        if (page.length < PAGE) break;
         from = page[page.length - 1]!.seq + 1;
       }
+      this.#loadedDone = true;
     })();
     return this.#loaded;
   }
