@@ -65,8 +65,8 @@ interface MultiRow {
 /**
  * Which single-row statements have a multi-row form, by the single one's op. The multi-row inserts
  * carry only writes the transaction's locks vouch for (an id found absent, a new seq), so they take
- * no ON CONFLICT clause: its speculative insertion cost 18–28 % of their server time here, and a
- * clash, never expected, fails the statement, after which the batch's transactions run again one by
+ * no ON CONFLICT clause: it makes the server insert speculatively (a second index probe and a token
+ * per row) to guard against a clash the locks already rule out, and a clash, never expected, fails the statement, after which the batch's transactions run again one by
  * one (substrate.ts), where each single-row form, ON CONFLICT and all, tells whose write clashed.
  * (Chain appends keep it: see multiAppendStatement.)
  */
@@ -307,7 +307,8 @@ export class BatchWrites {
     // server has nothing left to do (it then works on these rows while the next transactions run).
     // Otherwise the rows gather: answers are read only when the event loop turns, which a batch
     // answering from memory may not let it do until its end, and flushing every few transactions
-    // regardless was measured slower here (more statements, and the server competing for the CPU).
+    // regardless would split the batch's rows into more statements, each parsed and planned, and set
+    // the server working while this process still has transactions to run on the same CPUs.
     if (this.#inFlight === 0) {
       this.flush();
       uncorkNow(this.client);
