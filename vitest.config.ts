@@ -13,6 +13,8 @@ const packageDirs = ["packages", "apps"].flatMap((group) =>
 
 // `@leash/<name>` and `@leash/<name>/<sub>` map to packages/<name>/src so tests never run stale dist.
 const alias = [
+  // The CLI is an app, not under packages/; @leash/bench imports its helpers.
+  { find: /^@leash\/cli\/internal$/, replacement: `${root}apps/cli/src/internal.ts` },
   { find: /^@leash\/([a-z-]+)\/([a-z-]+)$/, replacement: `${root}packages/$1/src/$2/index.ts` },
   { find: /^@leash\/([a-z-]+)$/, replacement: `${root}packages/$1/src/index.ts` },
 ];

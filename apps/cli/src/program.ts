@@ -2,9 +2,7 @@
 // It holds no command logic and never calls process.exit, so tests can run it in-process.
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
-import { registerBench } from "./commands/bench.js";
-import { registerBenchDaemon } from "./commands/bench-daemon.js";
-import { registerBenchEngine } from "./commands/bench-engine.js";
+import { registerBench } from "./bench-commands.js";
 import { registerConformance } from "./commands/conformance.js";
 import { registerConsole } from "./commands/console.js";
 import { registerDecide } from "./commands/decide.js";
@@ -95,9 +93,8 @@ export function buildProgram(io: Io, setExit: (code: number) => void): Command {
   registerMcp(program, io, setExit);
   // Policies operators write, checked and tested as code.
   registerPolicy(program, io, setExit);
-  const bench = registerBench(program, io, setExit);
-  registerBenchEngine(bench, io, setExit);
-  registerBenchDaemon(bench, io, setExit);
+  // Benchmarks, from the repository's private @leash/bench package.
+  registerBench(program, io, setExit);
   checkRequiredOptionsLast(program);
   return program;
 }

@@ -3,9 +3,8 @@
 import { existsSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
+import { bucketOf, bucketRange, childNodeFlags, LatencyHistogram } from "@leash/bench";
 import { afterAll, describe, expect, it } from "vitest";
-import { childNodeFlags } from "../src/commands/bench-engine.js";
-import { bucketOf, bucketRange, LatencyHistogram } from "../src/histogram.js";
 import { CLI_BIN, expectOneLineError, leash, scratchDir, testKey } from "./helpers.js";
 import { PG_URL, withPg } from "./stores.js";
 

@@ -1,10 +1,9 @@
 // Tests for `leash bench decide`: one JSON line with a positive rate, default vectors, refusal of a wrong decide,
 // and --reference run against a stand-in Python module of our own (the real reference is not in the repo).
 import { readFileSync } from "node:fs";
+import { defaultVectorFiles, referenceJson } from "@leash/bench";
 import { JsonNumberText } from "@leash/core";
 import { afterAll, describe, expect, it } from "vitest";
-import { defaultVectorFiles } from "../src/commands/bench.js";
-import { referenceJson } from "../src/reference-decide.js";
 import { CONFORMANCE, CONFORMANCE_101, expectOneLineError, leash, scratchDir } from "./helpers.js";
 
 const scratch = scratchDir();

@@ -1,8 +1,9 @@
 // Tests for the machine reference of `leash bench engine`: what it times, and that its rate is its own count over its own time.
 // No speed is asserted: the bounds follow from the counted signatures and the clock around the call.
+
+import { referenceRate } from "@leash/bench";
 import { generateKeyPair, type Signer } from "@leash/chain";
 import { describe, expect, it } from "vitest";
-import { referenceRate } from "../src/machine-reference.js";
 
 function countingSigner(): { signer: Signer; count: () => number } {
   const { signer } = generateKeyPair();

@@ -81,7 +81,7 @@ describe("leash serve", () => {
   it("--help shows an example and the default socket path", async () => {
     const r = await leash(["serve", "--help"]);
     expect(r.code).toBe(0);
-    expect(r.stdout).toContain("leash serve --config daemon.yaml --key-file daemon.key");
+    expect(r.stdout).toContain("leash serve --config daemon.yaml --key-file ~/.config/leash/leash.key");
     expect(r.stdout).toContain("$XDG_RUNTIME_DIR/leash.sock");
   });
 

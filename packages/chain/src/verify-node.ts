@@ -1,4 +1,4 @@
-// Chain verification for Node: the pure walk of ./verify with node:crypto underneath (about 12× noble),
+// Chain verification for Node: the pure walk of ./verify with node:crypto (native code) underneath,
 // optionally with signature checks run ahead on the libuv thread pool. Same answers, only faster.
 
 import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto";

@@ -304,7 +304,7 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
     });
     if (options.grpc !== undefined) {
-      grpc = await listenGrpc({ ...options.grpc, handler, config, logger });
+      grpc = await listenGrpc({ ...options.grpc, handler, config, logger, quotas, metrics });
     }
     if (options.console !== undefined) {
       consoleServer = await listenConsole({

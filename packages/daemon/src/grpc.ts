@@ -33,6 +33,9 @@ import type { Logger } from "pino";
 import type { DaemonConfig } from "./config.js";
 import type { RequestContext, RequestHandler } from "./handler.js";
 import { parseHostPort } from "./http.js";
+import type { DaemonMetrics } from "./metrics.js";
+import { admitOrganizationRequest } from "./org-admission.js";
+import type { OrganizationQuotaBook } from "./org-quotas.js";
 
 /** PEM material for TLS; clientCa makes it mTLS (client certificates required and verified). */
 export interface GrpcTls {
@@ -66,6 +69,9 @@ export interface GrpcTransportOptions extends GrpcOptions {
   readonly handler: RequestHandler;
   readonly config: DaemonConfig;
   readonly logger: Logger;
+  /** The daemon's per-organization quotas, shared with the socket: one organization has one quota. */
+  readonly quotas: OrganizationQuotaBook;
+  readonly metrics: DaemonMetrics;
 }
 
 export interface GrpcTransport {
@@ -86,6 +92,8 @@ export const ERROR_DETAIL_METADATA = GRPC_ERROR_DETAIL_METADATA;
 export const ORGANIZATION_METADATA = GRPC_ORGANIZATION_METADATA;
 /** The SP/1.0 version the client speaks (default 1.0.0); a Register negotiates from it. */
 export const PROTOCOL_VERSION_METADATA = GRPC_PROTOCOL_VERSION_METADATA;
+/** On a refusal that says when to retry (the Error's `retry_after_ms`): those milliseconds, in decimal. */
+export const RETRY_AFTER_MS_METADATA = "leash-retry-after-ms";
 /** A URI SAN of this form names the organization; without one, the subject CN does. */
 const ORG_URI_PREFIX = "leash:org:";
 
@@ -166,7 +174,7 @@ export function organizationOfCertificate(cert: {
 
 export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTransport> {
   const { host, port } = checkGrpcOptions(options);
-  const { handler, config, logger } = options;
+  const { handler, config, logger, quotas, metrics } = options;
   const mutualTls = options.tls?.clientCa !== undefined;
   const onlyOrganization = config.organizations.size === 1 ? [...config.organizations.keys()][0] : undefined;
 
@@ -198,6 +206,7 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
     const metadata = new Metadata();
     metadata.set(ERROR_CODE_METADATA, ErrorCode[error.code] ?? String(error.code));
     metadata.set(ERROR_DETAIL_METADATA, error.detail);
+    if (error.retryAfterMs > 0n) metadata.set(RETRY_AFTER_MS_METADATA, String(error.retryAfterMs));
     return {
       code: STATUS_OF[error.code] ?? Status.UNKNOWN,
       details: error.message === "" ? error.detail : error.message,
@@ -227,6 +236,12 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
         metadata.set(ERROR_CODE_METADATA, "AUTHENTICATION_FAILED");
         metadata.set(ERROR_DETAIL_METADATA, "unknown_organization");
         call.emit("error", { code: Status.UNAUTHENTICATED, details: error.message, metadata });
+        return;
+      }
+      // A stream is a long poll: it takes from the organization's rate, not an in-flight slot.
+      const admitted = admitOrganizationRequest(quotas, metrics, organizationId, true);
+      if (!admitted.ok) {
+        call.emit("error", refusalStatus(admitted.refusal));
         return;
       }
       // A cancelled stream stops the work (a wait would otherwise last until the answer or the expiry).
@@ -293,6 +308,9 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
         callback({ code: Status.UNAUTHENTICATED, details: error.message, metadata });
         return;
       }
+      // Only an authenticated caller takes from its organization's quotas (the socket's counters too).
+      const admitted = admitOrganizationRequest(quotas, metrics, organizationId, false);
+      if (!admitted.ok) return refuse(callback, admitted.refusal);
       const payload = { case: payloadCase, value: call.request } as Payload;
       const protocolVersion = firstMetadata(call.metadata, PROTOCOL_VERSION_METADATA) ?? PROTOCOL_VERSION;
       handler
@@ -308,7 +326,8 @@ export async function listenGrpc(options: GrpcTransportOptions): Promise<GrpcTra
           // The handler never throws; this is a bug, answered as the daemon failing inside.
           logger.warn({ err: error, rpc: method.name }, "gRPC request failed inside the daemon");
           callback({ code: Status.UNAVAILABLE, details: "internal" });
-        });
+        })
+        .finally(admitted.release);
     }) as handleUnaryCall<unknown, unknown>;
   }
 

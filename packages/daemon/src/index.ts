@@ -37,6 +37,7 @@ export {
   ORGANIZATION_METADATA,
   organizationOfCertificate,
   PROTOCOL_VERSION_METADATA,
+  RETRY_AFTER_MS_METADATA,
   shackleServiceDefinition,
 } from "./grpc.js";
 export {

@@ -22,7 +22,7 @@ import {
 } from "@leash/wire";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clock, RawClient } from "./raw-client.js";
-import { ACME, configObject, ensureBuilt, openStore, scratchDir, serve } from "./support.js";
+import { ACME, configObject, ensureBuilt, GLOBEX, openStore, scratchDir, serve } from "./support.js";
 
 const FRAMES = 100_000;
 const PER_CONNECTION = 25; // 24 signed requests the daemon must refuse, then one frame that ends the stream
@@ -80,11 +80,12 @@ describe("fuzzing a live daemon (SQLite)", () => {
       daemon.child.kill("SIGKILL");
     });
 
-    // The well-behaved client: registered once, then reads its state and heartbeats throughout.
-    const good = await RawClient.connect(socket, ACME);
+    // The well-behaved client: registered once, then reads its state and heartbeats throughout. It is
+    // another organization's: the fuzzer's signed flood spends acme's own rate quota, never globex's.
+    const good = await RawClient.connect(socket, GLOBEX);
     const reg = await good.request({
       case: "register",
-      value: create(RegisterRequestSchema, { agentId: "research-bot", organizationId: "acme" }),
+      value: create(RegisterRequestSchema, { agentId: "good-bot", organizationId: "globex" }),
     });
     const sessionId = (reg.payload.value as { sessionId: string }).sessionId;
     const head = () => store.substrate.transaction((tx) => tx.chain.head());

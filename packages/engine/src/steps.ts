@@ -3,9 +3,10 @@
 //
 // Why: evaluate judges a call on the in-memory projection, where every read and held write is already
 // a plain value; written as an async function, every await (and every async store call behind it)
-// still made a promise and a microtask turn, ~75 promises a decision. Written as a generator (`yield x` where it would `await x`), a call whose rows are
-// all in memory runs from decide to signed entry in one synchronous stretch, and one that needs the
-// store (a row the projection lacks, a HITL request to insert, an expiry) awaits exactly those steps.
+// still made a promise and a microtask turn, dozens a decision, for values that were already there.
+// Written as a generator (`yield x` where it would `await x`), a call whose rows are all in memory
+// runs from decide to signed entry in one synchronous stretch, and one that needs the store (a row
+// the projection lacks, a HITL request to insert, an expiry) awaits exactly those steps.
 
 /** A step function: `yield` a value or a promise where an async function would `await` it. */
 // biome-ignore lint/suspicious/noExplicitAny: what a yield hands back differs per step; each call site names its type

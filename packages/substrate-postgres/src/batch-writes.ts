@@ -3,9 +3,9 @@
 import type { SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult } from "pg";
 import type { TableNames } from "./codec.js";
+import { corkThisTurn, uncorkNow } from "./cork.js";
 import { toSubstrateError } from "./errors.js";
 import { type Statement, statement } from "./sql.js";
-import { corkThisTurn, type TxContext, uncorkNow } from "./tx.js";
 
 /*
  * The speed trick this module and TxContext.defer (tx.ts) carry, with no hint from the caller
@@ -16,7 +16,7 @@ import { corkThisTurn, type TxContext, uncorkNow } from "./tx.js";
  * lock (KeyedRows, budget accounts, sessions); a nonce the batch found absent (nonces.ts: the
  * batch lock keeps every other Leash writer out); the outbox item of an entry it appended after the
  * head it holds (outbox.ts). Rows read or written by a released transaction are handed to the next
- * ones of the batch (BatchMemory, tx.ts), so those often send no statement at all.
+ * ones of the batch (BatchMemory, batch-memory.ts), so those often send no statement at all.
  * What it buys: no round trip per write, one statement per table per batch instead of one per
  * write, and no savepoint for a transaction that sends nothing.
  * What it costs: a deferred write that fails anyway (only a writer that bypasses Leash can make one
@@ -26,9 +26,22 @@ import { corkThisTurn, type TxContext, uncorkNow } from "./tx.js";
  * its writes its locks settle, and get that right.
  */
 
+/**
+ * What a held-back write reports to the transaction that issued it (TxContext, tx.ts, is the one
+ * implementation); named here so this module does not import tx.ts, which imports it.
+ */
+export interface WriteOwner {
+  /** Records a failure of one of its own writes (the first one counts). */
+  fail(problem: SubstrateError): void;
+  /** Records a failure it shares with the other transactions of one multi-row write. */
+  failWhole(problem: SubstrateError): void;
+  /** An answer to wait for before its COMMIT. */
+  track(answer: Promise<void>): void;
+}
+
 /** A write the store sent without waiting (see TxContext.defer), and how to tell whether it did its job. */
 interface Entry {
-  readonly owner: TxContext;
+  readonly owner: WriteOwner;
   readonly statement: Statement;
   readonly values: readonly unknown[];
   readonly verify: (result: QueryResult) => SubstrateError | null;
@@ -52,8 +65,8 @@ interface MultiRow {
 /**
  * Which single-row statements have a multi-row form, by the single one's op. The multi-row inserts
  * carry only writes the transaction's locks vouch for (an id found absent, a new seq), so they take
- * no ON CONFLICT clause: its speculative insertion cost 18–28 % of their server time here, and a
- * clash, never expected, fails the statement, after which the batch's transactions run again one by
+ * no ON CONFLICT clause: it makes the server insert speculatively (a second index probe and a token
+ * per row) to guard against a clash the locks already rule out, and a clash, never expected, fails the statement, after which the batch's transactions run again one by
  * one (substrate.ts), where each single-row form, ON CONFLICT and all, tells whose write clashed.
  * (Chain appends keep it: see multiAppendStatement.)
  */
@@ -215,7 +228,7 @@ function resultOf(rowCount: number, rows: unknown[] = []): QueryResult {
 export class BatchWrites {
   #entries: Entry[] = [];
   /** The transaction whose savepoint is open, if any: only it has sent statements since. */
-  #savepointOf: TxContext | null = null;
+  #savepointOf: WriteOwner | null = null;
   /** Write statements sent and not yet answered. */
   #inFlight = 0;
   constructor(
@@ -253,7 +266,7 @@ export class BatchWrites {
   }
 
   /** Forgets the writes of a transaction that failed. */
-  drop(owner: TxContext): void {
+  drop(owner: WriteOwner): void {
     this.#entries = this.#entries.filter((e) => e.owner !== owner);
   }
 
@@ -262,7 +275,7 @@ export class BatchWrites {
    * of the transactions before it go out (outside any savepoint), then its savepoint is taken; its
    * own held-back writes go out inside it, so that statement sees them.
    */
-  beforeSend(owner: TxContext): void {
+  beforeSend(owner: WriteOwner): void {
     if (this.control !== null && this.#savepointOf !== owner) {
       // It has sent nothing yet, so everything here not its own belongs to released transactions.
       const others = this.#entries.filter((e) => e.owner !== owner);
@@ -280,7 +293,7 @@ export class BatchWrites {
    * A transaction of the batch has ended: its savepoint, if it took one, is released (success) or
    * rolled back and released (failure, which also drops what it held back).
    */
-  endTransaction(owner: TxContext, ok: boolean): void {
+  endTransaction(owner: WriteOwner, ok: boolean): void {
     if (!ok) this.drop(owner);
     if (this.control !== null && this.#savepointOf === owner) {
       this.#savepointOf = null;
@@ -294,7 +307,8 @@ export class BatchWrites {
     // server has nothing left to do (it then works on these rows while the next transactions run).
     // Otherwise the rows gather: answers are read only when the event loop turns, which a batch
     // answering from memory may not let it do until its end, and flushing every few transactions
-    // regardless was measured slower here (more statements, and the server competing for the CPU).
+    // regardless would split the batch's rows into more statements, each parsed and planned, and set
+    // the server working while this process still has transactions to run on the same CPUs.
     if (this.#inFlight === 0) {
       this.flush();
       uncorkNow(this.client);

@@ -8,6 +8,7 @@ import type {
   ReservationStatus,
 } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import type { BatchMemory } from "./batch-memory.js";
 import {
   decodeInt,
   decodeOptionalInt,
@@ -21,7 +22,7 @@ import {
 } from "./codec.js";
 import { KeyedRows } from "./keyed-rows.js";
 import type { Statements } from "./sql.js";
-import type { BatchMemory, TxContext } from "./tx.js";
+import type { TxContext } from "./tx.js";
 
 export interface AccountRow {
   account_id: string;

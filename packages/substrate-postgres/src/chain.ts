@@ -2,6 +2,7 @@
 // It never hashes, signs or verifies (that is @leash/chain): it keeps the chain gapless and appenders in line.
 import type { ChainEntryRecord, ChainStore, ParamsBlob } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import type { BatchMemory } from "./batch-memory.js";
 import {
   decodeInt,
   decodeNonce,
@@ -13,9 +14,9 @@ import {
   encodeOptionalText,
   encodeText,
 } from "./codec.js";
-import { nonceKey } from "./nonces.js";
+import { nonceKey, type SpentNonces } from "./nonce-key.js";
 import type { Statements } from "./sql.js";
-import type { BatchMemory, TxContext } from "./tx.js";
+import type { TxContext } from "./tx.js";
 
 export interface ChainRow {
   seq: unknown;
@@ -30,14 +31,6 @@ export interface ChainRow {
   created_ns: unknown;
   /** The spent nonce's JSON text (codec.ts), or null. */
   nonce: string | null;
-}
-
-/** What the chain store asks of the transaction's nonce store, to append a spending entry without waiting. */
-export interface SpentNonces {
-  /** This transaction asked `has` about the pair and was told it is unspent. */
-  answeredUnspent(key: string): boolean;
-  /** This transaction appended an entry spending the pair. */
-  spend(key: string): void;
 }
 
 export function chainEntryFromRow(row: ChainRow): ChainEntryRecord {

@@ -1,15 +1,11 @@
 // The nonce store: spent nonces read from the chain's nonce column and the read-only leash_nonces.
 // It writes nothing: an entry spends its nonce when chain.ts appends it, the unique index refusing a second.
 import type { Nonce, NonceStore } from "@leash/core";
-import type { SpentNonces } from "./chain.js";
+import type { BatchMemory } from "./batch-memory.js";
 import { decodeInt, encodeNonce, encodeText } from "./codec.js";
+import { nonceKey, type SpentNonces } from "./nonce-key.js";
 import type { Statements } from "./sql.js";
-import type { BatchMemory, TxContext } from "./tx.js";
-
-/** How a batch's memory keys a (session, nonce) pair; PostgreSQL text holds no U+0000, so it cannot be ambiguous. */
-export function nonceKey(sessionId: string, nonceJson: string): string {
-  return `${sessionId}\u0000${nonceJson}`;
-}
+import type { TxContext } from "./tx.js";
 
 export class PostgresNonceStore implements NonceStore, SpentNonces {
   /** Nonces entries of this transaction spent (see chain.ts), handed on to the batch by rememberIn. */

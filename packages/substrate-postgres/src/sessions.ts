@@ -3,6 +3,7 @@
 // what its group-commit batch already holds locked (left by the batch's earlier transactions).
 import type { Config, SessionRecord, SessionStatus, SessionStore, State } from "@leash/core";
 import { SubstrateError } from "@leash/core";
+import type { BatchMemory, SessionEntry } from "./batch-memory.js";
 import {
   decodeInt,
   decodeOptionalInt,
@@ -13,7 +14,7 @@ import {
   encodeText,
 } from "./codec.js";
 import type { Statements } from "./sql.js";
-import type { BatchMemory, TxContext } from "./tx.js";
+import type { TxContext } from "./tx.js";
 
 interface SessionRow {
   session_id: string;
@@ -43,16 +44,6 @@ function fromRow(row: SessionRow): SessionRecord {
     last_heartbeat_ns: decodeOptionalInt(row.last_heartbeat_ns, "last_heartbeat_ns"),
     at_seq: decodeOptionalInt(row.at_seq, "at_seq"),
   };
-}
-
-/**
- * A session row as a batch holds it (locked): config and state as JSON text, so that every reader is
- * handed objects of its own, as a fresh read would give it.
- */
-export interface SessionEntry {
-  readonly fields: Omit<SessionRecord, "config" | "state">;
-  readonly config: string;
-  readonly state: string;
 }
 
 function entryOf(record: SessionRecord, config: string, state: string): SessionEntry {

@@ -5,6 +5,7 @@ import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core"
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
+import { type BatchMemory, newBatchMemory } from "./batch-memory.js";
 import {
   BatchWrites,
   type MultiRowStatements,
@@ -14,6 +15,7 @@ import {
 import { PostgresBudgetStore } from "./budgets.js";
 import { PostgresChainStore } from "./chain.js";
 import { type TableNames, tableNames } from "./codec.js";
+import { corkThisTurn } from "./cork.js";
 import { toSubstrateError } from "./errors.js";
 import { PostgresHitlStore } from "./hitl.js";
 import { type MessageStatements, messageStatements, PostgresMessageStore } from "./messages.js";
@@ -22,7 +24,7 @@ import { PostgresNonceStore } from "./nonces.js";
 import { PostgresOutboxStore } from "./outbox.js";
 import { PostgresSessionStore } from "./sessions.js";
 import { buildStatements, type Statement, type Statements } from "./sql.js";
-import { type BatchMemory, corkThisTurn, newBatchMemory, TxContext } from "./tx.js";
+import { TxContext } from "./tx.js";
 import { parsePostgresUrl } from "./url.js";
 
 export interface GroupCommitOptions {

@@ -1,90 +1,17 @@
 // One open database transaction as the stores see it: the connection, the SQL, and how it failed.
 // It does not begin, commit or retry; transaction() in substrate.ts owns that life cycle.
 
-import { type BudgetAccount, type ChainEntryRecord, SubstrateError } from "@leash/core";
+import { SubstrateError } from "@leash/core";
 import type { PoolClient, QueryResult, QueryResultRow } from "pg";
-import type { BatchWrites } from "./batch-writes.js";
+import type { BatchWrites, WriteOwner } from "./batch-writes.js";
+import { corkThisTurn } from "./cork.js";
 import { sqlState, toSubstrateError } from "./errors.js";
-import type { SessionEntry } from "./sessions.js";
 import type { Statement } from "./sql.js";
 
 /** in_failed_sql_transaction: the statement met a transaction an earlier one had aborted. */
 const IN_FAILED_TRANSACTION = "25P02";
 
-interface Corkable {
-  cork(): void;
-  uncork(): void;
-}
-const corked = new WeakSet<Corkable>();
-
-/**
- * On a pipelined connection, holds back what is written to the socket until the promise callbacks
- * queued now have run (process.nextTick comes after them), so statements sent in one burst (a key
- * lock and its second look, a deferred write and the statement after it, SAVEPOINT and the next
- * transaction's first read) go out in one write: one system call and one server wake-up instead of
- * one per statement. No-op where pg does not expose its socket.
- */
-export function corkThisTurn(client: PoolClient): void {
-  const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
-  if (typeof stream?.cork !== "function" || typeof stream.uncork !== "function") return;
-  const socket = stream as Corkable;
-  if (corked.has(socket)) return;
-  corked.add(socket);
-  socket.cork();
-  process.nextTick(() => {
-    corked.delete(socket);
-    socket.uncork();
-  });
-}
-
-/**
- * Writes out now what corkThisTurn held back. A batch whose transactions answer from memory can
- * run for milliseconds without the event loop turning, so nextTick would come only at its end.
- */
-export function uncorkNow(client: PoolClient): void {
-  const stream = (client as { connection?: { stream?: Partial<Corkable> } }).connection?.stream;
-  if (stream === undefined || !corked.has(stream as Corkable)) return;
-  corked.delete(stream as Corkable);
-  (stream as Corkable).uncork();
-}
-
-/**
- * What the transactions of one group-commit batch hand on to the next: rows they read FOR UPDATE (or
- * wrote) as they now stand, locked by the batch's PostgreSQL transaction until its COMMIT, so the
- * next one can skip reading them again. Only a transaction that succeeded adds to it (one that
- * failed is rolled back to its savepoint, or had sent nothing and its held writes are dropped); it
- * dies with the batch.
- */
-export interface BatchMemory {
-  /** Budget accounts as they stand, each locked; emptied and refilled from every released transaction. */
-  readonly accounts: Map<string, BudgetAccount>;
-  readonly heldAccounts: Set<string>;
-  /** The chain head as it stands (locked), null for an empty chain, undefined when not known. */
-  head: { seq: number; entry_hash: string } | null | undefined;
-  /** The entry `head` names, when known (appended by a released transaction). */
-  headEntry: ChainEntryRecord | null;
-  /** Session rows as they stand, each locked, left by a released transaction. */
-  readonly sessions: Map<string, SessionEntry>;
-  /**
-   * Whether a (session, nonce) pair is recorded (key: nonceKey), as a released transaction found or
-   * recorded it. The batch lock keeps every other Leash transaction on the schema out until COMMIT,
-   * so no one else can record one meanwhile.
-   */
-  readonly nonces: Map<string, boolean>;
-}
-
-export function newBatchMemory(): BatchMemory {
-  return {
-    accounts: new Map(),
-    heldAccounts: new Set(),
-    head: undefined,
-    headEntry: null,
-    sessions: new Map(),
-    nonces: new Map(),
-  };
-}
-
-export class TxContext {
+export class TxContext implements WriteOwner {
   /**
    * The first failure: a statement error (PostgreSQL has aborted the transaction, so COMMIT would
    * roll back), or a write sent without waiting (see `defer`) that did not do what was certain.

@@ -25,15 +25,16 @@ export interface SqliteSubstrateOptions {
   groupCommit?: GroupCommitOptions | false;
   /**
    * Bytes of the file SQLite reads through a memory map instead of read() calls (default 256 MiB;
-   * 0 turns it off). Writes still go through the WAL, so durability is unchanged; it made the
-   * engine benchmark about 10 % faster here (and its p99 lower). Turn it off on filesystems where mmap is unreliable.
+   * 0 turns it off). Writes still go through the WAL, so durability is unchanged; a read then costs a
+   * memory access instead of a system call and a copy, which a decision's few indexed reads repeat
+   * on every call. Turn it off on filesystems where mmap is unreliable.
    */
   mmapSizeBytes?: number;
   /**
    * Run WAL checkpoints (copying committed pages from the WAL into the database file, two fsyncs each)
    * on a worker thread with its own connection (default true), instead of inside every COMMIT that
-   * takes the WAL past 1,000 pages, where they stall the event loop (off it, the engine benchmark ran
-   * 20-40 % faster here). The worker copies every `checkpointIntervalMs` (default 100) without blocking
+   * takes the WAL past 1,000 pages, where they stall the event loop: every caller waiting on this
+   * process would wait out the copy and its fsyncs too. The worker copies every `checkpointIntervalMs` (default 100) without blocking
    * the writer; once the WAL holds `checkpointRestartFrames` frames (default 16,384: 64 MiB of 4 KiB
    * pages, its size bound) the writer pauses a few milliseconds between two batches so the WAL can start over.
    */

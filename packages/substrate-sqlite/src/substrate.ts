@@ -93,8 +93,8 @@ export class SqliteSubstrate implements Substrate {
   };
   /**
    * Batches left that give each transaction a savepoint of its own. None normally: a savepoint per
-   * transaction costs SQLite a copy of every page the transaction touches (~53,000 instructions a
-   * decision, ~4 % of one), and a transaction that fails seldom has written anything. When one has,
+   * transaction costs SQLite a copy of every page the transaction touches, paid by every decision
+   * for a rollback almost none needs, since a transaction that fails seldom has written anything. When one has,
    * its whole batch is undone and the others run again, here, with savepoints, so that a run of
    * failures cannot make them run again and again.
    */
@@ -524,7 +524,7 @@ function closedError(action: string): SubstrateError {
   return new SubstrateError("closed", `${action}: the SQLite substrate is closed`);
 }
 
-/** Commits after which a handle starts its checkpoint worker; until then its WAL only grows (by ~40 pages a commit at most here). */
+/** Commits after which a handle starts its checkpoint worker; until then its WAL only grows, by the few pages a commit touches, so a short-lived handle never pays for a worker thread. */
 const CHECKPOINTER_AFTER_COMMITS = 64;
 /** Batches with a savepoint per transaction after a failed writer undid a batch (see #guardedBatches). */
 const GUARDED_BATCHES_AFTER_UNDO = 16;

@@ -6,31 +6,37 @@ import { existsSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import {
+  addKeyOptions,
+  addStoreOptions,
+  CliError,
+  checkSigner,
+  connectStore,
+  dropPostgresSchema,
+  EXIT_BAD_INPUT,
+  engineFailure,
+  firstLine,
+  type Io,
+  type KeyOptions,
+  loadSettings,
+  migrateStore,
+  newEngine,
+  nonNegativeNumber,
+  parseStoreUrl,
+  positiveInteger,
+  positiveNumber,
+  type ResolvedSigner,
+  removeSqliteFiles,
+  resolveSigner,
+  type Settings,
+  type StoreOptions,
+  type StoreTarget,
+} from "@leash/cli/internal";
 import type { Substrate } from "@leash/core";
 import type { Engine } from "@leash/engine";
 import { type Command, Option } from "commander";
-import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
-import {
-  addStoreOptions,
-  checkSigner,
-  engineFailure,
-  loadSettings,
-  newEngine,
-  type Settings,
-  type StoreOptions,
-} from "../context.js";
-import { type HistogramJson, LatencyHistogram } from "../histogram.js";
-import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
-import { addKeyOptions, type KeyOptions, type ResolvedSigner, resolveSigner } from "../keys.js";
-import { REFERENCE_WORKLOAD, referenceRate } from "../machine-reference.js";
-import {
-  connectStore,
-  dropPostgresSchema,
-  migrateStore,
-  parseStoreUrl,
-  removeSqliteFiles,
-  type StoreTarget,
-} from "../store.js";
+import { type HistogramJson, LatencyHistogram } from "./histogram.js";
+import { REFERENCE_WORKLOAD, referenceRate } from "./machine-reference.js";
 
 export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly concurrency: number;
@@ -98,7 +104,8 @@ const sessionIds = (runId: string, processIndex: number, count: number) =>
 
 /** The built binary children run: tests import this module from src, but node runs only dist. */
 function binPath(): string {
-  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "dist", "bin.js");
+  // This package lives in the repository beside the CLI (it is never published on its own).
+  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "apps", "cli", "dist", "bin.js");
 }
 
 class Load {

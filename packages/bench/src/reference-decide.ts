@@ -1,13 +1,13 @@
 // Runs the reference Python decide (a SHACKLE checkout the user points at) over the vectors `bench decide`
-// measured, through our driver apps/cli/bench/reference-decide.py. It ships none of the reference's code.
+// measured, through our driver packages/bench/bench/reference-decide.py. It ships none of the reference's code.
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { CliError, EXIT_BAD_INPUT, firstLine } from "@leash/cli/internal";
 import { JsonNumberText } from "@leash/core";
-import { CliError, EXIT_BAD_INPUT, firstLine } from "./io.js";
 
 /** The driver, found from src/ and dist/ alike (both sit one level below the package root). */
 export const REFERENCE_DRIVER = fileURLToPath(new URL("../bench/reference-decide.py", import.meta.url));

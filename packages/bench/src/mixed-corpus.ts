@@ -1,8 +1,9 @@
 // A seeded mixed decide() corpus closer to real traffic than the 29 published vectors: a fifth HITL
 // approvals over 50–600-byte nested unicode params (digested), a fifth plain ALLOWs, the rest every reason.
 // It builds inputs and their expected outcome; it measures nothing (bench.ts does).
+
+import type { Vector } from "@leash/cli/internal";
 import { canonicalHash, decide } from "@leash/core";
-import type { Vector } from "./fixtures.js";
 
 export interface CorpusCase {
   readonly config: unknown;

@@ -8,14 +8,24 @@ import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { generateKeyPair, type Signer } from "@leash/chain";
+import {
+  CliError,
+  dropPostgresSchema,
+  EXIT_BAD_INPUT,
+  firstLine,
+  type Io,
+  nonNegativeNumber,
+  parseStoreUrl,
+  positiveInteger,
+  positiveNumber,
+  resolveStoreUrl,
+  type StoreTarget,
+} from "@leash/cli/internal";
 import { type Client, type ClientOptions, createClient } from "@leash/client";
 import type { Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore } from "@leash/engine";
 import type { Command } from "commander";
-import { nonNegativeNumber, positiveInteger, positiveNumber } from "../args.js";
-import { LatencyHistogram } from "../histogram.js";
-import { CliError, EXIT_BAD_INPUT, firstLine, type Io } from "../io.js";
-import { dropPostgresSchema, parseStoreUrl, resolveStoreUrl, type StoreTarget } from "../store.js";
+import { LatencyHistogram } from "./histogram.js";
 
 export interface BenchDaemonOptions {
   readonly transport: string;
@@ -42,7 +52,8 @@ const CLIENT_TIMEOUT_MS = 30_000;
 const ORG = "bench";
 
 function binPath(): string {
-  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "dist", "bin.js");
+  // This package lives in the repository beside the CLI (it is never published on its own).
+  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "apps", "cli", "dist", "bin.js");
 }
 
 interface Figure {

@@ -4,13 +4,12 @@
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { CliError, EXIT_BAD_INPUT, type Io, loadFixtureFile, type Vector } from "@leash/cli/internal";
 import { type DecideInputs, decide } from "@leash/core";
 import { nodeSha256Hex, nodeSha256HexOfBytes } from "@leash/engine";
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { loadFixtureFile, type Vector } from "../fixtures.js";
-import { CliError, EXIT_BAD_INPUT, type Io } from "../io.js";
-import { mixedCorpus, reasonCounts } from "../mixed-corpus.js";
-import { type ReferenceCase, type ReferenceResult, runReference } from "../reference-decide.js";
+import { mixedCorpus, reasonCounts } from "./mixed-corpus.js";
+import { type ReferenceCase, type ReferenceResult, runReference } from "./reference-decide.js";
 
 export interface BenchOptions {
   readonly vectors?: readonly string[];
