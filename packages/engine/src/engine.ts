@@ -76,7 +76,7 @@ import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
-import { estimateWithPolicy, judgeByPolicy } from "./policy-layer.js";
+import { estimateWithPolicy, judgeByPolicy, policyFields } from "./policy-layer.js";
 import { type CounterLayer, EnginePolicies, POLICY_PUBLISHED, publishedData } from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { repeatSeen } from "./repeat-seen.js";
@@ -459,6 +459,12 @@ export function createEngine(options: EngineOptions): Engine {
     return policy;
   }
   const evaluations = new Batcher<Waiting, Evaluated>(evaluateBatch, maxBatch);
+  /** Submits a call with the policy in force; without waiting once the chain is trusted, loaded, published. */
+  function submitUnderPolicy(request: EvaluateRequest, malformed: string | null): Promise<Evaluated> {
+    const ready = trust.trusted ? policies!.ready() : undefined;
+    if (ready !== undefined) return evaluations.submit({ request, malformed, policy: ready });
+    return policyInForce().then((policy) => evaluations.submit({ request, malformed, policy }));
+  }
 
   /**
    * Reads the batch's sessions and their budget accounts together, before the first call is judged:
@@ -1017,7 +1023,7 @@ export function createEngine(options: EngineOptions): Engine {
         // one (replay re-derives it), so it is not copied here; the config is in session_registered.
         now_ns: nowNs,
         // The policy version in force, and what it judged (policy-layer.ts); absent without a policy.
-        ...(policy === undefined ? {} : { policy_hash: policy.hash, policy: judged?.record ?? null }),
+        ...(policy === undefined ? {} : policyFields(policy.hash, judged?.record ?? null)),
         ...replayInputs({
           paramsText,
           paramsBytes: tooLarge,
@@ -1276,7 +1282,7 @@ export function createEngine(options: EngineOptions): Engine {
       const submitted =
         policies === null
           ? evaluations.submit({ request, malformed })
-          : policyInForce().then((policy) => evaluations.submit({ request, malformed, policy }));
+          : submitUnderPolicy(request, malformed);
       const answer = submitted.then(
         ({ result, entry, hitl }) => {
           for (const event of hitl) events.emit(event);

@@ -61,6 +61,9 @@ export {
   type PolicyLayerInput,
   type PolicyLayerResult,
   type PolicyRecord,
+  policyFields,
+  type StoredPolicyRecord,
+  storedRecordOf,
 } from "./policy-layer.js";
 export { POLICY_PUBLISHED, type PolicySource, publishedData } from "./policy-runtime.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";

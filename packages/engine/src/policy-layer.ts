@@ -29,6 +29,52 @@ export interface PolicyRecord {
   readonly approved?: true;
 }
 
+/**
+ * The record as a decision entry stores it: without `hash` (the entry's `policy_hash` names the version)
+ * and without empty `monitor` / `counter_updates`. Entries written before this shape carry the full
+ * PolicyRecord, which reads the same.
+ */
+export interface StoredPolicyRecord {
+  readonly hash?: string;
+  readonly verdict: "ALLOW" | "DENY" | "HITL";
+  readonly rule: string | null;
+  readonly reason: string;
+  readonly monitor?: readonly MonitorRecord[];
+  readonly counter_updates?: readonly CounterUpdate[];
+  readonly approved?: true;
+}
+
+const DEFAULT_ALLOW = "policy_allow:default";
+
+/**
+ * What an entry stores of the policy's judgement: null when the policy did not run, undefined (no
+ * `policy` field, only `policy_hash`) when it allowed by default with nothing to say, else the compact
+ * record. The replay re-derives the judgement, so nothing left out here is lost.
+ */
+export function storedRecordOf(record: StoredPolicyRecord | null): StoredPolicyRecord | null | undefined {
+  if (record === null) return null;
+  const monitor = record.monitor ?? [];
+  const updates = record.counter_updates ?? [];
+  const quiet = monitor.length === 0 && updates.length === 0 && record.approved !== true;
+  if (quiet && record.verdict === "ALLOW" && record.rule === null && record.reason === DEFAULT_ALLOW) {
+    return undefined;
+  }
+  return {
+    verdict: record.verdict,
+    rule: record.rule,
+    reason: record.reason,
+    ...(monitor.length === 0 ? {} : { monitor }),
+    ...(updates.length === 0 ? {} : { counter_updates: updates }),
+    ...(record.approved === true ? { approved: true as const } : {}),
+  };
+}
+
+/** A decision entry's policy fields: the version in force and, unless it has nothing to say, its record. */
+export function policyFields(hash: string, record: PolicyRecord | null): Record<string, unknown> {
+  const stored = storedRecordOf(record);
+  return stored === undefined ? { policy_hash: hash } : { policy_hash: hash, policy: stored };
+}
+
 /** The inputs of one call, as both the engine and the replay have them at the policy's step. */
 export interface PolicyLayerInput {
   readonly policy: CompiledPolicy;
@@ -167,12 +213,11 @@ export function judgeByPolicy(p: PolicyLayerInput): PolicyLayerResult {
 /** The counters after an entry: a policy's updates count only when the call was allowed in the end. */
 export function countedAfter(
   counters: PolicyState,
-  record: PolicyRecord | null | undefined,
+  record: StoredPolicyRecord | null | undefined,
   verdict: string,
   nowNs: number,
 ): PolicyState {
-  if (record === null || record === undefined || verdict !== "ALLOW" || record.counter_updates.length === 0) {
-    return counters;
-  }
-  return applyCounterUpdates(counters, record.counter_updates, Math.floor(nowNs / 1e9));
+  const updates = record?.counter_updates;
+  if (updates === undefined || verdict !== "ALLOW" || updates.length === 0) return counters;
+  return applyCounterUpdates(counters, updates, Math.floor(nowNs / 1e9));
 }

@@ -4,7 +4,7 @@
 
 import type { ChainEntryRecord, SubstrateTx } from "@leash/core";
 import { type CompiledPolicy, EMPTY_STATE, type PolicyState } from "@leash/policy";
-import { countedAfter, type PolicyRecord } from "./policy-layer.js";
+import { countedAfter, type PolicyRecord, type StoredPolicyRecord } from "./policy-layer.js";
 
 /** A policy that may change while the engine runs (the daemon's reload swaps it). */
 export interface PolicySource {
@@ -28,6 +28,18 @@ interface Staged {
 /** One batch's counter updates, applied to the committed counters when (and only when) it commits. */
 export class CounterLayer {
   readonly staged: Staged[] = [];
+  /** Per organization, the last view of this layer: from which base, through how many staged updates. */
+  readonly views = new Map<string, { base: PolicyState; through: number; state: PolicyState }>();
+}
+
+/** `state` after the staged updates of `org` from index `from` on. */
+function foldStaged(state: PolicyState, staged: readonly Staged[], org: string, from: number): PolicyState {
+  let folded = state;
+  for (let i = from; i < staged.length; i++) {
+    const s = staged[i]!;
+    if (s.org === org) folded = countedAfter(folded, s.record, "ALLOW", s.nowNs);
+  }
+  return folded;
 }
 
 const PAGE = 1000;
@@ -39,6 +51,7 @@ export class EnginePolicies {
   readonly #published = new Set<string>();
   readonly #publishing = new Map<string, Promise<void>>();
   #loaded: Promise<void> | undefined;
+  #loadedDone = false;
 
   constructor(policy: CompiledPolicy | PolicySource) {
     this.#source =
@@ -50,6 +63,13 @@ export class EnginePolicies {
   /** The policy in force now. */
   current(): CompiledPolicy {
     return this.#source.current();
+  }
+
+  /** The policy in force when the counters are loaded and it is published (no wait needed), else undefined. */
+  ready(): CompiledPolicy | undefined {
+    if (!this.#loadedDone) return undefined;
+    const policy = this.#source.current();
+    return this.#published.has(policy.hash) ? policy : undefined;
   }
 
   /** Runs `publish` once per version (concurrent first calls share it); a failed one is tried again. */
@@ -81,9 +101,10 @@ export class EnginePolicies {
       for (let from = 0; ; ) {
         const page = await read(from, PAGE);
         for (const entry of page) this.#fold(entry);
-        if (page.length < PAGE) return;
+        if (page.length < PAGE) break;
         from = page[page.length - 1]!.seq + 1;
       }
+      this.#loadedDone = true;
     })();
     return this.#loaded;
   }
@@ -98,8 +119,8 @@ export class EnginePolicies {
       if (typeof data.policy_hash === "string") this.#published.add(data.policy_hash);
       return;
     }
-    const record = data.policy as PolicyRecord | undefined;
-    if (record === undefined || typeof data.organization_id !== "string") return;
+    const record = data.policy as StoredPolicyRecord | null | undefined;
+    if (record == null || typeof data.organization_id !== "string") return;
     const nowNs = typeof data.now_ns === "number" ? data.now_ns : Number(timestamp_ns);
     this.#set(
       data.organization_id,
@@ -124,13 +145,24 @@ export class EnginePolicies {
 
   /** The organization's counters as `layer` sees them: committed, then every pending layer up to it. */
   view(layer: CounterLayer, org: string): PolicyState {
-    let state = this.#get(org);
+    let base = this.#get(org);
+    let own = false;
     for (const pending of this.#pending) {
-      for (const s of pending.staged) {
-        if (s.org === org) state = countedAfter(state, s.record, "ALLOW", s.nowNs);
+      if (pending === layer) {
+        own = true;
+        break;
       }
-      if (pending === layer) break;
+      base = foldStaged(base, pending.staged, org, 0);
     }
+    if (!own) return base;
+    // Each call of a batch sees the one before it: fold only what was staged since the last view,
+    // the same updates in the same order as folding them all again.
+    const last = layer.views.get(org);
+    const state =
+      last !== undefined && last.base === base
+        ? foldStaged(last.state, layer.staged, org, last.through)
+        : foldStaged(base, layer.staged, org, 0);
+    layer.views.set(org, { base, through: layer.staged.length, state });
     return state;
   }
 

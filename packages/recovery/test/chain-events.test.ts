@@ -277,8 +277,8 @@ describe("the writers' entries against the chain event schemas", () => {
     const records = judged.filter((p) => p !== null);
     expect(new Set(records.map((p) => p.verdict))).toEqual(new Set(["ALLOW", "DENY", "HITL"]));
     expect(records.some((p) => p.approved === true)).toBe(true);
-    expect(records.some((p) => p.monitor.length > 0)).toBe(true);
-    expect(records.some((p) => p.counter_updates.length > 0)).toBe(true);
+    expect(records.some((p) => (p.monitor?.length ?? 0) > 0)).toBe(true);
+    expect(records.some((p) => (p.counter_updates?.length ?? 0) > 0)).toBe(true);
     // Closed, and both fields or neither: an extra field in the record, or the record alone, is refused.
     const decision = entries
       .map((e) => JSON.parse(e.body) as { kind: string; data: Record<string, unknown> })

@@ -9,13 +9,21 @@ import { openExistingStore } from "../store.js";
 
 type Data = Record<string, unknown>;
 interface Recorded {
-  hash: string;
+  hash?: string;
   verdict: string;
   rule: string | null;
   reason: string;
-  monitor: Array<{ rule: string; would: string; reason: string }>;
-  counter_updates: unknown[];
+  monitor?: Array<{ rule: string; would: string; reason: string }>;
+  counter_updates?: unknown[];
   approved?: true;
+}
+
+/** An entry's policy record; a `policy_hash` without one is the policy's default ALLOW (docs/chain-format.md). */
+function recordedOf(data: Data): Recorded | null {
+  if (typeof data.policy_hash === "string" && !Object.hasOwn(data, "policy")) {
+    return { verdict: "ALLOW", rule: null, reason: "policy_allow:default" };
+  }
+  return (data.policy ?? null) as Recorded | null;
 }
 
 interface RuleTally {
@@ -68,15 +76,15 @@ export async function runPolicyReport(options: ReportOptions, io: Io): Promise<n
     const v = versions.get(hash) ?? { hash, name: null, decisions: 0 };
     v.decisions++;
     versions.set(hash, v);
-    const policy = data.policy as Recorded | null | undefined;
-    if (policy === null || policy === undefined) continue;
+    const policy = recordedOf(data);
+    if (policy === null) continue;
     if (policy.rule !== null || policy.reason === "policy_violation:default_deny") {
       const t = tally(policy.rule ?? "default");
       // The entry's verdict: a policy ALLOW the budget then refused is counted as what it became.
       const verdict = String(data.verdict);
       t.decided[verdict] = (t.decided[verdict] ?? 0) + 1;
     }
-    for (const m of policy.monitor) {
+    for (const m of policy.monitor ?? []) {
       const t = tally(m.rule);
       const would = m.would.split(" ")[0] ?? m.would;
       t.would[would] = (t.would[would] ?? 0) + 1;
@@ -123,7 +131,7 @@ export async function runPolicyExplain(options: ExplainOptions, io: Io): Promise
   const version = hash === null ? undefined : published.get(hash);
   const doc =
     version === undefined ? undefined : (JSON.parse(String(version.canonical)) as { rules: Data[] });
-  const policy = (found.policy ?? null) as Recorded | null;
+  const policy = recordedOf(found);
   const rule = policy?.rule == null ? null : (doc?.rules.find((r) => r.name === policy.rule) ?? null);
   printJson(io, {
     session_id: found.session_id,

@@ -101,7 +101,10 @@ const decisionV2 = closed(
 
 const policyVerdict = { enum: ["ALLOW", "DENY", "HITL"] } as const;
 
-/** What a decision records of the operator's policy layer (@leash/engine's PolicyRecord). */
+/**
+ * What a decision records of the operator's policy layer (@leash/engine's StoredPolicyRecord): compact
+ * (no `hash`, no empty `monitor` / `counter_updates`); older entries carry all three, which stays valid.
+ */
 const policyRecord = {
   type: "object",
   properties: {
@@ -129,7 +132,7 @@ const policyRecord = {
     },
     approved: { const: true },
   },
-  required: ["hash", "verdict", "rule", "reason", "monitor", "counter_updates"],
+  required: ["verdict", "rule", "reason"],
   additionalProperties: false,
 } as const;
 
@@ -146,8 +149,8 @@ const decisionV3Closed = closed(
     replay_inputs: { const: 3 },
     params_bytes: { type: "integer", minimum: 0 },
     params_blob: { const: true },
-    // Written by an engine with a policy, both or neither: the version in force and what it judged
-    // (null when the call was refused before the policy ran).
+    // Written by an engine with a policy: the version in force and what it judged (null when the call
+    // was refused before the policy ran; absent when it allowed by default with nothing to say).
     policy_hash: hash,
     policy: { anyOf: [policyRecord, { type: "null" }] },
   },
@@ -170,11 +173,8 @@ const decisionV3: EventSchemaVersion = {
   schema: {
     ...decisionV3Closed.schema,
     oneOf: [{ required: ["params_json"] }, { required: ["params_bytes"] }, { required: ["params_blob"] }],
-    // `policy_hash` and `policy` together or not at all.
-    anyOf: [
-      { required: ["policy_hash", "policy"] },
-      { not: { anyOf: [{ required: ["policy_hash"] }, { required: ["policy"] }] } },
-    ],
+    // `policy` only with `policy_hash` (which may stand alone).
+    anyOf: [{ required: ["policy_hash"] }, { not: { required: ["policy"] } }],
   },
 };
 

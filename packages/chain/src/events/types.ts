@@ -35,25 +35,31 @@ export interface DecisionEvent {
   hold_ttl_ns?: number;
 }
 
-/** What a decision records of the operator's policy layer, when the policy ran. */
+/**
+ * What a decision records of the operator's policy layer, when the policy ran. Entries write it compact
+ * (no `hash`, no empty `monitor` / `counter_updates`); older entries carry all three.
+ */
 export interface PolicyJudgement {
-  /** The policy version that judged (the decision's `policy_hash`). */
-  hash: string;
+  /** Older entries: the policy version that judged (the decision's `policy_hash`). */
+  hash?: string;
   verdict: "ALLOW" | "DENY" | "HITL";
   /** The rule that decided; null when the default (or the policy's scope) did. */
   rule: string | null;
   reason: string;
   /** Rules in monitor mode that would have decided otherwise (`would: "DENY rule:x"`). */
-  monitor: { rule: string; would: string; reason: string }[];
+  monitor?: { rule: string; would: string; reason: string }[];
   /** What the call adds to the limit counters (windows in Unix seconds); counted when it is allowed. */
-  counter_updates: { key: string; start: number; end: number; add: number }[];
+  counter_updates?: { key: string; start: number; end: number; add: number }[];
   /** A human's approval released the call the policy asked one for. */
   approved?: true;
 }
 
-/** A decision by an engine with a policy: both fields, or (without a policy) neither. */
+/**
+ * A decision by an engine with a policy: `policy_hash`, with `policy` (null: it did not run) unless the
+ * policy allowed by default with nothing to say; without a policy, neither.
+ */
 export type DecisionPolicyFields =
-  | { policy_hash: string; policy: PolicyJudgement | null }
+  | { policy_hash: string; policy?: PolicyJudgement | null }
   | { policy_hash?: never; policy?: never };
 
 /** A decision of replay inputs version 3: the params inline, by size alone, or stored by digest. */

@@ -60,7 +60,9 @@ import {
   pausedOf,
   releasesApproval,
   resolveEstimate,
+  type StoredPolicyRecord,
   sessionAccountId,
+  storedRecordOf,
   TOOL_MISMATCH,
   timedOut,
 } from "@leash/engine";
@@ -198,6 +200,30 @@ function expectEqual(field: string, expected: unknown, recorded: unknown): void 
       expected,
       recorded,
       `${field} is ${JSON.stringify(recorded)} in the entry, but the entries before it give ${JSON.stringify(recordedForm(expected))}`,
+    );
+  }
+}
+
+/**
+ * The entry's `policy` against the re-derived judgement, both in the stored (compact) form: absent only
+ * for a default ALLOW with nothing to say, null when the policy did not run. An older entry's full
+ * record compacts to the same, and its `hash` must name the entry's version.
+ */
+function expectPolicyRecord(hash: string, judged: PolicyRecord | null, data: Data): void {
+  const expected = storedRecordOf(judged);
+  const present = Object.hasOwn(data, "policy");
+  const recorded = data.policy as StoredPolicyRecord | null | undefined;
+  if (present && recorded !== null && typeof recorded === "object" && recorded.hash !== undefined) {
+    expectEqual("policy.hash", hash, recorded.hash);
+  }
+  const normalized =
+    present && recorded != null && typeof recorded === "object" ? storedRecordOf(recorded) : recorded;
+  if ((expected === undefined) !== (normalized === undefined) || !sameRecorded(expected, normalized)) {
+    throw new Mismatch(
+      "policy",
+      expected,
+      data.policy,
+      `policy is ${present ? JSON.stringify(data.policy) : "absent"} in the entry, but the entries before it give ${expected === undefined ? "none (a default ALLOW)" : JSON.stringify(expected)}`,
     );
   }
 }
@@ -607,7 +633,7 @@ export class ChainReplayer {
     }
     // The policy layer, with the version the entry names and the counters folded so far.
     const counters = this.policyCounters.get(session.organization_id) ?? EMPTY_STATE;
-    let policyRecord = (data.policy ?? null) as PolicyRecord | null;
+    let policyRecord = (data.policy ?? null) as StoredPolicyRecord | null;
     if (policy !== undefined && provable) {
       const judged = judgeByPolicy({
         policy,
@@ -626,7 +652,7 @@ export class ChainReplayer {
         nowNs,
         counters,
       });
-      expectEqual("policy", judged.record, policyRecord);
+      expectPolicyRecord(policy.hash, judged.record, data);
       policyRecord = judged.record;
       decision = judged.decision;
     }
