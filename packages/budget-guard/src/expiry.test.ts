@@ -4,9 +4,9 @@ import type { BudgetAccount, Substrate } from "@leash/core";
 import { createMemorySubstrate } from "@leash/substrate-memory";
 import { beforeEach, describe, expect, it } from "vitest";
 import { available, ensureAccount } from "./accounts.js";
-import { chargeExpired } from "./expiry.js";
+import { chargeExpired, expire } from "./expiry.js";
 import { moneyString } from "./money.js";
-import { expire, release, reserve, settle } from "./reservations.js";
+import { release, reserve, settle } from "./reservations.js";
 
 const T0 = 1_000_000;
 

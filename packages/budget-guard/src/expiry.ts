@@ -13,16 +13,37 @@ import { budgetsOf, requireCount, requireTimestamp } from "./validate.js";
  * call, which may have run: releasing it on silence would let a crashed or silent agent spend the
  * same money twice. Returns the charged reservations so the caller can record each one.
  */
-export async function chargeExpired(
+export function chargeExpired(
   tx: SubstrateTx | BudgetStore,
   nowNs: number,
   limit: number,
+): Promise<Reservation[]> {
+  return resolveExpired(tx, nowNs, limit, "charge");
+}
+
+/**
+ * Gives back the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
+ * first) and marks them EXPIRED. The engine no longer releases on silence (it uses `chargeExpired`);
+ * this stays for replaying chains whose `reservation_expired` entries gave the hold back.
+ * Returns the expired reservations so the caller can record each one (in the audit chain); a later
+ * settle of one of them still spends its actual (see `settle`), a release fails with
+ * `already_resolved` and status EXPIRED.
+ */
+export function expire(tx: SubstrateTx | BudgetStore, nowNs: number, limit: number): Promise<Reservation[]> {
+  return resolveExpired(tx, nowNs, limit, "release");
+}
+
+async function resolveExpired(
+  tx: SubstrateTx | BudgetStore,
+  nowNs: number,
+  limit: number,
+  how: "charge" | "release",
 ): Promise<Reservation[]> {
   const budgets = budgetsOf(tx);
   requireTimestamp(nowNs, "nowNs");
   requireCount(limit, "limit", 1);
 
-  const charged: Reservation[] = [];
+  const done: Reservation[] = [];
   for (const candidate of await budgets.listExpired(nowNs, limit)) {
     // The list is a snapshot; re-read (and so lock) each one, and skip any that a concurrent
     // settle or release resolved in between.
@@ -32,18 +53,16 @@ export async function chargeExpired(
       reservation.amount_usd,
       `reservation ${JSON.stringify(reservation.reservation_id)} amount_usd`,
     );
-    await adjustChain(budgets, await loadAccounts(budgets, reservation), nowNs, {
-      reserved: amount.neg(),
-      spent: amount,
-    });
-    const done: Reservation = {
-      ...reservation,
-      status: "EXPIRED",
-      actual_usd: reservation.amount_usd,
-      resolved_ns: nowNs,
-    };
-    await budgets.updateReservation(done);
-    charged.push(done);
+    const accounts = await loadAccounts(budgets, reservation);
+    const resolved: Reservation = { ...reservation, status: "EXPIRED", resolved_ns: nowNs };
+    if (how === "charge") {
+      await adjustChain(budgets, accounts, nowNs, { reserved: amount.neg(), spent: amount });
+      resolved.actual_usd = reservation.amount_usd;
+    } else {
+      await adjustChain(budgets, accounts, nowNs, { reserved: amount.neg() });
+    }
+    await budgets.updateReservation(resolved);
+    done.push(resolved);
   }
-  return charged;
+  return done;
 }

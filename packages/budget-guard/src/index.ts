@@ -9,7 +9,7 @@ export {
   InvalidAmountError,
 } from "./errors.js";
 export { type EstimateReading, readEstimate } from "./estimate.js";
-export { chargeExpired } from "./expiry.js";
+export { chargeExpired, expire } from "./expiry.js";
 export type { MoneyInput, RoundingMode } from "./fixed-money.js";
 export {
   accountAvailable,
@@ -30,7 +30,6 @@ export {
   ZERO,
 } from "./money.js";
 export {
-  expire,
   type HoldPlan,
   planHold,
   type ReleaseOptions,

@@ -6,8 +6,9 @@ import fc from "fast-check";
 import { beforeEach, describe, expect, it } from "vitest";
 import { accountChain, available, ensureAccount } from "./accounts.js";
 import { AlreadyResolvedError, BudgetGuardError } from "./errors.js";
+import { expire } from "./expiry.js";
 import { Money, moneyString, toMoney } from "./money.js";
-import { expire, planHold, type ReserveInput, release, reserve, settle } from "./reservations.js";
+import { planHold, type ReserveInput, release, reserve, settle } from "./reservations.js";
 
 const T0 = 1_000_000;
 const TTL = 60_000_000_000;

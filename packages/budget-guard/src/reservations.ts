@@ -361,41 +361,6 @@ export async function release(
   return { reservation: released, released_usd: amount, replayed: false };
 }
 
-/**
- * Gives back the holds of PENDING reservations whose TTL has passed (at most `limit` of them, oldest
- * first) and marks them EXPIRED. The engine no longer releases on silence (it uses `chargeExpired`);
- * this stays for replaying chains whose `reservation_expired` entries gave the hold back.
- * Returns the expired reservations so the caller can record each one (in the audit chain); a later
- * settle of one of them still spends its actual (see `settle`), a release fails with
- * `already_resolved` and status EXPIRED.
- */
-export async function expire(
-  tx: SubstrateTx | BudgetStore,
-  nowNs: number,
-  limit: number,
-): Promise<Reservation[]> {
-  const budgets = budgetsOf(tx);
-  requireTimestamp(nowNs, "nowNs");
-  requireCount(limit, "limit", 1);
-
-  const expired: Reservation[] = [];
-  for (const candidate of await budgets.listExpired(nowNs, limit)) {
-    // The list is a snapshot; re-read (and so lock) each one, and skip any that a concurrent
-    // settle or release resolved in between.
-    const reservation = await budgets.getReservation(candidate.reservation_id);
-    if (reservation === null || reservation.status !== "PENDING" || reservation.expires_ns > nowNs) continue;
-    const amount = readStoredMoney(
-      reservation.amount_usd,
-      `reservation ${JSON.stringify(reservation.reservation_id)} amount_usd`,
-    );
-    await adjustChain(budgets, await loadAccounts(budgets, reservation), nowNs, { reserved: amount.neg() });
-    const done: Reservation = { ...reservation, status: "EXPIRED", resolved_ns: nowNs };
-    await budgets.updateReservation(done);
-    expired.push(done);
-  }
-  return expired;
-}
-
 async function getReservationOrThrow(budgets: BudgetStore, reservationId: string): Promise<Reservation> {
   const reservation = await budgets.getReservation(reservationId);
   if (reservation === null) {
