@@ -24,6 +24,17 @@ export interface CounterUpdate {
   readonly add: number;
 }
 
+/**
+ * One update as a decision entry records it: a rate rule's index (one call), or a budget rule's index
+ * and the micro-dollars it added. The key and window follow from the policy, the call and its time.
+ */
+export type CountedItem = number | readonly [number, number];
+
+/** Counters as a decision reads them: what `key` counted in the window that starts at `start`. */
+export interface CounterReader {
+  counted(key: string, start: number): number;
+}
+
 export function counterKey(rule: string, per: Per, scope: string): string {
   return `${rule}\u0000${per}\u0000${scope}`;
 }
@@ -58,7 +69,8 @@ export function budgetPeriod(unixS: number, period: Period): { start: number; en
 }
 
 /** What `key` has counted in the window starting at `start` (0 when its counter is for another window). */
-export function counted(state: PolicyState, key: string, start: number): number {
+export function counted(state: PolicyState | CounterReader, key: string, start: number): number {
+  if (!("counters" in state)) return state.counted(key, start);
   const c = state.counters[key];
   return c !== undefined && c.start === start ? c.count : 0;
 }
