@@ -206,12 +206,14 @@ function deniedOf(p: PolicyLayerInput): number {
 
 /** The call as the policy sees it: every field derives from what the decision entry records. */
 export function policyInputOf(p: PolicyLayerInput): PolicyInput {
-  const estimate = estimateOf(p.estimate);
   const text = p.paramsText;
+  const budget = p.budget;
+  // Field by field, no spreads: this runs on every call under a policy.
   return {
     tool: p.toolName,
     // Parsed only if a condition reads them, once.
-    ...(text === null ? { args: {} } : { argsOf: () => JSON.parse(text) }),
+    args: text === null ? {} : undefined,
+    argsOf: text === null ? undefined : () => JSON.parse(text),
     agent: p.session.agent_id,
     org: p.session.organization_id,
     session: {
@@ -221,16 +223,15 @@ export function policyInputOf(p: PolicyLayerInput): PolicyInput {
       denied: deniedOf(p),
       spent_usd: spentOf(p.state),
     },
-    ...(p.budget === null
-      ? {}
-      : {
-          budget: {
-            limit_usd: p.budget.limit_usd,
-            remaining_usd: p.budget.remaining_usd,
-            spent_usd: p.budget.limit_usd - p.budget.remaining_usd,
+    budget:
+      budget === null
+        ? undefined
+        : {
+            limit_usd: budget.limit_usd,
+            remaining_usd: budget.remaining_usd,
+            spent_usd: budget.limit_usd - budget.remaining_usd,
           },
-        }),
-    ...(estimate === undefined ? {} : { estimate_usd: estimate }),
+    estimate_usd: estimateOf(p.estimate),
     time: { unix_s: Math.floor(p.nowNs / 1e9) },
   };
 }
@@ -252,8 +253,8 @@ export function judgeByPolicy(p: PolicyLayerInput): PolicyLayerResult {
     monitor: outcome.monitor,
     counter_updates: outcome.counterUpdates,
     counted: outcome.counted,
-    ...(approved ? { approved: true as const } : {}),
   };
+  if (approved) (record as { approved?: true }).approved = true;
   if (outcome.verdict === "ALLOW" || approved) return { decision: p.decision, record };
   return { decision: { verdict: outcome.verdict, reason: outcome.reason } as EngineDecision, record };
 }
