@@ -101,11 +101,13 @@ const toMicros = (usd: number) => Math.round(usd * MICRO);
 /** A counter as a CEL int; a missing or non-finite one is 0. */
 const int = (n: number | undefined) => (n !== undefined && Number.isFinite(n) ? BigInt(Math.trunc(n)) : 0n);
 
+/** `n mod m` in [0, m), also for negative `n` (times before 1970). */
+const floorMod = (n: number, m: number) => ((n % m) + m) % m;
+
 function bindingsOf(input: PolicyInput, tags: readonly string[], args: unknown): ConditionBindings {
   const s = input.session ?? {};
   const b = input.budget ?? {};
   const unix = Math.floor(input.time.unix_s);
-  const date = new Date(unix * 1000);
   const limit = b.limit_usd ?? Number.POSITIVE_INFINITY;
   const spent = b.spent_usd ?? 0;
   return {
@@ -124,11 +126,12 @@ function bindingsOf(input: PolicyInput, tags: readonly string[], args: unknown):
       spent_usd: s.spent_usd ?? 0,
     },
     budget: { limit_usd: limit, spent_usd: spent, remaining_usd: b.remaining_usd ?? limit - spent },
+    // UTC calendar fields by arithmetic (no Date per call): 1970-01-01 was a Thursday (4).
     time: {
       unix_s: BigInt(unix),
-      hour_utc: BigInt(date.getUTCHours()),
-      minute_utc: BigInt(date.getUTCMinutes()),
-      weekday_utc: BigInt(date.getUTCDay()),
+      hour_utc: BigInt(floorMod(Math.floor(unix / 3600), 24)),
+      minute_utc: BigInt(floorMod(Math.floor(unix / 60), 60)),
+      weekday_utc: BigInt(floorMod(Math.floor(unix / 86_400) + 4, 7)),
     },
   };
 }
