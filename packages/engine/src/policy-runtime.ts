@@ -310,8 +310,19 @@ export class EnginePolicies {
 
   commit(layer: CounterLayer): void {
     this.#drop(layer);
-    for (const s of layer.staged)
-      this.#set(s.org, countedAfter(this.#get(s.org), s.record.counter_updates, "ALLOW", s.nowNs));
+    const orgs = new Set<string>();
+    for (const s of layer.staged) orgs.add(s.org);
+    for (const org of orgs) {
+      // The batch's last view already folded most of its updates onto these very counters: go on from it.
+      const base = this.#get(org);
+      const last = layer.views.get(org);
+      this.#set(
+        org,
+        last !== undefined && last.base === base
+          ? foldStaged(last.state, layer.staged, org, last.through)
+          : foldStaged(base, layer.staged, org, 0),
+      );
+    }
     // Contiguous with what the counters held: they now reach the batch's end. Else (an entry of
     // another engine may lie between) its entries are remembered so a catch-up does not count them twice.
     if (layer.end !== undefined && this.#through !== undefined && sameHead(this.#through, layer.opened)) {
