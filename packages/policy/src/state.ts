@@ -13,6 +13,8 @@ export interface PolicyCounter {
 /** Every counter of one policy, by key (`rule`, scope and scope value); JSON-serialisable. */
 export interface PolicyState {
   readonly counters: Readonly<Record<string, PolicyCounter>>;
+  /** The latest time (Unix seconds) updates were applied at; absent before any. */
+  readonly now?: number;
 }
 
 export const EMPTY_STATE: PolicyState = { counters: {} };
@@ -76,25 +78,31 @@ export function counted(state: PolicyState | CounterReader, key: string, start: 
 }
 
 /**
- * The state after a decision: each update adds to its key's counter (a new window starts from zero), and
- * counters whose window ended at or before `nowUnixS` are dropped, so the state holds only live windows.
+ * The state after a decision: each update adds to its key's counter (a newer window starts from zero),
+ * and counters whose window ended at or before the latest time applied so far are dropped, so the state
+ * holds only live windows. An update for a window older than its key's, or already over by that latest
+ * time (a clock behind another engine's), is not counted. So the state depends only on which updates
+ * were applied, not on their order: engines that fold the same decisions in another order agree.
  */
 export function applyCounterUpdates(
   state: PolicyState,
   updates: readonly CounterUpdate[],
   nowUnixS: number,
 ): PolicyState {
+  const now = state.now === undefined || nowUnixS > state.now ? nowUnixS : state.now;
   // A loop over the keys, no entry arrays: the engine folds every allowed call through here.
   const next: Record<string, PolicyCounter> = {};
   const counters = state.counters;
   for (const key in counters) {
     const c = counters[key]!;
-    if (c.end > nowUnixS) next[key] = c;
+    if (c.end > now) next[key] = c;
   }
   for (const u of updates) {
+    if (u.end <= now) continue;
     const c = next[u.key];
+    if (c !== undefined && c.start > u.start) continue;
     const base = c !== undefined && c.start === u.start ? c.count : 0;
     next[u.key] = { start: u.start, end: u.end, count: base + u.add };
   }
-  return { counters: next };
+  return { counters: next, now };
 }
