@@ -201,7 +201,7 @@ function spentOf(state: State): number {
 function deniedOf(p: PolicyLayerInput): number {
   const allowed = p.state.total_calls;
   const n = p.session.call_count - (typeof allowed === "number" && Number.isFinite(allowed) ? allowed : 0);
-  return n > 0 ? n : 0;
+  return Math.max(n, 0);
 }
 
 /** The call as the policy sees it: every field derives from what the decision entry records. */
