@@ -227,7 +227,8 @@ describe("network faults between a daemon and PostgreSQL", () => {
     // Slow on A (each transaction is several round trips, each lost packet a retransmission), not wrong.
     expect(onA.length).toBeGreaterThan(2);
     expect(onB.length).toBeGreaterThan(4);
-    for (const { r } of [...onA, ...onB]) expect([r.verdict, r.reason]).toEqual(["ALLOW", "within_thresholds"]);
+    for (const { r } of [...onA, ...onB])
+      expect([r.verdict, r.reason]).toEqual(["ALLOW", "within_thresholds"]);
   }, 40_000);
 
   it("(b) partition: A answers DENY fail_closed within its deadline; B keeps deciding for its own sessions", async () => {
