@@ -1,6 +1,7 @@
 // Network faults for tests (Linux, root): a network namespace joined to the root one by a veth pair,
 // iptables drops inside it (loss, partition), and a TCP forwarder to PostgreSQL on the root side.
 import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 
 const run = (cmd: string, args: readonly string[]) =>
@@ -23,8 +24,6 @@ export function netnsUnavailable(): string | null {
   return null;
 }
 
-let counter = 0;
-
 export interface Netns {
   readonly name: string;
   /** The root side's address (the forwarder listens there) and the namespace side's. */
@@ -44,16 +43,17 @@ export interface Netns {
 }
 
 /**
- * A namespace with a veth pair on a /30 of its own. Names and subnets come from the process id and a
- * counter, and an address already in use on this machine is skipped, so parallel test files never collide.
+ * A namespace with a veth pair on a /30 of its own. Names and subnets are random, and an address
+ * already in use on this machine is skipped, so parallel test files do not collide.
  */
 export function createNetns(): Netns {
-  const id = `${(process.pid % 46_656).toString(36).padStart(3, "0")}${(counter++ % 1296).toString(36).padStart(2, "0")}`;
+  // Random, not per process: vitest may run files as threads of one process (one pid, one counter each).
+  const id = randomBytes(3).toString("hex");
   const name = `leashnf${id}`;
   const [vh, vn] = [`lnf${id}h`, `lnf${id}n`];
   const used = run("ip", ["-o", "-4", "addr", "show"]);
-  let second = 100 + (process.pid % 100);
-  let third = counter % 64;
+  let second = 100 + (randomBytes(1)[0]! % 100);
+  let third = randomBytes(1)[0]! % 64;
   let hostIp = "";
   for (let tries = 0; tries < 256; tries++) {
     hostIp = `10.${second}.${third * 4}.1`;
