@@ -292,8 +292,11 @@ describe("network faults between a daemon and PostgreSQL", () => {
     }
     const { account, holds, entries } = state;
     if (process.env.NETFAULT_DEBUG) {
-      const by = (xs: readonly string[]) =>
-        xs.reduce<Record<string, number>>((m, x) => ({ ...m, [x]: (m[x] ?? 0) + 1 }), {});
+      const by = (xs: readonly string[]) => {
+        const m: Record<string, number> = {};
+        for (const x of xs) m[x] = (m[x] ?? 0) + 1;
+        return m;
+      };
       console.error({
         holds: by(holds.map((h) => h.status)),
         entries: by(entries.map((e) => e.kind)),
