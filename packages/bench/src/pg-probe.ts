@@ -21,21 +21,31 @@ export function procCpu(pid: number): { us: number; comm: string } | null {
   }
 }
 
-/** Every `postgres` process's CPU so far (the server and all its children, whoever they serve). */
-function allPostgresCpuUs(): number {
-  let total = 0;
+/** Every `postgres` process's CPU so far by pid (the server and all its children, whoever they serve). */
+function allPostgresCpuUs(): Map<number, number> {
+  const cpu = new Map<number, number>();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
-    const cpu = procCpu(Number(name));
-    if (cpu !== null && cpu.comm === "postgres") total += cpu.us;
+    const c = procCpu(Number(name));
+    if (c !== null && c.comm === "postgres") cpu.set(Number(name), c.us);
   }
+  return cpu;
+}
+
+/** CPU used between two snapshots by the processes alive at the second (one that ended is not counted). */
+function delta(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number {
+  let total = 0;
+  for (const [pid, us] of after) total += us - (before.get(pid) ?? 0);
   return total;
 }
 
 export interface PgFigures {
   /** CPU of the backends whose application_name is the daemons' own, over the measured slices. */
   readonly backends_cpu_us: number;
-  /** Every postgres process's CPU over the same slices (WAL writer, checkpointer, other users included). */
+  /**
+   * Every postgres process's CPU over the same slices (WAL writer, checkpointer, other users included);
+   * a process that ended within a slice is not counted for it (its last CPU reading is gone with it).
+   */
   readonly all_postgres_cpu_us: number;
   /** Backends seen; backends_gone ended between two looks, and their last slice's CPU is not counted. */
   readonly backends_seen: number;
@@ -59,7 +69,7 @@ export class PgProbe {
   readonly #client: pg.Client;
   readonly #app: string;
   #start = new Map<number, number>();
-  #allStart = 0;
+  #allStart = new Map<number, number>();
   #seen = new Set<number>();
   #sampling: Promise<void> | null = null;
   #stop = false;
@@ -107,8 +117,8 @@ export class PgProbe {
     this.#stop = true;
     await this.#sampling;
     const after = await this.#backends();
-    this.allCpuUs += allPostgresCpuUs() - this.#allStart;
-    for (const [pid, us] of after) this.backendsCpuUs += us - (this.#start.get(pid) ?? 0);
+    this.allCpuUs += delta(this.#allStart, allPostgresCpuUs());
+    this.backendsCpuUs += delta(this.#start, after);
     for (const pid of this.#start.keys()) if (!after.has(pid)) this.gone++;
   }
 

@@ -2,6 +2,9 @@
 // through a forwarder on a veth; daemon B runs beside PostgreSQL on the same schema. Delay and loss, a
 // partition (A fails closed within its deadline, B keeps deciding), then heal (no double spend, every
 // told verdict in the chain, the chain verifies). Linux and root only (CI runs as root); real processes.
+// Here beside model-c.test.ts because it drives @leash/client, which the daemon package does not depend on.
+// tc netem delays when the kernel has it; else the forwarder does (loss is iptables' in either case).
+// Today's budgets are shared accounts (no per-daemon escrow yet): the shared agent account is checked.
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
@@ -222,6 +225,7 @@ describe("network faults between a daemon and PostgreSQL", () => {
     const done = sleep(8_000);
     const [onA, onB] = await Promise.all([load(a, "a", "shared", 2, done), load(b, "b", "shared", 2, done)]);
     ns!.loss(0);
+    ns!.clearDelay();
     forwarder!.setDelay(0, 0);
     expect(failedClosed).toEqual([]);
     // Slow on A (each transaction is several round trips, each lost packet a retransmission), not wrong.

@@ -39,6 +39,8 @@ export interface Netns {
   heal(): void;
   /** `tc netem` delay on the namespace's veth, when this kernel has netem; false when it has not. */
   netemDelay(ms: number, jitterMs: number): boolean;
+  /** Removes the netem delay (nothing when there was none). */
+  clearDelay(): void;
   destroy(): void;
 }
 
@@ -119,6 +121,18 @@ export function createNetns(): Netns {
         return true;
       } catch {
         return false; // CONFIG_NET_SCH_NETEM off: the forwarder delays instead
+      }
+    },
+    clearDelay() {
+      for (const [cmd, args] of [
+        ["ip", ["netns", "exec", name, "tc", "qdisc", "del", "dev", vn, "root"]],
+        ["tc", ["qdisc", "del", "dev", vh, "root"]],
+      ] as const) {
+        try {
+          run(cmd, args);
+        } catch {
+          // no qdisc of ours there
+        }
       }
     },
     destroy,
