@@ -197,6 +197,18 @@ function nextTurn(): Promise<void> {
 }
 
 /** Gives a connection back to the pool; passing an error makes the pool discard it instead of lending it out again. */
+/**
+ * `connect_timeout=S` in the URL as pg's connectionTimeoutMillis: pg's JavaScript client reads the
+ * parameter from no URL (only libpq does), so without this a connection opened while the server is
+ * unreachable (a partition resets nothing) waits for TCP to give up, minutes, and so does its caller.
+ */
+function connectTimeoutOf(url: string): { connectionTimeoutMillis?: number } {
+  const at = url.indexOf("?");
+  const seconds = at < 0 ? null : new URLSearchParams(url.slice(at + 1)).get("connect_timeout");
+  const ms = seconds === null ? Number.NaN : Number(seconds) * 1000;
+  return Number.isFinite(ms) && ms > 0 ? { connectionTimeoutMillis: ms } : {};
+}
+
 function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
   client.off("error", listener);
   client.release(broken);
@@ -342,6 +354,7 @@ export class PostgresSubstrate implements Substrate {
       // option and every statement simply waits for the one before.
       this.pool = new Pool({
         connectionString: url,
+        ...connectTimeoutOf(url!),
         max: poolSize,
         application_name: "leash",
         pipeline: true,
