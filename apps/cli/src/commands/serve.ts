@@ -305,9 +305,15 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "how long a HITL request waits for a human before it is a DENY, when the policy sets no hitl_timeout_s (default 900)",
       ),
   )
-    .addHelpText(
-      "after",
-      `
+    .addHelpText("after", serveHelp())
+    .action(async (options: ServeOptions) => {
+      setExit(await runServe(options, io));
+    });
+}
+
+/** The text after `leash serve --help`'s options: an example, the socket, rollback, gRPC, console, limits, output. */
+function serveHelp(): string {
+  return `
 Example:
   leash keygen --out ~/.config/leash/leash.key
   (umask 077; openssl rand -hex 32 > ~/.config/leash/acme-k1.hmac)   # acme's HMAC key, mode 0600
@@ -342,9 +348,5 @@ console speaks plain HTTP: on a non-loopback address serve refuses to start unle
 ${limitsHelp()}
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
-flags, config, key or socket path.`,
-    )
-    .action(async (options: ServeOptions) => {
-      setExit(await runServe(options, io));
-    });
+flags, config, key or socket path.`;
 }
