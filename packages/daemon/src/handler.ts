@@ -42,6 +42,7 @@ import {
 } from "@leash/wire";
 import type { Logger } from "pino";
 import { answerFits, idProblem, preExecAnswerBound } from "./answer-size.js";
+import { CallGate } from "./call-gate.js";
 import { type DaemonConfig, keyMayActAs, policyFor } from "./config.js";
 import { HitlError, type HitlErrorCode } from "./hitl/errors.js";
 import type { HitlQueue } from "./hitl/queue.js";
@@ -119,6 +120,8 @@ export interface HandlerOptions {
   readonly tail?: { readonly reader: TailReader; readonly feed: TailFeed };
   /** Per-organization quotas: each organization's tails count against its own (as well as MAX_TAILS). */
   readonly quotas?: OrganizationQuotaBook;
+  /** Holds a PreExec a moment for sessions about to call too (call-gate.ts); null: every call goes at once. */
+  readonly gate?: CallGate | null;
 }
 
 /** A refusal the handler makes itself, with its Appendix B code and a stable detail. */
@@ -324,6 +327,7 @@ function withHitlTimeout(policy: Config, seconds: number | undefined): Config {
 /** The handler every transport shares. */
 export function createRequestHandler(options: HandlerOptions): RequestHandler {
   const { engine, config, clock, logger, metrics } = options;
+  const gate = options.gate === undefined ? new CallGate() : options.gate;
   /**
    * session id → its organization and agent: a request may only name a session of its own
    * organization whose agent its key may act as.
@@ -478,7 +482,14 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         `the answer could be ${preExecAnswerBound(texts)} bytes, over the ${MAX_FRAME_BYTES}-byte frame: shorten tool_name`,
       );
     }
-    const result = await engine.evaluate(evaluate);
+    const go = gate?.enter(request.sessionId);
+    if (go !== undefined) await go;
+    let result: Awaited<ReturnType<Engine["evaluate"]>>;
+    try {
+      result = await engine.evaluate(evaluate);
+    } finally {
+      gate?.answered(request.sessionId);
+    }
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
     if (options.hitl !== undefined && result.call_number > 0) {
