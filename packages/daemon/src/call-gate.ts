@@ -13,7 +13,7 @@
 /** The longest a call is held for the others; what group commit may add to a loaded call's latency. */
 export const MAX_HOLD_MS = 2;
 /** A session whose last call came back within this long of its answer is expected back about as quickly. */
-export const LOOP_MS = 50;
+export const LOOP_MS = 100;
 /** Sessions in a tight loop tracked at once; past it a newly answered session is not waited for. */
 export const MAX_LOOPING = 512;
 /** Sessions whose last answer time is kept (for the gap of their next call); past it the oldest go. */
