@@ -68,7 +68,10 @@ class Writer {
   }
 
   bigVarint(b: bigint): void {
-    if (b >= 0n && b <= 0x1f_ffff_ffff_ffffn) return this.varint(Number(b));
+    if (b >= 0n && b <= 0x1f_ffff_ffff_ffffn) {
+      this.varint(Number(b));
+      return;
+    }
     let v = BigInt.asUintN(64, b);
     while (v >= 0x80n) {
       this.buf[this.pos++] = Number(v & 0x7fn) | 0x80;
