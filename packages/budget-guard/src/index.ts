@@ -28,6 +28,17 @@ export {
   planReturn,
   unallotted,
 } from "./escrow.js";
+export {
+  type AllotmentResult,
+  chargeAllotment,
+  escrowOf,
+  type GrantInput,
+  grantAllotment,
+  reclaimAllotment,
+  releaseAllotment,
+  returnAllotment,
+  type ShardLease,
+} from "./escrow-store.js";
 export { type EstimateReading, readEstimate } from "./estimate.js";
 export { chargeExpired, expire } from "./expiry.js";
 export type { MoneyInput, RoundingMode } from "./fixed-money.js";
