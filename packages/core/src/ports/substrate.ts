@@ -257,6 +257,12 @@ export interface SubstrateTx {
    */
   readonly allotments?: AllotmentStore;
   /**
+   * Budget accounts this transaction's store serves from a source that changes without a chain entry
+   * (escrow: an allotment topped up or returned in the background). A caller that keeps account rows
+   * in memory between transactions MUST read these afresh in each one. Absent: none.
+   */
+  readonly volatileAccounts?: ReadonlySet<string>;
+  /**
    * Writes a batch as the single calls would, in the order entries, outbox, reservations,
    * sessions, accounts, messages, and resolves once every write is done: reads that follow see them all. It
    * is one call so a store can send each kind as one statement (PostgreSQL: one multi-row statement
