@@ -211,6 +211,14 @@ export function withEscrow(substrate: Substrate, options: EscrowOptions): Escrow
     const budgets: BudgetStore = {
       ...bind(tx.budgets),
       getAccount: (id) => getAccount(tx, offsets, id),
+      insertAccount: async (account) => {
+        await tx.budgets.insertAccount(account);
+        // Served from allotments from the next transaction on (the engine reads volatile ids afresh).
+        if (isEscrowed(account)) {
+          definitions.set(account.account_id, { ...account, spent_usd: "0", reserved_usd: "0" });
+          escrowedIds.add(account.account_id);
+        }
+      },
       updateAccount: (account) =>
         escrowedIds.has(account.account_id)
           ? charge(tx, offsets, account)
