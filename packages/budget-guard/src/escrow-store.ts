@@ -1,10 +1,11 @@
 // Escrow against the store: escrow.ts's pure plans run on a shared account's row and its allotment rows,
 // inside the caller's transaction (one short one per grant, return or reclaim). Opens no transactions.
 //
-// Locks: a grant, return, release or reclaim takes the account row first (BudgetStore.getAccount,
-// FOR UPDATE on PostgreSQL), then the shard's allotment row; a charge, on a decision's path, takes the
-// allotment row alone. Granted amounts only change under the account row's lock, so the unlocked list
-// of the other allotments that a grant sums is exact.
+// Locks, always in this order: the shard's allotment row, then the account row (BudgetStore.getAccount,
+// FOR UPDATE on PostgreSQL). A charge, on a decision's path, takes the allotment row alone; a decision
+// that tops up inline already holds it. With the shared account always locked last, no two of these
+// wait on each other in a cycle. Granted amounts only change under the account row's lock, so the
+// unlocked list of the other allotments that a grant sums is exact.
 import type { AllotmentStore, BudgetAccount, BudgetAllotment, SubstrateTx } from "@leash/core";
 import { BudgetGuardError } from "./errors.js";
 import {
@@ -66,10 +67,12 @@ function accountOf(account: BudgetAccount, rows: readonly BudgetAllotment[]): Es
 
 const text = (u: bigint) => moneyString(Money.fromUnits(u));
 
-/** The account, locked, with every allotment (the shard's own row locked too). */
+/** The shard's allotment row, then the account, both locked, with every other allotment. */
 async function load(tx: SubstrateTx, accountId: string, shard: string) {
   requireId(accountId, "account_id");
   requireId(shard, "shard");
+  const store = allotmentsOf(tx);
+  let own = await store.get(accountId, shard);
   const account = await tx.budgets.getAccount(accountId);
   if (account === null) {
     throw new BudgetGuardError(
@@ -77,8 +80,8 @@ async function load(tx: SubstrateTx, accountId: string, shard: string) {
       `budget account ${JSON.stringify(accountId)} does not exist`,
     );
   }
-  const store = allotmentsOf(tx);
-  const own = await store.get(accountId, shard);
+  // No row, no lock: a first grant that committed while this one waited for the account is read now.
+  if (own === null) own = await store.get(accountId, shard);
   const others = (await store.list(accountId)).filter((row) => row.shard !== shard);
   const rows = own === null ? others : [...others, own];
   return { account, own, store, escrow: accountOf(account, rows) };
