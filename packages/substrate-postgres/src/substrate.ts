@@ -1,10 +1,12 @@
 // The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
+
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
+import { type AllotmentStatements, allotmentStatements, PostgresAllotmentStore } from "./allotments.js";
 import { type BatchMemory, newBatchMemory } from "./batch-memory.js";
 import {
   BatchWrites,
@@ -252,6 +254,7 @@ export class PostgresSubstrate implements Substrate {
   private readonly names: TableNames;
   private readonly sql: Statements;
   private readonly messageSql: MessageStatements;
+  private readonly allotmentSql: AllotmentStatements;
   /** The multi-row forms a batch's held-back writes are sent with (see BatchWrites). */
   private readonly multi: MultiRowStatements;
   private readonly multiAppend: Statement;
@@ -330,6 +333,7 @@ export class PostgresSubstrate implements Substrate {
     this.schema = schema ?? null;
     this.sql = buildStatements(this.names);
     this.messageSql = messageStatements(this.names);
+    this.allotmentSql = allotmentStatements(this.names);
     this.multi = multiRowStatements(this.names);
     this.multiAppend = multiAppendStatement(this.names);
     this.maxRetries = maxRetries;
@@ -986,7 +990,9 @@ export class PostgresSubstrate implements Substrate {
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
     const outbox = new PostgresOutboxStore(ctx, this.sql.outbox, appended);
     const messages = new PostgresMessageStore(ctx, this.messageSql);
+    const allotments = new PostgresAllotmentStore(ctx, this.allotmentSql);
     return {
+      allotments,
       sessions,
       nonces,
       budgets,
