@@ -31,6 +31,8 @@ const REPORT_KEYS = [
   "one_client",
   "one_daemon",
   "overspend_check",
+  "scale",
+  "end_checks",
   "node",
 ];
 
@@ -84,6 +86,12 @@ describe("leash bench daemon", () => {
     });
     expect(out.one_daemon).toBeNull();
     expect(out.overspend_check).toBeNull();
+    // The PostgreSQL parts of the scale figures and the end checks need a PostgreSQL store.
+    expect(out.scale.decisions).toBe(out.decisions);
+    expect(out.scale.daemon_cpu_us_per_decision).toBeGreaterThan(0);
+    expect(out.scale.postgres).toBeNull();
+    expect(out.scale.total_cpu_us_per_decision).toBeNull();
+    expect(out.end_checks).toBeNull();
   }, 120_000);
 
   it("two daemons on PostgreSQL over gRPC: one daemon's figure beside, and no overspend", async () => {
@@ -106,6 +114,24 @@ describe("leash bench daemon", () => {
     expect(out.overspend_check).toMatchObject({ budget_usd: "1", max_allowed: 100, zero_overspend: true });
     expect(out.overspend_check.allowed).toBeGreaterThan(0);
     expect(out.overspend_check.allowed).toBeLessThanOrEqual(100);
+    // Scale: the total is the daemons' CPU plus their PostgreSQL backends', per decision.
+    const s = out.scale;
+    expect(s.postgres.backends_seen).toBeGreaterThan(0);
+    expect(s.postgres.samples).toBeGreaterThan(0);
+    expect(s.total_cpu_us_per_decision).toBeCloseTo(
+      s.daemon_cpu_us_per_decision + s.postgres_cpu_us_per_decision,
+      0,
+    );
+    expect(s.lock_wait_us_per_decision).toBeGreaterThanOrEqual(0);
+    // Every verdict the clients were told is a decision entry of its session; no account overspent.
+    expect(out.end_checks).toMatchObject({
+      zero_overspend: true,
+      told_missing: 0,
+      told_mismatched: 0,
+      decided_twice: 0,
+      every_told_verdict_in_chain: true,
+    });
+    expect(out.end_checks.told).toBeGreaterThan(out.decisions);
     // Its fresh schemas (the daemons', the engine's) are dropped; nothing went into public.
     const left = await withPg((c) =>
       c.query(
@@ -121,6 +147,8 @@ describe("leash bench daemon", () => {
       ["--transport", "tcp", "--store", sqlite],
       ["--daemons", "2", "--store", sqlite],
       ["--daemons", "3", "--store", PG_URL],
+      ["--daemons", "1,3", "--store", PG_URL],
+      ["--daemons", "1,2", "--store", sqlite],
       ["--store", "memory:"],
     ]) {
       const r = await leash(["bench", "daemon", ...argv]);

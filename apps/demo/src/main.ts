@@ -4,7 +4,7 @@
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { generateKeyPair, verifyChain } from "@leash/chain";
+import { generateKeyPair, type VerifyChainResult, verifyChain } from "@leash/chain";
 import type { ChainEntryRecord, Substrate } from "@leash/core";
 import { createEngine } from "@leash/engine";
 import { verifyReceipt } from "@leash/receipts";
@@ -100,6 +100,160 @@ function parseArgs(argv: readonly string[]): { report: string | null } | "help" 
   return { report: report === null ? null : resolve(report) };
 }
 
+/** The narrator that prints each scene, agent and step, and keeps them for the report. */
+function consoleNarrator(steps: Step[], agents: Array<Agent & { scene: string }>): Narrator {
+  let scene = "";
+  let explained = new Set<string>();
+  return {
+    scene(title, story) {
+      scene = title;
+      explained = new Set();
+      out();
+      out(`── ${title} ${"─".repeat(Math.max(0, 66 - title.length))}`);
+      for (const line of wrap(story, 96)) out(`  ${line}`);
+    },
+    introduce(agent) {
+      agents.push({ ...agent, scene });
+      out();
+      out(`  Meet ${agent.agent_id}: ${agent.role}. Its guard config says it`);
+      for (const line of describeConfig(agent.config)) out(`    · ${line}`);
+      out(`    (${JSON.stringify(agent.config)})`);
+      out();
+    },
+    step(step) {
+      steps.push(step);
+      const { verdict, reason, budget_remaining_usd } = step.result;
+      const left =
+        budget_remaining_usd === null ? "" : `  (budget left $${Number(budget_remaining_usd).toFixed(2)})`;
+      out(
+        `  ${step.label.padEnd(30)} ${verdict.padEnd(5)} ${reason.padEnd(34)}${step.note ? ` ${step.note}` : ""}${left}`,
+      );
+      // Each reason in plain words the first time it appears in a scene.
+      if (!explained.has(reason)) {
+        explained.add(reason);
+        out(`  ${"".padEnd(30)} ↳ ${explainReason(reason)}`);
+      }
+    },
+    aside(text) {
+      out(`  … ${text}`);
+    },
+  };
+}
+
+/** Prints the entry kinds and the decisions by verdict and reason; returns the latter, sorted. */
+function printEntries(
+  entries: readonly ChainEntryRecord[],
+): Array<{ verdict: string; reason: string; count: number }> {
+  const kinds = entries.map((e) => e.kind);
+  out(`  ${entriesSentence(kinds)}`);
+  for (const line of table(
+    ["entry kind", "entries", "what one records"],
+    countKinds(kinds).map(([kind, n]) => [kind, String(n), describeKind(kind)]),
+  ))
+    out(`    ${line}`);
+
+  const counts = new Map<string, number>();
+  for (const e of entries) {
+    if (e.kind !== "decision") continue;
+    const { verdict, reason } = dataOf(e) as { verdict: string; reason: string };
+    counts.set(`${verdict}\u0000${reason}`, (counts.get(`${verdict}\u0000${reason}`) ?? 0) + 1);
+  }
+  const verdicts = [...counts].sort().map(([k, count]) => {
+    const [verdict, reason] = k.split("\u0000") as [string, string];
+    return { verdict, reason, count };
+  });
+  out();
+  for (const line of table(
+    ["verdict", "reason", "decisions", "in plain words"],
+    verdicts.map((v) => [v.verdict, v.reason, String(v.count), explainReason(v.reason)]),
+  ))
+    out(`  ${line}`);
+  return verdicts;
+}
+
+/** Verifies every step's receipt offline, and that an edited one is rejected; prints the count. */
+async function checkReceipts(
+  steps: readonly Step[],
+  publicKeyHex: string,
+): Promise<{ checked: Array<Step & { receiptOk: boolean }>; good: number; rejected: boolean }> {
+  const checked: Array<Step & { receiptOk: boolean }> = [];
+  for (const step of steps) {
+    const receiptOk = (await verifyReceipt(step.result.receipt ?? "", publicKeyHex)).ok;
+    checked.push({ ...step, receiptOk });
+  }
+  const good = checked.filter((s) => s.receiptOk).length;
+  const forged = (steps[0]!.result.receipt ?? "").replace(
+    /\.(.)/,
+    (_, c: string) => `.${c === "e" ? "f" : "e"}`,
+  );
+  const rejected = !(await verifyReceipt(forged, publicKeyHex)).ok;
+  out();
+  out(
+    `  receipts: ${good} of ${steps.length} verified offline with the public key; an edited receipt was ${rejected ? "rejected" : "ACCEPTED (bug)"}`,
+  );
+  return { checked, good, rejected };
+}
+
+/**
+ * What an auditor would see if someone edited the log afterwards: a copy of the (closed) store with
+ * one DENY rewritten to ALLOW, verified again. Prints the outcome.
+ */
+async function tamperedCopy(
+  dir: string,
+  path: string,
+  publicKeyHex: string,
+): Promise<{ victim: { seq: number }; tampered: VerifyChainResult }> {
+  const copy = join(dir, "tampered.db");
+  copyFileSync(path, copy);
+  const db = new Database(copy);
+  const victim = db
+    .prepare(
+      "SELECT seq FROM leash_chain WHERE kind = 'decision' AND body LIKE '%\"DENY\"%' ORDER BY seq LIMIT 1",
+    )
+    .get() as { seq: number };
+  db.prepare("UPDATE leash_chain SET body = replace(body, '\"DENY\"', '\"ALLOW\"') WHERE seq = ?").run(
+    victim.seq,
+  );
+  db.close();
+  const tamperedStore = await openSqliteSubstrate({ path: copy });
+  const tampered = await verifyChain(await readChain(tamperedStore), {
+    publicKeys: [publicKeyHex],
+  });
+  await tamperedStore.close();
+  out(
+    tampered.ok
+      ? "  a tampered copy VERIFIED (bug)"
+      : `  a copy with one DENY rewritten to ALLOW fails verification at seq ${tampered.failure.seq}: ${tampered.failure.kind}`,
+  );
+  return { victim, tampered };
+}
+
+function printTryNext(): void {
+  out();
+  out("── What to try next ────────────────────────────────────────────────");
+  for (const [command, why] of TRY_NEXT) out(`  ${command}\n      ${why}`);
+  out("  README.md: the CLI, library mode, the daemon and its clients; docs/architecture.md: how it works.");
+}
+
+/** Each agent of the report: its scene, config in plain words, budget, and spend over the chain. */
+function agentReports(
+  agents: ReadonlyArray<Agent & { scene: string }>,
+  steps: readonly Step[],
+  entries: readonly ChainEntryRecord[],
+): AgentReport[] {
+  return agents.map((agent): AgentReport => {
+    const sessionId = steps.find((s) => s.agent_id === agent.agent_id)?.session_id ?? "";
+    const budget = typeof agent.config.budget_usd === "number" ? agent.config.budget_usd : null;
+    return {
+      scene: agent.scene,
+      agent,
+      plainConfig: describeConfig(agent.config),
+      budget,
+      series: spendSeries(entries, sessionId, budget ?? 0),
+    };
+  });
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   const args = parseArgs(argv);
   if (args === "help") {
@@ -121,42 +275,7 @@ async function main(argv: readonly string[]): Promise<number> {
 
     const steps: Step[] = [];
     const agents: Array<Agent & { scene: string }> = [];
-    let scene = "";
-    let explained = new Set<string>();
-    const narrator: Narrator = {
-      scene(title, story) {
-        scene = title;
-        explained = new Set();
-        out();
-        out(`── ${title} ${"─".repeat(Math.max(0, 66 - title.length))}`);
-        for (const line of wrap(story, 96)) out(`  ${line}`);
-      },
-      introduce(agent) {
-        agents.push({ ...agent, scene });
-        out();
-        out(`  Meet ${agent.agent_id}: ${agent.role}. Its guard config says it`);
-        for (const line of describeConfig(agent.config)) out(`    · ${line}`);
-        out(`    (${JSON.stringify(agent.config)})`);
-        out();
-      },
-      step(step) {
-        steps.push(step);
-        const { verdict, reason, budget_remaining_usd } = step.result;
-        const left =
-          budget_remaining_usd === null ? "" : `  (budget left $${Number(budget_remaining_usd).toFixed(2)})`;
-        out(
-          `  ${step.label.padEnd(30)} ${verdict.padEnd(5)} ${reason.padEnd(34)}${step.note ? ` ${step.note}` : ""}${left}`,
-        );
-        // Each reason in plain words the first time it appears in a scene.
-        if (!explained.has(reason)) {
-          explained.add(reason);
-          out(`  ${"".padEnd(30)} ↳ ${explainReason(reason)}`);
-        }
-      },
-      aside(text) {
-        out(`  … ${text}`);
-      },
-    };
+    const narrator = consoleNarrator(steps, agents);
     for (const play of SCENES) await play(engine, narrator);
 
     out();
@@ -168,95 +287,19 @@ async function main(argv: readonly string[]): Promise<number> {
       return 1;
     }
     out(`  chain verified: ${verified.count} signed entries, head ${verified.head_hash.slice(0, 16)}…`);
-    const kinds = entries.map((e) => e.kind);
-    out(`  ${entriesSentence(kinds)}`);
-    for (const line of table(
-      ["entry kind", "entries", "what one records"],
-      countKinds(kinds).map(([kind, n]) => [kind, String(n), describeKind(kind)]),
-    ))
-      out(`    ${line}`);
-
-    const counts = new Map<string, number>();
-    for (const e of entries) {
-      if (e.kind !== "decision") continue;
-      const { verdict, reason } = dataOf(e) as { verdict: string; reason: string };
-      counts.set(`${verdict}\u0000${reason}`, (counts.get(`${verdict}\u0000${reason}`) ?? 0) + 1);
-    }
-    const verdicts = [...counts].sort().map(([k, count]) => {
-      const [verdict, reason] = k.split("\u0000") as [string, string];
-      return { verdict, reason, count };
-    });
-    out();
-    for (const line of table(
-      ["verdict", "reason", "decisions", "in plain words"],
-      verdicts.map((v) => [v.verdict, v.reason, String(v.count), explainReason(v.reason)]),
-    ))
-      out(`  ${line}`);
-
-    const checked: Array<Step & { receiptOk: boolean }> = [];
-    for (const step of steps) {
-      const receiptOk = (await verifyReceipt(step.result.receipt ?? "", key.signer.publicKeyHex)).ok;
-      checked.push({ ...step, receiptOk });
-    }
-    const good = checked.filter((s) => s.receiptOk).length;
-    const forged = (steps[0]!.result.receipt ?? "").replace(
-      /\.(.)/,
-      (_, c: string) => `.${c === "e" ? "f" : "e"}`,
-    );
-    const rejected = !(await verifyReceipt(forged, key.signer.publicKeyHex)).ok;
-    out();
-    out(
-      `  receipts: ${good} of ${steps.length} verified offline with the public key; an edited receipt was ${rejected ? "rejected" : "ACCEPTED (bug)"}`,
-    );
-
-    // What an auditor would see if someone edited the log afterwards: a copy, one verdict rewritten.
+    const verdicts = printEntries(entries);
+    const { checked, good, rejected } = await checkReceipts(steps, key.signer.publicKeyHex);
     await substrate.close();
-    const copy = join(dir, "tampered.db");
-    copyFileSync(path, copy);
-    const db = new Database(copy);
-    const victim = db
-      .prepare(
-        "SELECT seq FROM leash_chain WHERE kind = 'decision' AND body LIKE '%\"DENY\"%' ORDER BY seq LIMIT 1",
-      )
-      .get() as { seq: number };
-    db.prepare("UPDATE leash_chain SET body = replace(body, '\"DENY\"', '\"ALLOW\"') WHERE seq = ?").run(
-      victim.seq,
-    );
-    db.close();
-    const tamperedStore = await openSqliteSubstrate({ path: copy });
-    const tampered = await verifyChain(await readChain(tamperedStore), {
-      publicKeys: [key.signer.publicKeyHex],
-    });
-    await tamperedStore.close();
-    out(
-      tampered.ok
-        ? "  a tampered copy VERIFIED (bug)"
-        : `  a copy with one DENY rewritten to ALLOW fails verification at seq ${tampered.failure.seq}: ${tampered.failure.kind}`,
-    );
-
-    out();
-    out("── What to try next ────────────────────────────────────────────────");
-    for (const [command, why] of TRY_NEXT) out(`  ${command}\n      ${why}`);
-    out(
-      "  README.md: the CLI, library mode, the daemon and its clients; docs/architecture.md: how it works.",
-    );
+    const { victim, tampered } = await tamperedCopy(dir, path, key.signer.publicKeyHex);
+    printTryNext();
 
     if (args.report !== null) {
+      const kinds = entries.map((e) => e.kind);
       const data: ReportData = {
         generatedAt: new Date().toISOString(),
         keyId: key.signer.keyId,
         publicKeyHex: key.signer.publicKeyHex,
-        agents: agents.map((agent): AgentReport => {
-          const sessionId = steps.find((s) => s.agent_id === agent.agent_id)?.session_id ?? "";
-          const budget = typeof agent.config.budget_usd === "number" ? agent.config.budget_usd : null;
-          return {
-            scene: agent.scene,
-            agent,
-            plainConfig: describeConfig(agent.config),
-            budget,
-            series: spendSeries(entries, sessionId, budget ?? 0),
-          };
-        }),
+        agents: agentReports(agents, steps, entries),
         steps: checked,
         verdicts,
         entryKinds: countKinds(kinds),

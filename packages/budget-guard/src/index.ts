@@ -8,6 +8,37 @@ export {
   type BudgetGuardErrorCode,
   InvalidAmountError,
 } from "./errors.js";
+export {
+  allotmentOf,
+  allotted,
+  checkEscrow,
+  type EscrowAccount,
+  type EscrowAllotment,
+  type EscrowRefusal,
+  type EscrowResult,
+  type EscrowViolation,
+  type GrantPolicy,
+  type GrantRequest,
+  grantSize,
+  headroom,
+  planCharge,
+  planGrant,
+  planReclaim,
+  planRelease,
+  planReturn,
+  unallotted,
+} from "./escrow.js";
+export {
+  type AllotmentResult,
+  chargeAllotment,
+  escrowOf,
+  type GrantInput,
+  grantAllotment,
+  reclaimAllotment,
+  releaseAllotment,
+  returnAllotment,
+  type ShardLease,
+} from "./escrow-store.js";
 export { type EstimateReading, readEstimate } from "./estimate.js";
 export { chargeExpired, expire } from "./expiry.js";
 export type { MoneyInput, RoundingMode } from "./fixed-money.js";

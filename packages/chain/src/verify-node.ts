@@ -85,6 +85,27 @@ async function verifyAhead(
   options: VerifyChainOptions,
   window: number,
 ): Promise<VerifyChainResult> {
+  const ring = keyRing(options.publicKeys);
+  const done = new Map<string, Precomputed>();
+  // Once the walk only classifies a failure, later signatures are (almost) never needed.
+  let classifying = false;
+  const start = (record: ChainEntryRecord): Promise<void> =>
+    classifying ? Promise.resolve() : checkAhead(record, ring, done);
+  return verifyChainWith(usingPrecomputed(ring.keyFor, done), readAhead(entries, window, start), options, {
+    onLookahead: () => {
+      classifying = true;
+    },
+  });
+}
+
+/** The look-ahead's keys: one KeyObject per raw key, and the guess of which key each key id names. */
+interface KeyRing {
+  keyFor(raw: Uint8Array): KeyObject;
+  learn(raw: Uint8Array, id: string): void;
+  byKeyId: Map<string, KeyObject>;
+}
+
+function keyRing(publicKeys: VerifyChainOptions["publicKeys"]): KeyRing {
   const keyObjects = new Map<string, KeyObject>();
   const keyFor = (raw: Uint8Array): KeyObject => {
     const hex = Buffer.from(raw).toString("hex");
@@ -99,13 +120,19 @@ async function verifyAhead(
   const learn = (raw: Uint8Array, id: string): void => {
     byKeyId.set(id, keyFor(raw));
   };
-  for (const key of options.publicKeys) {
+  for (const key of publicKeys) {
     const raw = publicKeyBytes(key);
     learn(raw, createHash("sha256").update(raw).digest("hex").slice(0, 16));
   }
+  return { keyFor, learn, byKeyId };
+}
 
-  const done = new Map<string, Precomputed>();
-  const backend: VerifyBackend = {
+/** The node backend, answering from a result computed ahead when it is for the very same input, signature and key. */
+function usingPrecomputed(
+  keyFor: (raw: Uint8Array) => KeyObject,
+  done: Map<string, Precomputed>,
+): VerifyBackend {
+  return {
     name: "node",
     sha256Hex,
     base64Url,
@@ -119,53 +146,50 @@ async function verifyAhead(
       return nodeBackend.verify(signingInput, signature, key);
     },
   };
+}
 
-  // Once the walk only classifies a failure, later signatures are (almost) never needed.
-  let classifying = false;
-  const start = (record: ChainEntryRecord): Promise<void> => {
-    if (classifying) return Promise.resolve();
-    if (typeof record !== "object" || record === null || typeof record.body !== "string")
-      return Promise.resolve();
-    if (record.kind === "key_rotation") {
-      try {
-        const data = JSON.parse(record.body).data;
-        const next = publicKeyBytes(data.next_public_key);
-        if (typeof data.next_key_id === "string") learn(next, data.next_key_id);
-      } catch {
-        // A malformed rotation is the walk's to report.
-      }
+/** Starts an asynchronous check of the entry's signature under the key its key_id is guessed to name. */
+function checkAhead(record: ChainEntryRecord, ring: KeyRing, done: Map<string, Precomputed>): Promise<void> {
+  if (typeof record !== "object" || record === null || typeof record.body !== "string")
+    return Promise.resolve();
+  if (record.kind === "key_rotation") {
+    try {
+      const data = JSON.parse(record.body).data;
+      const next = publicKeyBytes(data.next_public_key);
+      if (typeof data.next_key_id === "string") ring.learn(next, data.next_key_id);
+    } catch {
+      // A malformed rotation is the walk's to report.
     }
-    const key = byKeyId.get(record.key_id);
-    const signature = typeof record.signature === "string" ? base64UrlDecode(record.signature) : null;
-    if (key === undefined || signature === null || signature.length !== 64) return Promise.resolve();
-    const signingInput = `${protectedHeaderB64(record.key_id)}.${base64Url(record.body)}`;
-    return new Promise((resolve) => {
-      verify(null, Buffer.from(signingInput, "latin1"), key, signature, (error, ok) => {
-        if (error === null) done.set(signingInput, { key, signature, ok });
-        resolve();
-      });
+  }
+  const key = ring.byKeyId.get(record.key_id);
+  const signature = typeof record.signature === "string" ? base64UrlDecode(record.signature) : null;
+  if (key === undefined || signature === null || signature.length !== 64) return Promise.resolve();
+  const signingInput = `${protectedHeaderB64(record.key_id)}.${base64Url(record.body)}`;
+  return new Promise((resolve) => {
+    verify(null, Buffer.from(signingInput, "latin1"), key, signature, (error, ok) => {
+      if (error === null) done.set(signingInput, { key, signature, ok });
+      resolve();
     });
-  };
+  });
+}
 
-  async function* ahead(): AsyncGenerator<ChainEntryRecord> {
-    const queue: { record: ChainEntryRecord; ready: Promise<void> }[] = [];
-    for await (const record of entries) {
-      queue.push({ record, ready: start(record) });
-      if (queue.length >= window) {
-        const head = queue.shift()!;
-        await head.ready;
-        yield head.record;
-      }
-    }
-    for (const head of queue) {
+/** The entries, each yielded once the check started `window` entries earlier has finished. */
+async function* readAhead(
+  entries: ChainEntries,
+  window: number,
+  start: (record: ChainEntryRecord) => Promise<void>,
+): AsyncGenerator<ChainEntryRecord> {
+  const queue: { record: ChainEntryRecord; ready: Promise<void> }[] = [];
+  for await (const record of entries) {
+    queue.push({ record, ready: start(record) });
+    if (queue.length >= window) {
+      const head = queue.shift()!;
       await head.ready;
       yield head.record;
     }
   }
-
-  return verifyChainWith(backend, ahead(), options, {
-    onLookahead: () => {
-      classifying = true;
-    },
-  });
+  for (const head of queue) {
+    await head.ready;
+    yield head.record;
+  }
 }

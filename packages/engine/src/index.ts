@@ -22,6 +22,7 @@ export {
   LeashHitl,
   LeashHitlExpired,
 } from "./errors.js";
+export { type EscrowControl, type EscrowedSubstrate, type EscrowOptions, withEscrow } from "./escrow.js";
 export { type GuardOptions, guard } from "./guard.js";
 export {
   bindToPausedTool,

@@ -195,6 +195,8 @@ export class ProjectionTx implements SubstrateTx {
     };
     const sessionRows = new RowOverlay(projection.sessions, (id) => tx.sessions.get(id), journal);
     const accountRows = new RowOverlay(projection.accounts, (id) => tx.budgets.getAccount(id), journal);
+    // Rows a store changes without a chain entry (escrow allotments) are read afresh in every transaction.
+    if (tx.volatileAccounts !== undefined) accountRows.fresh = tx.volatileAccounts;
     this.sessionRows = sessionRows;
     this.accountRows = accountRows;
     // An insert is a statement of its own (it may clash); once it reached the store, the row is known.

@@ -16,6 +16,8 @@ export class RowOverlay<R extends { at_seq: number | null }> {
   readonly #reading = new Map<string, Promise<R | null>>();
   /** Pending transactions' overlays (newest first) whose rows read as the store's (Projection.pending). */
   #layers: readonly RowOverlay<R>[] = [];
+  /** Ids read from the store once in this transaction, never from the projection or pending layers. */
+  fresh: ReadonlySet<string> | undefined = undefined;
 
   /**
    * @param committed the projection's rows, as of the head it holds (read, never written, here)
@@ -44,7 +46,8 @@ export class RowOverlay<R extends { at_seq: number | null }> {
 
   /** The row (a copy) when memory holds it, without reading the store; otherwise undefined. */
   peek(id: string): R | undefined {
-    const row = this.#rows.get(id) ?? this.#layered(id) ?? this.committed.get(id);
+    const row =
+      this.#rows.get(id) ?? (this.fresh?.has(id) ? undefined : (this.#layered(id) ?? this.committed.get(id)));
     if (row === undefined) return undefined;
     this.#rows.set(id, row);
     return { ...row };

@@ -112,6 +112,66 @@ function answeredOutcome(view: HitlRequestView): HitlWaitOutcome {
     : { kind: "answered" };
 }
 
+/** One call, decided by the engine in `session_id`, as the gate's verdict. */
+async function engineVerdict(
+  options: EngineGateOptions,
+  session_id: string,
+  call: GateCall,
+): Promise<GateVerdict> {
+  const result = await options.engine.evaluate({
+    session_id,
+    tool_name: call.tool_name,
+    params: call.params,
+    nonce: call.nonce,
+    // The engine reads a configured tool's estimate itself; one from elsewhere (a policy) is sent.
+    ...(call.estimate_usd === undefined || options.config.tool_estimates_usd?.[call.tool_name] !== undefined
+      ? {}
+      : { estimated_cost_usd: call.estimate_usd }),
+    ...(call.previous_error === undefined ? {} : { previous_error: call.previous_error }),
+    ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
+  });
+  return {
+    verdict: result.verdict,
+    reason: result.reason,
+    session_id,
+    call_number: result.call_number,
+    receipt: result.receipt,
+    budget_remaining_usd: result.budget_remaining_usd,
+    estimate_usd: result.estimate_usd,
+    params_hash: result.params_hash,
+    ...(result.error === undefined ? {} : { detail: result.error }),
+    ...(result.hitl_request_id === undefined ? {} : { hitl_request_id: result.hitl_request_id }),
+  };
+}
+
+/** HITL answers in library mode: the engine's own requests, resumed and waited for in-process. */
+function engineHitl(engine: EngineGateOptions["engine"]): HitlAnswers {
+  return {
+    async pendingRequestId(sessionId) {
+      const view = await engine.getSession(sessionId);
+      const pending = view.state.pending_request as { request_id?: unknown } | null | undefined;
+      return typeof pending?.request_id === "string" ? pending.request_id : null;
+    },
+    async answer(sessionId, requestId, decision, operatorId) {
+      await engine.resume({
+        session_id: sessionId,
+        decision,
+        operator_id: operatorId,
+        request_id: requestId,
+      });
+    },
+    async wait(requestId, { signal, timeoutMs }) {
+      // Resolves at the answer, the expiry or the timeout; still pending only in the last case.
+      try {
+        return answeredOutcome(await engine.waitForHitl(requestId, { signal, timeoutMs }));
+      } catch (error) {
+        if (signal.aborted) return { kind: "pending" };
+        throw error;
+      }
+    },
+  };
+}
+
 /** Library mode: the engine decides in-process, on the store it was given. */
 export async function engineGate(options: EngineGateOptions): Promise<LeashGate> {
   const { engine } = options;
@@ -139,32 +199,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
     sessionId: main.session_id,
     deniedTools: new Set(options.config.denied_tools ?? []),
     async evaluate(call) {
-      const session_id = await sessionFor(call);
-      const result = await engine.evaluate({
-        session_id,
-        tool_name: call.tool_name,
-        params: call.params,
-        nonce: call.nonce,
-        // The engine reads a configured tool's estimate itself; one from elsewhere (a policy) is sent.
-        ...(call.estimate_usd === undefined ||
-        options.config.tool_estimates_usd?.[call.tool_name] !== undefined
-          ? {}
-          : { estimated_cost_usd: call.estimate_usd }),
-        ...(call.previous_error === undefined ? {} : { previous_error: call.previous_error }),
-        ...(call.traceparent === undefined ? {} : { traceparent: call.traceparent }),
-      });
-      return {
-        verdict: result.verdict,
-        reason: result.reason,
-        session_id,
-        call_number: result.call_number,
-        receipt: result.receipt,
-        budget_remaining_usd: result.budget_remaining_usd,
-        estimate_usd: result.estimate_usd,
-        params_hash: result.params_hash,
-        ...(result.error === undefined ? {} : { detail: result.error }),
-        ...(result.hitl_request_id === undefined ? {} : { hitl_request_id: result.hitl_request_id }),
-      };
+      return engineVerdict(options, await sessionFor(call), call);
     },
     async settle(verdict, settlement) {
       await engine.postExec({
@@ -176,30 +211,7 @@ export async function engineGate(options: EngineGateOptions): Promise<LeashGate>
         ...(settlement.traceparent === undefined ? {} : { traceparent: settlement.traceparent }),
       });
     },
-    hitl: {
-      async pendingRequestId(sessionId) {
-        const view = await engine.getSession(sessionId);
-        const pending = view.state.pending_request as { request_id?: unknown } | null | undefined;
-        return typeof pending?.request_id === "string" ? pending.request_id : null;
-      },
-      async answer(sessionId, requestId, decision, operatorId) {
-        await engine.resume({
-          session_id: sessionId,
-          decision,
-          operator_id: operatorId,
-          request_id: requestId,
-        });
-      },
-      async wait(requestId, { signal, timeoutMs }) {
-        // Resolves at the answer, the expiry or the timeout; still pending only in the last case.
-        try {
-          return answeredOutcome(await engine.waitForHitl(requestId, { signal, timeoutMs }));
-        } catch (error) {
-          if (signal.aborted) return { kind: "pending" };
-          throw error;
-        }
-      },
-    },
+    hitl: engineHitl(engine),
     async close() {},
   };
 }

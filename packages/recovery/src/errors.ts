@@ -17,6 +17,8 @@ export type RecoveryErrorCode =
   | "replay_mismatch"
   /** The state tables (sessions, nonces, budget accounts, holds) are not the projection of the chain: edited or torn. */
   | "snapshot_mismatch"
+  /** A shared budget's allotments break escrow's invariants (more allotted than the limit, a shard past its allotment). */
+  | "escrow_violation"
   /** The store (or the checkpoint file) failed while recovering: unreachable, corrupt, closed; `cause` holds the original error. */
   | "store_failed"
   /** An option is malformed: no trusted key, a non-positive interval. */

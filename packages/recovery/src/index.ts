@@ -4,6 +4,7 @@
 export { type ChainScan, keyInForce, scanChain } from "./chain-scan.js";
 export { type CheckpointStore, fileCheckpointStore, parseCheckpoint } from "./checkpoint.js";
 export { RecoveryError, type RecoveryErrorCode } from "./errors.js";
+export { checkAllotments, describeViolation, type EscrowCheck, withAllotments } from "./escrow-check.js";
 export { checkOutbox, type OutboxCheck, reenqueueMissing, releaseLeases } from "./outbox-check.js";
 export {
   type RecoverOptions,

@@ -20,6 +20,7 @@ import { requeueDead } from "@leash/outbox";
 import { keyInForce, scanChain } from "./chain-scan.js";
 import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
+import { checkAllotments, describeViolation, type EscrowCheck } from "./escrow-check.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
 import { type ReplayMismatch, replayChain, storedParams } from "./replay/replay.js";
 import { recordRollbackAccepted } from "./rollback.js";
@@ -150,6 +151,11 @@ export interface RecoveryReport {
     /** Of them, moved back to PENDING by this run (repair with requeueDead). */
     requeued: number;
   };
+  /**
+   * Budget escrow (docs/architecture.md "Escrow"): the allotment invariants of every shared account,
+   * and dead shards' allotments returned after their lease (with repair) or left for their holds.
+   */
+  escrow: EscrowCheck;
   reservations: {
     /** PENDING budget holds past their TTL when recovery looked. */
     overdue: number;
@@ -299,6 +305,7 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
       requeued: 0,
     },
     reservations: { overdue: 0, expired: 0 },
+    escrow: { accounts: 0, allotments: 0, violations: [], reclaimed: [], heldBack: [] },
     snapshots: {
       checked: false,
       replayed: 0,
@@ -527,6 +534,16 @@ export async function recover(substrate: Substrate, options: RecoverOptions): Pr
           message: `${report.reservations.overdue} budget hold(s) are past their TTL and still held${signer === undefined ? " (no signer: counted only)" : ""}`,
         });
       }
+    }
+
+    // 4a'. Escrow: Σ allotments + spent ≤ limit and no shard past its allotment; dead shards' allotments return.
+    stage = "checking budget allotments";
+    report.escrow = await checkAllotments(substrate, { nowNs: clock.nowNs(), reclaim: writable && repair });
+    for (const { account_id, violation } of report.escrow.violations) {
+      problem("escrow_violation", `budget escrow of ${account_id}: ${describeViolation(violation)}`);
+    }
+    if (report.escrow.reclaimed.length > 0) {
+      report.actions.push(`returned ${report.escrow.reclaimed.length} dead shards' budget allotments`);
     }
 
     // 4b. HITL requests nobody answered in time: expired, so their agents are told hitl_timeout.

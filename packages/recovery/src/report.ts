@@ -89,6 +89,14 @@ export function formatReport(report: RecoveryReport): string {
       `sessions: ${sessions.overdue.length} missed heartbeats, ${sessions.markedStale.length} marked STALE`,
   );
   out.push(`  hitl: ${report.hitl.overdue} past their expiry, ${report.hitl.expired} expired`);
+  const escrow = report.escrow;
+  if (escrow !== undefined && escrow.allotments > 0) {
+    out.push(
+      `  escrow: ${plural(escrow.allotments, "allotment")} on ${plural(escrow.accounts, "account")}, ` +
+        `${escrow.violations.length} broken invariants, ${escrow.reclaimed.length} returned, ` +
+        `${escrow.heldBack.length} waiting on open holds`,
+    );
+  }
   for (const p of report.problems) out.push(`  ERROR ${p.code}: ${p.message}`);
   for (const w of report.warnings) out.push(`  warning ${w.code}: ${w.message}`);
   for (const a of report.actions) out.push(`  done: ${a}`);

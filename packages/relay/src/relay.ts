@@ -3,10 +3,11 @@
 
 import { randomUUID } from "node:crypto";
 import { hostname } from "node:os";
-import type { Clock, OutboxItem, Substrate } from "@leash/core";
+import type { Clock, Substrate } from "@leash/core";
 import { type ClaimedBatch, claimBatch, outboxStats, settleBatch, systemClock } from "@leash/outbox";
 import { type BackoffOptions, backoffDelay } from "./backoff.js";
 import { describeError, RelayError } from "./errors.js";
+import { sortOutcomes } from "./outcomes.js";
 import type { DeliveryOutcome, Sink } from "./sink.js";
 
 export interface RelayOptions {
@@ -288,58 +289,9 @@ class RelayImpl implements Relay {
       outcomes = batch.items.map(() => ({ status: "retryable", error: reason }));
     }
 
-    const delivered: number[] = [];
-    const retry: { seq: number; error: string }[] = [];
-    const release: { seq: number; error: string }[] = [];
-    const dead: { seq: number; error: string }[] = [];
-    let failed = 0;
-    let blocked = 0;
-    let unsentCount = 0;
-    // The first entry of each session in this batch that did not get through: later entries of the
-    // session wait for it (a DEAD one included: it holds its session up until requeued).
-    const stalled = new Map<string | null, { seq: number; error: string }>();
-    const failedSessions = new Set<string | null>();
-    const passedSessions = new Set<string | null>();
-    batch.items.forEach((item: OutboxItem, k) => {
-      const outcome = outcomes[k]!;
-      if (outcome.status === "delivered") {
-        // Even behind a stalled entry (a sink breaking the order rule): it has taken effect, and not
-        // acking it would only send it again.
-        delivered.push(item.seq);
-        passedSessions.add(item.session_id);
-        return;
-      }
-      const head = stalled.get(item.session_id);
-      if (head !== undefined) {
-        // Not its own try, whatever the sink answered: the attempt is given back.
-        blocked++;
-        release.push({
-          seq: item.seq,
-          error: `blocked behind seq ${head.seq} of its session: ${head.error}`,
-        });
-        return;
-      }
-      stalled.set(item.session_id, { seq: item.seq, error: outcome.error });
-      if (outcome.status === "unsent") {
-        unsentCount++;
-        release.push({ seq: item.seq, error: outcome.error });
-      } else if (outcome.status === "permanent") {
-        // DEAD: the store holds the session up from now on; nothing for the loop to wait out.
-        passedSessions.add(item.session_id);
-        dead.push({ seq: item.seq, error: outcome.error });
-      } else {
-        if (failed === 0) this.#lastError = outcome.error;
-        failed++;
-        if (item.attempts >= this.#maxAttempts) {
-          passedSessions.add(item.session_id);
-          dead.push({ seq: item.seq, error: `gave up after ${item.attempts} attempts: ${outcome.error}` });
-        } else {
-          failedSessions.add(item.session_id);
-          retry.push({ seq: item.seq, error: outcome.error });
-        }
-      }
-    });
-
+    const sorted = sortOutcomes(batch.items, outcomes, this.#maxAttempts);
+    if (sorted.firstError !== null) this.#lastError = sorted.firstError;
+    const { delivered, retry, release, dead, failed, blocked, unsentCount } = sorted;
     const { acked } = await settleBatch(this.#substrate, this.relayId, { delivered, retry, release, dead });
     const result = {
       claimed: batch.items.length,
@@ -351,7 +303,7 @@ class RelayImpl implements Relay {
       deferred,
       leaseLost: delivered.length - acked,
     };
-    this.#noteSessions(failedSessions, passedSessions);
+    this.#noteSessions(sorted.failedSessions, sorted.passedSessions);
     return result;
   }
 

@@ -7,6 +7,7 @@ import { budgetStoreContract } from "./budget-store.js";
 import { chainStoreContract } from "./chain.js";
 import { concurrencyContract } from "./concurrency.js";
 import { conventionsContract } from "./conventions.js";
+import { escrowContract } from "./escrow.js";
 import { hitlStoreContract } from "./hitl.js";
 import { messageStoreContract } from "./messages.js";
 import { migrationContract } from "./migrations.js";
@@ -43,6 +44,7 @@ export function defineSubstrateContract(opts: SubstrateContractOptions): void {
     transactionContract(opts);
     concurrencyContract(opts);
     conventionsContract(opts);
+    escrowContract(opts);
     // Budget-guard's section stays last and in its own module: another package owns its contents.
     defineBudgetContract(opts);
   });

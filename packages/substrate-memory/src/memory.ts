@@ -4,6 +4,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import {
   type BudgetAccount,
+  type BudgetAllotment,
   type BudgetStore,
   type ChainEntryRecord,
   type ChainStore,
@@ -26,6 +27,7 @@ import {
   type WriteBatch,
   writeBatchByRows,
 } from "@leash/core";
+import { memoryAllotmentStore } from "./allotments.js";
 import { memoryMessageStore, OverlayMessages } from "./messages.js";
 import {
   createDataSet,
@@ -147,6 +149,7 @@ async function runTransaction<T>(data: DataSet, fn: (tx: SubstrateTx) => Promise
 class MemoryTransaction {
   readonly #sessions: OverlayTable<SessionRecord>;
   readonly #accounts: OverlayTable<BudgetAccount>;
+  readonly #allotments: OverlayTable<BudgetAllotment | null>;
   readonly #reservations: OverlayTable<Reservation>;
   readonly #hitl: OverlayTable<HitlRequest>;
   readonly #nonces: OverlayNonces;
@@ -160,6 +163,7 @@ class MemoryTransaction {
   constructor(data: DataSet) {
     this.#sessions = new OverlayTable(data.sessions);
     this.#accounts = new OverlayTable(data.accounts);
+    this.#allotments = new OverlayTable(data.allotments);
     this.#reservations = new OverlayTable(data.reservations);
     this.#hitl = new OverlayTable(data.hitl);
     this.#nonces = new OverlayNonces(data.nonces);
@@ -175,6 +179,7 @@ class MemoryTransaction {
       chain: this.#chainStore(),
       outbox: this.#outboxStore(),
       messages: memoryMessageStore(this.#messages, () => this.#live()),
+      allotments: memoryAllotmentStore(this.#allotments, () => this.#live()),
     };
     this.stores = Object.freeze({
       ...rows,
@@ -186,6 +191,7 @@ class MemoryTransaction {
     this.#live();
     this.#sessions.commit();
     this.#accounts.commit();
+    this.#allotments.commit();
     this.#reservations.commit();
     this.#hitl.commit();
     this.#nonces.commit();

@@ -3,6 +3,7 @@
 
 import type {
   BudgetAccount,
+  BudgetAllotment,
   ChainEntryRecord,
   HitlRequest,
   MessageRecord,
@@ -16,6 +17,8 @@ import type {
 export interface DataSet {
   readonly sessions: Map<string, SessionRecord>;
   readonly accounts: Map<string, BudgetAccount>;
+  /** Escrow allotments by account and shard (allotments.ts); null: deleted. */
+  readonly allotments: Map<string, BudgetAllotment | null>;
   readonly reservations: Map<string, Reservation>;
   readonly hitl: Map<string, HitlRequest>;
   /** The chain's nonce index: session id → nonce key (see `nonceKey`) → seq of the entry that spent it. */
@@ -39,6 +42,7 @@ export function createDataSet(): DataSet {
   return {
     sessions: new Map(),
     accounts: new Map(),
+    allotments: new Map(),
     reservations: new Map(),
     hitl: new Map(),
     nonces: new Map(),

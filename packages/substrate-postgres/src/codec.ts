@@ -26,6 +26,8 @@ export interface TableNames {
   readonly params: string;
   readonly outbox: string;
   readonly messages: string;
+  /** Escrow allotments of shared budget accounts (migration 12). */
+  readonly allotments: string;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
@@ -55,6 +57,7 @@ export function tableNames(schema: string | undefined): TableNames {
     params: table("leash_params"),
     outbox: table("leash_outbox"),
     messages: table("leash_messages"),
+    allotments: table("leash_budget_allotments"),
   };
 }
 

@@ -214,6 +214,28 @@ export const MIGRATIONS: readonly Migration[] = [
     description: "params by digest (leash_params)",
     statements: (t) => [`CREATE TABLE ${t.params} (hash text PRIMARY KEY, text text NOT NULL)`],
   },
+  {
+    version: 12,
+    // Budget escrow (#35): a shared account's per-shard allotments, charged by the shard without the
+    // account's row. Version 12 (10, 11 and 13 belong to other work); the SQLite version 12 mirrors it.
+    description: "budget allotments (leash_budget_allotments)",
+    statements: (t) => [
+      `CREATE TABLE ${t.allotments} (
+  account_id text NOT NULL,
+  shard text NOT NULL,
+  holder text NOT NULL,
+  epoch bigint NOT NULL,
+  ${money("granted_usd")},
+  ${money("spent_usd")},
+  ${money("reserved_usd")},
+  lease_expires_ns bigint NOT NULL,
+  created_ns bigint NOT NULL,
+  updated_ns bigint NOT NULL,
+  at_seq bigint,
+  PRIMARY KEY (account_id, shard)
+)`,
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -1,10 +1,12 @@
 // The PostgreSQL Substrate: a pool, READ COMMITTED transactions with row locks, group commit, retry on deadlock.
 // It holds no state of its own between transactions, so any number of processes can share a schema.
+
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Substrate, SubstrateCapabilities, SubstrateTx } from "@leash/core";
 import { SUBSTRATE_SPECIFICATION_VERSION, SubstrateError } from "@leash/core";
 import type { PoolClient } from "pg";
 import { Pool } from "pg";
+import { type AllotmentStatements, allotmentStatements, PostgresAllotmentStore } from "./allotments.js";
 import { type BatchMemory, newBatchMemory } from "./batch-memory.js";
 import {
   BatchWrites,
@@ -197,6 +199,18 @@ function nextTurn(): Promise<void> {
 }
 
 /** Gives a connection back to the pool; passing an error makes the pool discard it instead of lending it out again. */
+/**
+ * `connect_timeout=S` in the URL as pg's connectionTimeoutMillis: pg's JavaScript client reads the
+ * parameter from no URL (only libpq does), so without this a connection opened while the server is
+ * unreachable (a partition resets nothing) waits for TCP to give up, minutes, and so does its caller.
+ */
+function connectTimeoutOf(url: string): { connectionTimeoutMillis?: number } {
+  const at = url.indexOf("?");
+  const seconds = at < 0 ? null : new URLSearchParams(url.slice(at + 1)).get("connect_timeout");
+  const ms = seconds === null ? Number.NaN : Number(seconds) * 1000;
+  return Number.isFinite(ms) && ms > 0 ? { connectionTimeoutMillis: ms } : {};
+}
+
 function release(client: PoolClient, listener: (error: Error) => void, broken: Error | undefined): void {
   client.off("error", listener);
   client.release(broken);
@@ -240,6 +254,7 @@ export class PostgresSubstrate implements Substrate {
   private readonly names: TableNames;
   private readonly sql: Statements;
   private readonly messageSql: MessageStatements;
+  private readonly allotmentSql: AllotmentStatements;
   /** The multi-row forms a batch's held-back writes are sent with (see BatchWrites). */
   private readonly multi: MultiRowStatements;
   private readonly multiAppend: Statement;
@@ -318,6 +333,7 @@ export class PostgresSubstrate implements Substrate {
     this.schema = schema ?? null;
     this.sql = buildStatements(this.names);
     this.messageSql = messageStatements(this.names);
+    this.allotmentSql = allotmentStatements(this.names);
     this.multi = multiRowStatements(this.names);
     this.multiAppend = multiAppendStatement(this.names);
     this.maxRetries = maxRetries;
@@ -342,6 +358,7 @@ export class PostgresSubstrate implements Substrate {
       // option and every statement simply waits for the one before.
       this.pool = new Pool({
         connectionString: url,
+        ...connectTimeoutOf(url!),
         max: poolSize,
         application_name: "leash",
         pipeline: true,
@@ -973,7 +990,9 @@ export class PostgresSubstrate implements Substrate {
     const sessions = new PostgresSessionStore(ctx, this.sql.sessions, memory);
     const outbox = new PostgresOutboxStore(ctx, this.sql.outbox, appended);
     const messages = new PostgresMessageStore(ctx, this.messageSql);
+    const allotments = new PostgresAllotmentStore(ctx, this.allotmentSql);
     return {
+      allotments,
       sessions,
       nonces,
       budgets,

@@ -108,8 +108,11 @@ const ALL_INDEXES = [
 
 describe("migrations", () => {
   it("the list is strictly increasing from 1 and SCHEMA_VERSION is its last", () => {
-    expect(MIGRATIONS.map((m) => m.version)).toEqual(MIGRATIONS.map((_, i) => i + 1));
-    expect(SCHEMA_VERSION).toBe(MIGRATIONS.length);
+    // Strictly increasing, not contiguous: numbers are taken by parallel work (escrow's 12 before 10 and 11).
+    const versions = MIGRATIONS.map((m) => m.version);
+    expect(versions[0]).toBe(1);
+    expect(versions.every((v, i) => i === 0 || v > versions[i - 1]!)).toBe(true);
+    expect(SCHEMA_VERSION).toBe(versions[versions.length - 1]);
   });
 
   it("upgrades a version-1 database written by hand, keeping its rows, and is then idempotent", async () => {

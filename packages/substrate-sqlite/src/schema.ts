@@ -209,6 +209,28 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE TABLE leash_params (hash TEXT NOT NULL PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID;
     `,
   },
+  {
+    // Budget escrow (#35): a shared account's per-shard allotments, which a shard charges without the
+    // account's row. Version 12 (10, 11 and 13 belong to other work); the PostgreSQL version 12 mirrors it.
+    version: 12,
+    name: "budget allotments",
+    sql: `
+      CREATE TABLE leash_budget_allotments (
+        account_id TEXT NOT NULL,
+        shard TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        granted_usd TEXT NOT NULL,
+        spent_usd TEXT NOT NULL,
+        reserved_usd TEXT NOT NULL,
+        lease_expires_ns INTEGER NOT NULL,
+        created_ns INTEGER NOT NULL,
+        updated_ns INTEGER NOT NULL,
+        at_seq INTEGER,
+        PRIMARY KEY (account_id, shard)
+      ) STRICT, WITHOUT ROWID;
+    `,
+  },
 ];
 
 /** The schema version this build reads and writes. */

@@ -25,6 +25,7 @@ import type {
 } from "@leash/core";
 import { hasEachByOne, SubstrateError, writeBatchByRows } from "@leash/core";
 import type Database from "better-sqlite3";
+import { SqliteAllotments } from "./allotments.js";
 import {
   type AccountRow,
   accountToRow,
@@ -85,6 +86,7 @@ export class SqliteTx implements SubstrateTx {
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
   readonly messages: MessageStore;
+  readonly allotments: SqliteAllotments;
 
   constructor(
     readonly statements: StatementCache,
@@ -97,6 +99,7 @@ export class SqliteTx implements SubstrateTx {
     this.chain = new Chain(this);
     this.outbox = new Outbox(this);
     this.messages = new SqliteMessages(this);
+    this.allotments = new SqliteAllotments(this);
   }
 
   // Row by row: on SQLite a statement is a library call in this process, not a round trip.

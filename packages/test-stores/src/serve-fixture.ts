@@ -52,6 +52,43 @@ const ok = (run: CliRun, what: string): CliRun => {
   return run;
 };
 
+/** `leash console token add` for operator alice of acme into `tokens`; her token's file, mode 0600. */
+async function mintAliceToken(dir: string, tokens: string): Promise<string> {
+  const minted = ok(
+    await leashCli([
+      "console",
+      "token",
+      "add",
+      "--file",
+      tokens,
+      "--operator",
+      "alice",
+      "--organization",
+      "acme",
+    ]),
+    "leash console token add",
+  );
+  const operatorTokenFile = join(dir, "alice.token");
+  writeFileSync(operatorTokenFile, minted.stdout, { mode: 0o600 });
+  return operatorTokenFile;
+}
+
+/** The store's chain as `leash export --format jsonl` prints it, each line's body parsed. */
+async function exportedEntries(
+  cli: (args: readonly string[]) => Promise<CliRun>,
+  store: string,
+): Promise<Array<{ kind: string; data: Record<string, unknown> }>> {
+  const run = ok(await cli(["export", "--format", "jsonl", "--store", store]), "leash export");
+  return run.stdout
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => {
+      // The export prints each entry's body as JSON, not as the signed text.
+      const entry = JSON.parse(line) as { kind: string; body: { data: Record<string, unknown> } };
+      return { kind: entry.kind, data: entry.body.data };
+    });
+}
+
 export async function startServeFixture(options: ServeFixtureOptions): Promise<ServeFixture> {
   const dir = mkdtempSync(join(tmpdir(), "leash-serve-fixture-"));
   try {
@@ -74,22 +111,7 @@ export async function startServeFixture(options: ServeFixtureOptions): Promise<S
     let operatorTokenFile: string | null = null;
     if (options.console) {
       const tokens = join(dir, "tokens.json");
-      const minted = ok(
-        await leashCli([
-          "console",
-          "token",
-          "add",
-          "--file",
-          tokens,
-          "--operator",
-          "alice",
-          "--organization",
-          "acme",
-        ]),
-        "leash console token add",
-      );
-      operatorTokenFile = join(dir, "alice.token");
-      writeFileSync(operatorTokenFile, minted.stdout, { mode: 0o600 });
+      operatorTokenFile = await mintAliceToken(dir, tokens);
       args.push("--console", "127.0.0.1:0", "--console-tokens", tokens);
     }
     const process = await serve(args);
@@ -112,17 +134,7 @@ export async function startServeFixture(options: ServeFixtureOptions): Promise<S
       publicKeyHex,
       cli,
       verify: () => cli(["verify", "--store", store, "--pubkey", join(dir, "leash.pub.hex")]),
-      async entries() {
-        const run = ok(await cli(["export", "--format", "jsonl", "--store", store]), "leash export");
-        return run.stdout
-          .split("\n")
-          .filter((line) => line !== "")
-          .map((line) => {
-            // The export prints each entry's body as JSON, not as the signed text.
-            const entry = JSON.parse(line) as { kind: string; body: { data: Record<string, unknown> } };
-            return { kind: entry.kind, data: entry.body.data };
-          });
-      },
+      entries: () => exportedEntries(cli, store),
       stop: () => process.stop(),
       async remove() {
         await process.stop();

@@ -2,10 +2,10 @@
 // It checks a MAC and nothing else: freshness and replay are replay.ts's, key lookup the caller's.
 
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { unsignedEnvelopeBytes } from "./envelope-writer.js";
 import { WireError } from "./errors.js";
-import { type Envelope, EnvelopeSchema } from "./gen/shackle/sp1/shackle_pb.js";
+import type { Envelope } from "./gen/shackle/sp1/shackle_pb.js";
 
 /** Envelope.hmac's field number (shackle.proto). */
 export const HMAC_FIELD = 6;
@@ -33,16 +33,11 @@ const HMAC_TAG = (HMAC_FIELD << 3) | WireType.LengthDelimited;
  */
 export function signedEnvelopeBytes(envelope: Envelope, key: Uint8Array, headroom: number): Uint8Array {
   checkKey(key);
-  const unsigned = toBinary(
-    EnvelopeSchema,
-    envelope.hmac.length === 0 ? envelope : create(EnvelopeSchema, { ...envelope, hmac: new Uint8Array(0) }),
-  );
-  const out = new Uint8Array(headroom + unsigned.length + 2 + HMAC_BYTES);
-  out.set(unsigned, headroom);
-  let at = headroom + unsigned.length;
+  const { buffer: out, end } = unsignedEnvelopeBytes(envelope, headroom, 2 + HMAC_BYTES);
+  let at = end;
   out[at++] = HMAC_TAG;
   out[at++] = HMAC_BYTES;
-  out.set(mac(key, unsigned), at);
+  out.set(mac(key, out.subarray(headroom, end)), at);
   return out;
 }
 

@@ -260,7 +260,14 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
   const hitl = program
     .command("hitl")
     .description("list, show and answer the calls waiting for a human (HITL requests)");
+  registerHitlList(hitl, io, setExit);
+  registerHitlShow(hitl, io, setExit);
+  registerHitlAnswers(hitl, io, setExit);
+  registerHitlModify(hitl, io, setExit);
+}
 
+/** `leash hitl list`: records expiries first when it has a signing key. */
+function registerHitlList(hitl: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     storeOrConsole(
       hitl
@@ -304,7 +311,10 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
       else for (const view of views) io.stdout(listLine(view));
       setExit(0);
     });
+}
 
+/** `leash hitl show`: read-only. */
+function registerHitlShow(hitl: Command, io: Io, setExit: (code: number) => void): void {
   storeOrConsole(
     hitl
       .command("show")
@@ -326,7 +336,10 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
       else io.stdout(describeRequest(view));
       setExit(0);
     });
+}
 
+/** `leash hitl approve|reject|defer|escalate`: one command per plain answer. */
+function registerHitlAnswers(hitl: Command, io: Io, setExit: (code: number) => void): void {
   const answers: ReadonlyArray<[HumanDecision, string]> = [
     ["approve", "approve the paused call: exactly it (same tool, nonce and params) may run, once"],
     ["reject", "reject the paused call: the agent's re-dispatch is denied"],
@@ -349,7 +362,10 @@ export function registerHitl(program: Command, io: Io, setExit: (code: number) =
         setExit(await runAnswer(id, decision, options, io));
       });
   }
+}
 
+/** `leash hitl modify`: allow an edited call instead. */
+function registerHitlModify(hitl: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     storeOrConsole(
       hitl

@@ -178,6 +178,48 @@ async function daemonGate(options: McpOptions, config: McpProxyConfig): Promise<
   }
 }
 
+/** Library mode: the store opened, migrated and checked against the key, and an engine over it. */
+async function libraryGate(
+  options: McpOptions,
+  config: McpProxyConfig,
+  policy: Awaited<ReturnType<typeof loadPolicyFile>> | undefined,
+  library: { target: ReturnType<typeof parseStoreUrl>; signer: ReturnType<typeof resolveSigner>["signer"] },
+  stopUpstream: () => Promise<unknown>,
+): Promise<{ gate: LeashGate; closeStore: () => Promise<void> }> {
+  const { target, signer } = library;
+  let substrate: Awaited<ReturnType<typeof connectStore>>;
+  try {
+    substrate = await connectStore(target);
+  } catch (err) {
+    await stopUpstream();
+    throw err;
+  }
+  const closeStore = () => substrate.close().catch(() => undefined);
+  let gate: LeashGate;
+  try {
+    await migrateStore(target, substrate);
+    await checkSigner(substrate, target, signer);
+    const engine = createEngine({
+      substrate,
+      signer,
+      reservationTtlMs: config.leash.reservation_ttl_s * 1000,
+      ...(policy === undefined ? {} : { policy }),
+    });
+    gate = await engineGate({
+      engine,
+      agent_id: options.agent ?? "mcp-proxy",
+      ...(options.org === undefined ? {} : { organization_id: options.org }),
+      ...(options.session === undefined ? {} : { session_id: options.session }),
+      config: sessionGuardConfig(config),
+    });
+  } catch (err) {
+    await closeStore();
+    await stopUpstream();
+    throw engineFailure(err, target.url) ?? err;
+  }
+  return { gate, closeStore };
+}
+
 export async function runMcp(command: readonly string[], options: McpOptions, io: Io): Promise<number> {
   checkModeFlags(options);
   const config = await readConfig(options);
@@ -214,36 +256,7 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
       throw err;
     });
   } else {
-    const { target, signer } = library;
-    let substrate: Awaited<ReturnType<typeof connectStore>>;
-    try {
-      substrate = await connectStore(target);
-    } catch (err) {
-      await stopUpstream();
-      throw err;
-    }
-    closeStore = () => substrate.close().catch(() => undefined);
-    try {
-      await migrateStore(target, substrate);
-      await checkSigner(substrate, target, signer);
-      const engine = createEngine({
-        substrate,
-        signer,
-        reservationTtlMs: config.leash.reservation_ttl_s * 1000,
-        ...(policy === undefined ? {} : { policy }),
-      });
-      gate = await engineGate({
-        engine,
-        agent_id: options.agent ?? "mcp-proxy",
-        ...(options.org === undefined ? {} : { organization_id: options.org }),
-        ...(options.session === undefined ? {} : { session_id: options.session }),
-        config: sessionGuardConfig(config),
-      });
-    } catch (err) {
-      await closeStore();
-      await stopUpstream();
-      throw engineFailure(err, target.url) ?? err;
-    }
+    ({ gate, closeStore } = await libraryGate(options, config, policy, library, stopUpstream));
   }
   let proxy: Awaited<ReturnType<typeof createLeashProxy>>;
   try {
@@ -262,6 +275,16 @@ export async function runMcp(command: readonly string[], options: McpOptions, io
     throw err;
   }
   log(`session ${gate.sessionId} (${gate.mode} mode); serving MCP on stdio`);
+  return serveOnStdio(proxy, io, log, closeStore);
+}
+
+/** Serves the agent on stdio until either side closes; exit 1 when it was the MCP server that went. */
+async function serveOnStdio(
+  proxy: Awaited<ReturnType<typeof createLeashProxy>>,
+  io: Io,
+  log: (line: string) => void,
+  closeStore: () => Promise<void>,
+): Promise<number> {
   const stopListening = io.onStop(() => {
     void proxy.close();
   });

@@ -240,9 +240,15 @@ export function registerRelay(program: Command, io: Io, setExit: (code: number) 
         new Option("--progress-ms <n>", "stats interval").argParser(positiveInteger).default(2000).hideHelp(),
       ),
   )
-    .addHelpText(
-      "after",
-      `
+    .addHelpText("after", relayHelp())
+    .action(async (options: RelayCommandOptions) => {
+      setExit(await runRelay(options, io));
+    });
+}
+
+/** The text after `leash relay --help`'s options: the sinks, the running relay, DEAD entries, output. */
+function relayHelp(): string {
+  return `
 Sinks:
   file:PATH            NDJSON, one entry per line, fsynced before an entry counts as delivered;
                        entries already in the file are skipped (one relay per file)
@@ -272,9 +278,5 @@ Output: one line on stderr at exit (after the requeued line, with --requeue-dead
 with N and M counted by this run, D and P the whole outbox's DEAD and PENDING entries at exit;
 then "; last error: …" when this run failed to deliver, else "; seq S is dead: …" when an entry is DEAD.
 Exit status: 0 nothing in the outbox is DEAD, 1 some entry is DEAD (retried only after --requeue-dead)
-or a store error, 2 bad flags, sink, secret or store URL.`,
-    )
-    .action(async (options: RelayCommandOptions) => {
-      setExit(await runRelay(options, io));
-    });
+or a store error, 2 bad flags, sink, secret or store URL.`;
 }

@@ -147,6 +147,42 @@ function grpcOptionsOf(options: ServeOptions): GrpcOptions | undefined {
   return grpc;
 }
 
+/** --policy-pubkey's key, checked: it needs a policy to check (--policy or the config's). */
+function policyPublicKeyOf(
+  options: ServeOptions,
+  config: ReturnType<typeof loadDaemonConfig>,
+): string | undefined {
+  if (options.policyPubkey === undefined) return undefined;
+  if (options.policy === undefined && config.policyFile === undefined) {
+    throw new CliError(
+      "--policy-pubkey needs a policy (--policy FILE or `policy:` in the config)",
+      EXIT_BAD_INPUT,
+    );
+  }
+  try {
+    return loadPublicKey(options.policyPubkey).publicKeyHex;
+  } catch (err) {
+    throw new CliError(`--policy-pubkey: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
+  }
+}
+
+/** Why the daemon did not start, as the CLI's error: bad input (2), else the store or chain refused (1). */
+function startFailure(err: unknown, url: string): Error {
+  if (
+    err instanceof SocketInUseError ||
+    err instanceof DaemonConfigError ||
+    err instanceof PolicyError ||
+    err instanceof PolicyFileError ||
+    err instanceof GrpcConfigError ||
+    ConsoleConfigError.isInstance(err)
+  ) {
+    return new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
+  }
+  const known = engineFailure(err, url);
+  if (known !== undefined) return known;
+  return new CliError(firstLine(err), EXIT_REFUSED, { cause: err });
+}
+
 export async function runServe(options: ServeOptions, io: Io): Promise<number> {
   if (options.config === undefined) {
     throw new CliError(
@@ -179,20 +215,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
     throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
   }
   const socketPath = options.socket ?? defaultSocketPath(io.env);
-  let policyPublicKey: string | undefined;
-  if (options.policyPubkey !== undefined) {
-    if (options.policy === undefined && config.policyFile === undefined) {
-      throw new CliError(
-        "--policy-pubkey needs a policy (--policy FILE or `policy:` in the config)",
-        EXIT_BAD_INPUT,
-      );
-    }
-    try {
-      policyPublicKey = loadPublicKey(options.policyPubkey).publicKeyHex;
-    } catch (err) {
-      throw new CliError(`--policy-pubkey: ${firstLine(err)}`, EXIT_BAD_INPUT, { cause: err });
-    }
-  }
+  const policyPublicKey = policyPublicKeyOf(options, config);
   let daemon: Awaited<ReturnType<typeof startDaemon>>;
   try {
     daemon = await startDaemon({
@@ -210,19 +233,7 @@ export async function runServe(options: ServeOptions, io: Io): Promise<number> {
       ...(policyPublicKey === undefined ? {} : { policyPublicKey }),
     });
   } catch (err) {
-    if (
-      err instanceof SocketInUseError ||
-      err instanceof DaemonConfigError ||
-      err instanceof PolicyError ||
-      err instanceof PolicyFileError ||
-      err instanceof GrpcConfigError ||
-      ConsoleConfigError.isInstance(err)
-    ) {
-      throw new CliError(firstLine(err), EXIT_BAD_INPUT, { cause: err });
-    }
-    const known = engineFailure(err, target.url);
-    if (known !== undefined) throw known;
-    throw new CliError(firstLine(err), EXIT_REFUSED, { cause: err });
+    throw startFailure(err, target.url);
   }
   // One line for whoever started us (a supervisor, a test): where to connect and which key signs.
   io.stdout(
@@ -305,9 +316,15 @@ export function registerServe(program: Command, io: Io, setExit: (code: number) 
         "how long a HITL request waits for a human before it is a DENY, when the policy sets no hitl_timeout_s (default 900)",
       ),
   )
-    .addHelpText(
-      "after",
-      `
+    .addHelpText("after", serveHelp())
+    .action(async (options: ServeOptions) => {
+      setExit(await runServe(options, io));
+    });
+}
+
+/** The text after `leash serve --help`'s options: an example, the socket, rollback, gRPC, console, limits, output. */
+function serveHelp(): string {
+  return `
 Example:
   leash keygen --out ~/.config/leash/leash.key
   (umask 077; openssl rand -hex 32 > ~/.config/leash/acme-k1.hmac)   # acme's HMAC key, mode 0600
@@ -342,9 +359,5 @@ console speaks plain HTTP: on a non-loopback address serve refuses to start unle
 ${limitsHelp()}
 Output: one JSON line on stdout once listening ({"listening", "http", "grpc", "console", "store", "public_key"}); logs
 are JSON lines on stderr. Exit status: 0 after a clean shutdown, 1 the store or chain refused, 2 bad
-flags, config, key or socket path.`,
-    )
-    .action(async (options: ServeOptions) => {
-      setExit(await runServe(options, io));
-    });
+flags, config, key or socket path.`;
 }

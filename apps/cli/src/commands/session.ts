@@ -139,7 +139,14 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
   const session = program
     .command("session")
     .description("create, inspect, reset and resume guarded sessions");
+  registerSessionCreate(session, io, setExit);
+  registerSessionShow(session, io, setExit);
+  registerSessionReset(session, io, setExit);
+  registerSessionResume(session, io, setExit);
+}
 
+/** `leash session create`. */
+function registerSessionCreate(session: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     addStoreOptions(
       session
@@ -207,7 +214,10 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
     .action(async (options: CreateOptions) => {
       setExit(await runSessionCreate(options, io));
     });
+}
 
+/** `leash session show`: read-only. */
+function registerSessionShow(session: Command, io: Io, setExit: (code: number) => void): void {
   addStoreOptions(
     session
       .command("show")
@@ -225,7 +235,10 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
       printJson(io, view);
       setExit(0);
     });
+}
 
+/** `leash session reset`: an operator closes a tripped circuit. */
+function registerSessionReset(session: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     addStoreOptions(
       session
@@ -243,7 +256,10 @@ export function registerSession(program: Command, io: Io, setExit: (code: number
       printJson(io, view);
       setExit(0);
     });
+}
 
+/** `leash session resume`: a human decision on a paused call. */
+function registerSessionResume(session: Command, io: Io, setExit: (code: number) => void): void {
   addKeyOptions(
     addStoreOptions(
       session

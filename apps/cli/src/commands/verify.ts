@@ -125,7 +125,8 @@ async function stateCheckpoint(
   return checkpoint === null || checkpoint.count === 0 ? undefined : { checkpoint, location: store.location };
 }
 
-export async function runVerify(options: VerifyOptions, io: Io): Promise<number> {
+/** --store, --file, --checkpoint and --state-dir that cannot go together. */
+function refuseConflictingSources(options: VerifyOptions): void {
   if (options.file !== undefined && options.store !== undefined) {
     throw new CliError("give --store or --file, not both", EXIT_BAD_INPUT);
   }
@@ -135,64 +136,98 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
   if (options.file !== undefined && options.stateDir !== undefined) {
     throw new CliError("--state-dir checks a store (--store), not a file", EXIT_BAD_INPUT);
   }
-  const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
-  let checkpoint =
-    options.checkpoint === undefined ? undefined : await readCheckpoint(options.checkpoint, io);
+}
 
-  let entries: AsyncIterable<ChainEntryRecord>;
+/** The chain to verify: its entries, how to read them again, and the store they come from, if any. */
+interface ChainSource {
+  entries: AsyncIterable<ChainEntryRecord>;
   /** The entries again, for --replay (a file or the store is read twice; stdin is kept in memory). */
-  let again: () => Promise<Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>>;
-  let total = 0;
-  let describe: ((index: number) => string | undefined) | undefined;
-  let substrate: Substrate | undefined;
-  let url: string | undefined;
-  if (options.file !== undefined) {
-    const source = await jsonlEntries(options.file, io);
-    entries = source.entries;
-    const file = options.file;
-    if (file === "-") {
-      const buffered: ChainEntryRecord[] = [];
-      if (options.replay === true) entries = kept(entries, buffered);
-      again = async () => buffered;
-    } else {
-      again = async () => (await jsonlEntries(file, io)).entries;
-    }
-    const label = options.file === "-" ? "<stdin>" : options.file;
-    describe = (index) => {
-      const line = source.unreadable.get(index);
-      return line === undefined ? undefined : `line ${line} of ${label} is not a chain entry`;
-    };
+  again: () => Promise<Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>>;
+  describe?: (index: number) => string | undefined;
+  substrate?: Substrate;
+  url?: string;
+  checkpoint: Checkpoint | undefined;
+}
+
+/** A JSONL file (or stdin, "-") of entries. */
+async function fileSource(
+  options: VerifyOptions,
+  file: string,
+  checkpoint: Checkpoint | undefined,
+  io: Io,
+): Promise<ChainSource> {
+  const source = await jsonlEntries(file, io);
+  let entries = source.entries;
+  let again: ChainSource["again"];
+  if (file === "-") {
+    const buffered: ChainEntryRecord[] = [];
+    if (options.replay === true) entries = kept(entries, buffered);
+    again = async () => buffered;
   } else {
-    const { target } = await loadSettings(options, io);
-    url = target.url;
-    // The checkpoint `leash serve` keeps for this store, when there is one and none was given.
-    const state = checkpoint === undefined ? await stateCheckpoint(options, target.url, io) : undefined;
-    const opened = await openExistingStore(target);
-    substrate = opened;
-    if (state !== undefined) {
-      checkpoint = state.checkpoint;
-      const rollback = await findRollback(opened, state.checkpoint).catch(() => null);
-      if (rollback !== null) {
-        await opened.close().catch(() => undefined);
-        const at = state.checkpoint.count - 1;
-        io.stdout(
-          resultLine({
-            ok: false,
-            count_verified: 0,
-            failure: {
-              index: at,
-              seq: at,
-              kind: "truncated",
-              message: rollbackMessage(rollback, state.location),
-            },
-          }),
-        );
-        return EXIT_REFUSED;
-      }
-    }
-    entries = storeEntries(opened);
-    again = async () => storeEntries(opened);
+    again = async () => (await jsonlEntries(file, io)).entries;
   }
+  const label = file === "-" ? "<stdin>" : file;
+  const describe = (index: number) => {
+    const line = source.unreadable.get(index);
+    return line === undefined ? undefined : `line ${line} of ${label} is not a chain entry`;
+  };
+  return { entries, again, describe, checkpoint };
+}
+
+/**
+ * The store's chain, checked first against the checkpoint `leash serve` keeps for it (when none was
+ * given): a rolled-back store prints its FAILED line and gives the exit status instead of a source.
+ */
+async function storeSource(
+  options: VerifyOptions,
+  given: Checkpoint | undefined,
+  io: Io,
+): Promise<ChainSource | number> {
+  const { target } = await loadSettings(options, io);
+  const url = target.url;
+  let checkpoint = given;
+  // The checkpoint `leash serve` keeps for this store, when there is one and none was given.
+  const state = checkpoint === undefined ? await stateCheckpoint(options, target.url, io) : undefined;
+  const opened = await openExistingStore(target);
+  if (state !== undefined) {
+    checkpoint = state.checkpoint;
+    const rollback = await findRollback(opened, state.checkpoint).catch(() => null);
+    if (rollback !== null) {
+      await opened.close().catch(() => undefined);
+      const at = state.checkpoint.count - 1;
+      io.stdout(
+        resultLine({
+          ok: false,
+          count_verified: 0,
+          failure: {
+            index: at,
+            seq: at,
+            kind: "truncated",
+            message: rollbackMessage(rollback, state.location),
+          },
+        }),
+      );
+      return EXIT_REFUSED;
+    }
+  }
+  return {
+    entries: storeEntries(opened),
+    again: async () => storeEntries(opened),
+    substrate: opened,
+    url,
+    checkpoint,
+  };
+}
+
+/** Verifies the source (signatures, events, stored params), then replays it with --replay; closes its store. */
+async function verifySource(
+  source: ChainSource,
+  options: VerifyOptions,
+  publicKeys: string[],
+  io: Io,
+): Promise<number> {
+  const { entries, again, describe, substrate, url, checkpoint } = source;
+  let total = 0;
   try {
     if (substrate !== undefined && io.stderrIsTTY) total = await storeCount(substrate);
     const bar = progressBar(io, "leash verify:", total);
@@ -240,6 +275,19 @@ export async function runVerify(options: VerifyOptions, io: Io): Promise<number>
   } finally {
     await substrate?.close().catch(() => undefined);
   }
+}
+
+export async function runVerify(options: VerifyOptions, io: Io): Promise<number> {
+  refuseConflictingSources(options);
+  const publicKeys = loadPublicKeys(options.pubkey).map((k) => k.publicKeyHex);
+  const checkpoint =
+    options.checkpoint === undefined ? undefined : await readCheckpoint(options.checkpoint, io);
+  const source =
+    options.file !== undefined
+      ? await fileSource(options, options.file, checkpoint, io)
+      : await storeSource(options, checkpoint, io);
+  if (typeof source === "number") return source;
+  return verifySource(source, options, publicKeys, io);
 }
 
 export function registerVerify(program: Command, io: Io, setExit: (code: number) => void): void {

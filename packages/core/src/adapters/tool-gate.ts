@@ -101,57 +101,94 @@ function callKey(toolName: string, params: Record<string, unknown>): string | nu
   }
 }
 
+/** What one gate keeps: the decider, its options, the calls it judged and the calls Leash paused. */
+interface GateState {
+  readonly decider: Decider;
+  readonly options: ToolGateOptions;
+  /** The verdict of each call id the gate judged and has not settled or forgotten (at most MAX_PENDING). */
+  readonly pending: Map<string, Pending>;
+  /**
+   * The nonce of each call Leash paused, by tool and args (callKey; at most MAX_PENDING). A model that
+   * asks for the same call again (a new call id, after a human answered in Leash) re-dispatches that
+   * paused call, as SP/1.0's HITL flow expects: the same nonce, so an approval releases it and a
+   * rejection refuses it.
+   */
+  readonly paused: Map<string, string>;
+}
+
+/** Asks the decider about one call; remembers a HITL verdict's nonce and names its request. */
+async function decideCall(state: GateState, entry: Omit<Pending, "verdict" | "requestId">): Promise<Pending> {
+  const { decider, options, paused } = state;
+  const verdict = await decider.evaluate({
+    session_id: options.session_id,
+    tool_name: entry.toolName,
+    params: entry.params,
+    nonce: entry.nonce,
+    ...(entry.estimate === undefined ? {} : { estimated_cost_usd: entry.estimate }),
+  });
+  options.onDecision?.(entry.toolName, verdict);
+  const key = callKey(entry.toolName, entry.params);
+  if (key !== null) {
+    paused.delete(key);
+    if (verdict.verdict === "HITL") {
+      paused.set(key, entry.nonce);
+      if (paused.size > MAX_PENDING) paused.delete(paused.keys().next().value as string);
+    }
+  }
+  // The verdict names its request (engine and daemon client alike); the session's open one otherwise.
+  const requestId =
+    verdict.verdict !== "HITL"
+      ? null
+      : typeof verdict.hitl_request_id === "string" && verdict.hitl_request_id !== ""
+        ? verdict.hitl_request_id
+        : await decider.pendingRequestId(options.session_id);
+  return { ...entry, verdict, requestId };
+}
+
+/** Keeps a call's verdict as the newest, dropping the oldest past MAX_PENDING. */
+function remember(state: GateState, callId: string, entry: Pending): void {
+  const { pending } = state;
+  pending.delete(callId);
+  pending.set(callId, entry);
+  if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value as string);
+}
+
+/** Settles an allowed call: its cost (or the error cost) and whether it succeeded. */
+async function settleEntry(
+  state: GateState,
+  entry: Pending,
+  output: unknown,
+  failed: boolean,
+): Promise<void> {
+  const { decider, options } = state;
+  const actual = failed
+    ? (options.costOnError ?? 0)
+    : options.cost
+      ? options.cost(entry.toolName, output, entry.params)
+      : (entry.estimate ?? entry.verdict.estimate_usd ?? 0);
+  await decider.settle({
+    session_id: options.session_id,
+    call_number: entry.verdict.call_number,
+    actual_cost_usd: actual,
+    success: !failed,
+  });
+}
+
 export function createToolGate(decider: Decider, options: ToolGateOptions): ToolGate {
   const pending = new Map<string, Pending>();
-  // The nonce of each call Leash paused, by tool and args. A model that asks for the same call again
-  // (a new call id, after a human answered in Leash) re-dispatches that paused call, as SP/1.0's HITL
-  // flow expects: the same nonce, so an approval releases it and a rejection refuses it.
-  const paused = new Map<string, string>();
-
-  const decide = async (entry: Omit<Pending, "verdict" | "requestId">): Promise<Pending> => {
-    const verdict = await decider.evaluate({
-      session_id: options.session_id,
-      tool_name: entry.toolName,
-      params: entry.params,
-      nonce: entry.nonce,
-      ...(entry.estimate === undefined ? {} : { estimated_cost_usd: entry.estimate }),
-    });
-    options.onDecision?.(entry.toolName, verdict);
-    const key = callKey(entry.toolName, entry.params);
-    if (key !== null) {
-      paused.delete(key);
-      if (verdict.verdict === "HITL") {
-        paused.set(key, entry.nonce);
-        if (paused.size > MAX_PENDING) paused.delete(paused.keys().next().value as string);
-      }
-    }
-    // The verdict names its request (engine and daemon client alike); the session's open one otherwise.
-    const requestId =
-      verdict.verdict !== "HITL"
-        ? null
-        : typeof verdict.hitl_request_id === "string" && verdict.hitl_request_id !== ""
-          ? verdict.hitl_request_id
-          : await decider.pendingRequestId(options.session_id);
-    return { ...entry, verdict, requestId };
-  };
-
-  const remember = (callId: string, entry: Pending) => {
-    pending.delete(callId);
-    pending.set(callId, entry);
-    if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value as string);
-  };
+  const state: GateState = { decider, options, pending, paused: new Map() };
 
   const check: ToolGate["check"] = async (callId, toolName, params) => {
     const known = pending.get(callId);
     if (known !== undefined && known.toolName === toolName) return known.verdict;
     const key = callKey(toolName, params);
-    const entry = await decide({
-      nonce: (key === null ? undefined : paused.get(key)) ?? options.nonce(),
+    const entry = await decideCall(state, {
+      nonce: (key === null ? undefined : state.paused.get(key)) ?? options.nonce(),
       toolName,
       params,
       estimate: options.estimate?.(toolName, params),
     });
-    remember(callId, entry);
+    remember(state, callId, entry);
     return entry.verdict;
   };
 
@@ -168,28 +205,14 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
       });
     }
     // The paused call's own nonce and params: the approval is bound to exactly them.
-    const entry = await decide({
+    const entry = await decideCall(state, {
       nonce: known.nonce,
       toolName,
       params: known.params,
       estimate: known.estimate,
     });
-    remember(callId, entry);
+    remember(state, callId, entry);
     return entry.verdict;
-  };
-
-  const settleEntry = async (entry: Pending, output: unknown, failed: boolean) => {
-    const actual = failed
-      ? (options.costOnError ?? 0)
-      : options.cost
-        ? options.cost(entry.toolName, output, entry.params)
-        : (entry.estimate ?? entry.verdict.estimate_usd ?? 0);
-    await decider.settle({
-      session_id: options.session_id,
-      call_number: entry.verdict.call_number,
-      actual_cost_usd: actual,
-      success: !failed,
-    });
   };
 
   const run: ToolGate["run"] = async (callId, toolName, params, tool) => {
@@ -202,10 +225,10 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
     try {
       output = await tool();
     } catch (error) {
-      await settleEntry(entry, undefined, true);
+      await settleEntry(state, entry, undefined, true);
       throw error;
     }
-    await settleEntry(entry, output, false);
+    await settleEntry(state, entry, output, false);
     return output;
   };
 
@@ -213,7 +236,7 @@ export function createToolGate(decider: Decider, options: ToolGateOptions): Tool
     const entry = pending.get(callId);
     if (entry === undefined || entry.verdict.verdict !== "ALLOW") return;
     pending.delete(callId);
-    await settleEntry(entry, output, failed);
+    await settleEntry(state, entry, output, failed);
   };
 
   return {

@@ -142,6 +142,44 @@ export interface BudgetStore {
   listReservations(filter: { sessionId?: string; status?: ReservationStatus }): Promise<Reservation[]>;
 }
 
+/**
+ * A shard's allotment of a shared budget account (escrow: docs/architecture.md "Escrow"): money the
+ * account set aside for one shard, which that shard's engine spends without taking the account's row.
+ */
+export interface BudgetAllotment {
+  account_id: string;
+  /** The shard the allotment belongs to (one row per account and shard). */
+  shard: string;
+  /** The daemon that held the shard's lease when it was last granted, and that lease's epoch (fencing). */
+  holder: string;
+  epoch: number;
+  /** Set aside for the shard; `spent_usd + reserved_usd` never exceeds it. */
+  granted_usd: DecimalString;
+  /** Spent and held within the allotment, as the shard's chain recorded them. */
+  spent_usd: DecimalString;
+  reserved_usd: DecimalString;
+  /** After this the shard's lease may be gone: the allotment may be reclaimed (charged with its chain). */
+  lease_expires_ns: number;
+  created_ns: number;
+  updated_ns: number;
+  /** The chain position of the shard's entry that last charged it; null before any. */
+  at_seq: number | null;
+}
+
+/** The allotment rows. Their arithmetic is @leash/budget-guard's (escrow-store.ts); this is rows only. */
+export interface AllotmentStore {
+  /** MUST return the row locked for the rest of the transaction (PostgreSQL: FOR UPDATE). */
+  get(accountId: string, shard: string): Promise<BudgetAllotment | null>;
+  /** Every allotment of the account, by shard (text order); not locked (the account row's lock orders grants). */
+  list(accountId: string): Promise<BudgetAllotment[]>;
+  /** Every allotment of every account, by account then shard (recovery's check). */
+  listAll(): Promise<BudgetAllotment[]>;
+  /** Inserts the row, or writes over the one with the same (account_id, shard). */
+  put(allotment: BudgetAllotment): Promise<void>;
+  /** Removes the row; nothing happens when there is none. */
+  delete(accountId: string, shard: string): Promise<void>;
+}
+
 export type HitlRequestStatus = "PENDING" | "DECIDED" | "CONSUMED" | "EXPIRED";
 
 /** A call that HITL paused, and the human's decision once made (spec §3.6). */
@@ -213,6 +251,17 @@ export interface SubstrateTx {
   readonly chain: ChainStore;
   readonly outbox: OutboxStore;
   readonly messages: MessageStore;
+  /**
+   * Budget escrow's allotment rows (schema version 12). Optional: an overlay that does not pass it on
+   * has none, and escrow then refuses to run on it rather than guess.
+   */
+  readonly allotments?: AllotmentStore;
+  /**
+   * Budget accounts this transaction's store serves from a source that changes without a chain entry
+   * (escrow: an allotment topped up or returned in the background). A caller that keeps account rows
+   * in memory between transactions MUST read these afresh in each one. Absent: none.
+   */
+  readonly volatileAccounts?: ReadonlySet<string>;
   /**
    * Writes a batch as the single calls would, in the order entries, outbox, reservations,
    * sessions, accounts, messages, and resolves once every write is done: reads that follow see them all. It

@@ -69,7 +69,17 @@ function outcomeOf(status: number, statusText: string, body: string): DeliveryOu
   return status === 408 || status === 429 || status >= 500 ? retryable(text) : permanent(text);
 }
 
-export function createWebhookSink(options: WebhookSinkOptions): Sink {
+/** The options, checked, with their defaults: where to post, how, and under which name. */
+interface WebhookTarget {
+  url: URL;
+  secret: string | Uint8Array;
+  timeoutMs: number;
+  batching: "entry" | "batch";
+  extraHeaders: Readonly<Record<string, string>>;
+  name: string;
+}
+
+function webhookTarget(options: WebhookSinkOptions): WebhookTarget {
   let url: URL;
   try {
     url = new URL(options.url);
@@ -99,73 +109,92 @@ export function createWebhookSink(options: WebhookSinkOptions): Sink {
   const extraHeaders = options.headers ?? {};
   // Never the query string or credentials in the name: it ends up in logs and last_error.
   const name = options.name ?? `webhook:${url.origin}${url.pathname}`;
+  return { url, secret, timeoutMs, batching, extraHeaders, name };
+}
 
-  /** The outcome, and whether the endpoint as a whole failed (no answer, or 429: slow down). */
-  async function post(
-    entries: readonly ChainEntryRecord[],
-    idempotencyKey: string,
-  ): Promise<{ outcome: DeliveryOutcome; endpointDown: boolean }> {
-    const body = Buffer.from(`{"entries":[${entries.map(entryJson).join(",")}]}`, "utf8");
-    try {
-      const response = await fetch(url, {
-        method: "POST",
-        headers: {
-          ...extraHeaders,
-          "content-type": "application/json",
-          "idempotency-key": idempotencyKey,
-          [SIGNATURE_HEADER]: signWebhookBody(body, secret),
-          "user-agent": "leash-relay",
-        },
-        body,
-        // A redirected POST may turn into a GET elsewhere: a wrong URL is the operator's to fix.
-        redirect: "manual",
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      // Read (and bound) the body: it names the reason for a refusal, and reading frees the connection.
-      const text = await response.text();
-      const outcome = outcomeOf(response.status, response.statusText, text);
-      return { outcome, endpointDown: response.status === 429 };
-    } catch (error) {
-      const kind = (error as { name?: unknown }).name;
-      const timedOut = kind === "TimeoutError" || kind === "AbortError";
-      const outcome = retryable(timedOut ? `timeout after ${timeoutMs} ms` : describeError(error));
-      return { outcome, endpointDown: true };
-    }
+/** One POST. The outcome, and whether the endpoint as a whole failed (no answer, or 429: slow down). */
+async function post(
+  target: WebhookTarget,
+  entries: readonly ChainEntryRecord[],
+  idempotencyKey: string,
+): Promise<{ outcome: DeliveryOutcome; endpointDown: boolean }> {
+  const { url, secret, timeoutMs, extraHeaders } = target;
+  const body = Buffer.from(`{"entries":[${entries.map(entryJson).join(",")}]}`, "utf8");
+  try {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: {
+        ...extraHeaders,
+        "content-type": "application/json",
+        "idempotency-key": idempotencyKey,
+        [SIGNATURE_HEADER]: signWebhookBody(body, secret),
+        "user-agent": "leash-relay",
+      },
+      body,
+      // A redirected POST may turn into a GET elsewhere: a wrong URL is the operator's to fix.
+      redirect: "manual",
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    // Read (and bound) the body: it names the reason for a refusal, and reading frees the connection.
+    const text = await response.text();
+    const outcome = outcomeOf(response.status, response.statusText, text);
+    return { outcome, endpointDown: response.status === 429 };
+  } catch (error) {
+    const kind = (error as { name?: unknown }).name;
+    const timedOut = kind === "TimeoutError" || kind === "AbortError";
+    const outcome = retryable(timedOut ? `timeout after ${timeoutMs} ms` : describeError(error));
+    return { outcome, endpointDown: true };
   }
+}
 
+/** The whole batch in one POST, keyed by its entry ids: one outcome for all. */
+async function deliverAsOne(
+  target: WebhookTarget,
+  batch: readonly ChainEntryRecord[],
+): Promise<DeliveryResult> {
+  const key = createHash("sha256")
+    .update(batch.map((e) => e.entry_id).join("\n"))
+    .digest("hex")
+    .slice(0, 32);
+  const { outcome } = await post(target, batch, `batch-${key}`);
+  return { outcomes: batch.map(() => outcome) };
+}
+
+/** One POST per entry, in order; a failure holds up its session's later entries, or all if the endpoint is down. */
+async function deliverEach(
+  target: WebhookTarget,
+  batch: readonly ChainEntryRecord[],
+): Promise<DeliveryResult> {
+  const outcomes: DeliveryOutcome[] = [];
+  // Sessions with an entry that did not get through: their later entries must not land first.
+  const heldUp = new Map<string | null, string>();
+  let stopped: string | null = null;
+  for (const entry of batch) {
+    const why = stopped ?? heldUp.get(entry.session_id);
+    if (why !== undefined) {
+      outcomes.push(unsent(why));
+      continue;
+    }
+    const { outcome, endpointDown } = await post(target, [entry], entry.entry_id);
+    outcomes.push(outcome);
+    if (outcome.status === "delivered") continue;
+    const reason = outcome.error;
+    // An endpoint that does not answer usually answers nobody: stop rather than wait out a
+    // timeout per entry. An HTTP error is about this request: only its session waits.
+    if (endpointDown) stopped = `not sent: an earlier request failed (${reason})`;
+    else heldUp.set(entry.session_id, `not sent: seq ${entry.seq} of its session failed (${reason})`);
+  }
+  return { outcomes };
+}
+
+export function createWebhookSink(options: WebhookSinkOptions): Sink {
+  const target = webhookTarget(options);
   return {
     specificationVersion: SINK_SPECIFICATION_VERSION,
-    name,
+    name: target.name,
     async deliver(batch: readonly ChainEntryRecord[]): Promise<DeliveryResult> {
       if (batch.length === 0) return { outcomes: [] };
-      if (batching === "batch") {
-        const key = createHash("sha256")
-          .update(batch.map((e) => e.entry_id).join("\n"))
-          .digest("hex")
-          .slice(0, 32);
-        const { outcome } = await post(batch, `batch-${key}`);
-        return { outcomes: batch.map(() => outcome) };
-      }
-      const outcomes: DeliveryOutcome[] = [];
-      // Sessions with an entry that did not get through: their later entries must not land first.
-      const heldUp = new Map<string | null, string>();
-      let stopped: string | null = null;
-      for (const entry of batch) {
-        const why = stopped ?? heldUp.get(entry.session_id);
-        if (why !== undefined) {
-          outcomes.push(unsent(why));
-          continue;
-        }
-        const { outcome, endpointDown } = await post([entry], entry.entry_id);
-        outcomes.push(outcome);
-        if (outcome.status === "delivered") continue;
-        const reason = outcome.error;
-        // An endpoint that does not answer usually answers nobody: stop rather than wait out a
-        // timeout per entry. An HTTP error is about this request: only its session waits.
-        if (endpointDown) stopped = `not sent: an earlier request failed (${reason})`;
-        else heldUp.set(entry.session_id, `not sent: seq ${entry.seq} of its session failed (${reason})`);
-      }
-      return { outcomes };
+      return target.batching === "batch" ? deliverAsOne(target, batch) : deliverEach(target, batch);
     },
   };
 }
