@@ -77,7 +77,13 @@ import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { estimateWithPolicy, judgeByPolicy, policyFields } from "./policy-layer.js";
-import { type CounterLayer, EnginePolicies, POLICY_PUBLISHED, publishedData } from "./policy-runtime.js";
+import {
+  type CounterLayer,
+  chainRange,
+  EnginePolicies,
+  POLICY_PUBLISHED,
+  publishedData,
+} from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
 import { repeatSeen } from "./repeat-seen.js";
 import {
@@ -387,7 +393,7 @@ export function createEngine(options: EngineOptions): Engine {
   }
   /** A write transaction other than evaluate's (register, postExec, answers, resets, expiries, …). */
   function transaction<T>(fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
-    return inProjection(fn);
+    return policies === null ? inProjection(fn) : policies.around(inProjection, fn);
   }
 
   /**
@@ -404,6 +410,8 @@ export function createEngine(options: EngineOptions): Engine {
     const batch = inProjection(async (ptx) => {
       if (layer !== undefined) policies?.abort(layer);
       layer = policies?.begin();
+      // Other engines' decisions since this one last counted (policy-runtime.ts), under the head's lock.
+      if (layer !== undefined) await policies!.catchUp(layer, ptx.headNow() ?? null, chainRange(ptx.tx));
       const messages = messagePairs(items.map((item) => item.request));
       await Promise.all([
         ptx.prefetchNonces(noncesOf(items)),
@@ -430,6 +438,7 @@ export function createEngine(options: EngineOptions): Engine {
           out.push({ ok: false, error });
         }
       }
+      if (layer !== undefined) layer.end = ptx.currentHead ?? null;
       return out;
     }, judged);
     if (layer === undefined && policies === null) return batch;
@@ -1065,7 +1074,7 @@ export function createEngine(options: EngineOptions): Engine {
     }
     // Last, once nothing can fail: an allowed call's policy counters, counted when the batch commits.
     if (judged?.record != null && decision.verdict === "ALLOW") {
-      policies!.stage(layer!, session.organization_id, judged.record, nowNs);
+      policies!.stage(layer!, session.organization_id, judged.record, nowNs, entry);
     }
     return {
       result: {

@@ -55,7 +55,10 @@ export {
   PARAMS_TOO_LARGE,
 } from "./params-cap.js";
 export {
+  type CounterForm,
   countedAfter,
+  countedCallOf,
+  counterFormOf,
   estimateWithPolicy,
   isPolicyReason,
   judgeByPolicy,
@@ -65,6 +68,7 @@ export {
   policyFields,
   type StoredPolicyRecord,
   storedRecordOf,
+  updatesOf,
 } from "./policy-layer.js";
 export { POLICY_PUBLISHED, type PolicySource, publishedData } from "./policy-runtime.js";
 export { nodeSha256Hex, nodeSha256HexOfBytes, REPLAY_INPUTS_VERSION } from "./replay-inputs.js";

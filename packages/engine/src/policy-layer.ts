@@ -5,12 +5,16 @@ import type { State } from "@leash/core";
 import {
   applyCounterUpdates,
   type CompiledPolicy,
+  type CountedCall,
+  type CountedItem,
+  type CounterReader,
   type CounterUpdate,
   evaluatePolicy,
   type MonitorRecord,
   type PolicyInput,
   type PolicyState,
   toolEstimate,
+  updatesOfCounted,
 } from "@leash/policy";
 import { type EngineDecision, releasesApproval } from "./hitl-binding.js";
 
@@ -25,46 +29,76 @@ export interface PolicyRecord {
   readonly monitor: readonly MonitorRecord[];
   /** What the call adds to the limit counters; applied when the entry's verdict is ALLOW. */
   readonly counter_updates: readonly CounterUpdate[];
+  /** The same, compactly (rule indexes; a budget's micro-dollars): what the entry stores. */
+  readonly counted: readonly CountedItem[];
   /** Set when a human's approval released the call and the policy asked for one: the approval stands. */
   readonly approved?: true;
 }
 
 /**
- * The record as a decision entry stores it: without `hash` (the entry's `policy_hash` names the version)
- * and without empty `monitor` / `counter_updates`. Entries written before this shape carry the full
- * PolicyRecord, which reads the same.
+ * The record as a decision entry stores it: without `hash` (the entry's `policy_hash` names the version),
+ * without empty `monitor` / `counted`, and for a default ALLOW with nothing else to say only `counted`.
+ * Entries written before carry `counter_updates` (the updates in full) instead of `counted`, some the
+ * full PolicyRecord; they read the same.
  */
 export interface StoredPolicyRecord {
   readonly hash?: string;
-  readonly verdict: "ALLOW" | "DENY" | "HITL";
-  readonly rule: string | null;
-  readonly reason: string;
+  /** Absent: a default ALLOW (`rule` null, reason policy_allow:default). */
+  readonly verdict?: "ALLOW" | "DENY" | "HITL";
+  readonly rule?: string | null;
+  readonly reason?: string;
   readonly monitor?: readonly MonitorRecord[];
+  readonly counted?: readonly CountedItem[];
   readonly counter_updates?: readonly CounterUpdate[];
   readonly approved?: true;
 }
 
 const DEFAULT_ALLOW = "policy_allow:default";
 
+/** How an entry stores its counters: `counted` (compact), or `counter_updates` (entries before it). */
+export type CounterForm = "counted" | "updates";
+
+/** The form `stored` (an entry's `policy`) uses. */
+export function counterFormOf(stored: unknown): CounterForm {
+  return stored !== null && typeof stored === "object" && Object.hasOwn(stored, "counter_updates")
+    ? "updates"
+    : "counted";
+}
+
 /**
  * What an entry stores of the policy's judgement: null when the policy did not run, undefined (no
  * `policy` field, only `policy_hash`) when it allowed by default with nothing to say, else the compact
- * record. The replay re-derives the judgement, so nothing left out here is lost.
+ * record. The replay re-derives the judgement, so nothing left out here is lost. `form` "updates" gives
+ * the shape entries had before `counted` (so the replay compares an old entry in its own shape).
  */
-export function storedRecordOf(record: StoredPolicyRecord | null): StoredPolicyRecord | null | undefined {
+export function storedRecordOf(
+  record: StoredPolicyRecord | null,
+  form: CounterForm = "counted",
+): StoredPolicyRecord | null | undefined {
   if (record === null) return null;
+  const verdict = record.verdict ?? "ALLOW";
+  const rule = record.rule ?? null;
+  const reason = record.reason ?? DEFAULT_ALLOW;
   const monitor = record.monitor ?? [];
-  const updates = record.counter_updates ?? [];
-  const quiet = monitor.length === 0 && updates.length === 0 && record.approved !== true;
-  if (quiet && record.verdict === "ALLOW" && record.rule === null && record.reason === DEFAULT_ALLOW) {
-    return undefined;
+  const counters: Record<string, unknown> =
+    form === "updates"
+      ? (record.counter_updates ?? []).length === 0
+        ? {}
+        : { counter_updates: record.counter_updates }
+      : (record.counted ?? []).length === 0
+        ? {}
+        : { counted: record.counted };
+  const quiet = monitor.length === 0 && record.approved !== true;
+  if (quiet && verdict === "ALLOW" && rule === null && reason === DEFAULT_ALLOW) {
+    if (form === "counted") return Object.keys(counters).length === 0 ? undefined : counters;
+    if (Object.keys(counters).length === 0) return undefined;
   }
   return {
-    verdict: record.verdict,
-    rule: record.rule,
-    reason: record.reason,
+    verdict,
+    rule,
+    reason,
     ...(monitor.length === 0 ? {} : { monitor }),
-    ...(updates.length === 0 ? {} : { counter_updates: updates }),
+    ...counters,
     ...(record.approved === true ? { approved: true as const } : {}),
   };
 }
@@ -103,7 +137,7 @@ export interface PolicyLayerInput {
   readonly budget: { readonly limit_usd: number; readonly remaining_usd: number } | null;
   readonly nowNs: number;
   /** The organization's counters before this call. */
-  readonly counters: PolicyState;
+  readonly counters: PolicyState | CounterReader;
 }
 
 export interface PolicyLayerResult {
@@ -160,30 +194,44 @@ function spentOf(state: State): number {
   return typeof spent === "number" && Number.isFinite(spent) && spent > 0 ? spent : 0;
 }
 
+/**
+ * Earlier calls of the session that were not allowed (refused, or paused for a human): its calls so far
+ * less SP/1.0's count of allowed ones (`total_calls`, which feedback adds to on every final ALLOW).
+ */
+function deniedOf(p: PolicyLayerInput): number {
+  const allowed = p.state.total_calls;
+  const n = p.session.call_count - (typeof allowed === "number" && Number.isFinite(allowed) ? allowed : 0);
+  return Math.max(n, 0);
+}
+
 /** The call as the policy sees it: every field derives from what the decision entry records. */
 export function policyInputOf(p: PolicyLayerInput): PolicyInput {
-  const estimate = estimateOf(p.estimate);
+  const text = p.paramsText;
+  const budget = p.budget;
+  // Field by field, no spreads: this runs on every call under a policy.
   return {
     tool: p.toolName,
-    args: p.paramsText === null ? {} : JSON.parse(p.paramsText),
+    // Parsed only if a condition reads them, once.
+    args: text === null ? {} : undefined,
+    argsOf: text === null ? undefined : () => JSON.parse(text),
     agent: p.session.agent_id,
     org: p.session.organization_id,
     session: {
       id: p.session.session_id,
       calls: p.session.call_count,
       repeat: repeatOf(p),
+      denied: deniedOf(p),
       spent_usd: spentOf(p.state),
     },
-    ...(p.budget === null
-      ? {}
-      : {
-          budget: {
-            limit_usd: p.budget.limit_usd,
-            remaining_usd: p.budget.remaining_usd,
-            spent_usd: p.budget.limit_usd - p.budget.remaining_usd,
+    budget:
+      budget === null
+        ? undefined
+        : {
+            limit_usd: budget.limit_usd,
+            remaining_usd: budget.remaining_usd,
+            spent_usd: budget.limit_usd - budget.remaining_usd,
           },
-        }),
-    ...(estimate === undefined ? {} : { estimate_usd: estimate }),
+    estimate_usd: estimateOf(p.estimate),
     time: { unix_s: Math.floor(p.nowNs / 1e9) },
   };
 }
@@ -204,20 +252,47 @@ export function judgeByPolicy(p: PolicyLayerInput): PolicyLayerResult {
     reason: outcome.reason,
     monitor: outcome.monitor,
     counter_updates: outcome.counterUpdates,
-    ...(approved ? { approved: true as const } : {}),
+    counted: outcome.counted,
   };
+  if (approved) (record as { approved?: true }).approved = true;
   if (outcome.verdict === "ALLOW" || approved) return { decision: p.decision, record };
   return { decision: { verdict: outcome.verdict, reason: outcome.reason } as EngineDecision, record };
+}
+
+/** The fields of a decision entry's data the counter keys come from. */
+export function countedCallOf(data: Record<string, unknown>, nowNs: number): CountedCall {
+  return {
+    tool: typeof data.tool_name === "string" ? data.tool_name : "",
+    agent: typeof data.agent_id === "string" ? data.agent_id : "",
+    session: typeof data.session_id === "string" ? data.session_id : "",
+    unix_s: Math.floor(nowNs / 1e9),
+  };
+}
+
+/**
+ * The counter updates a record stands for: its full `counter_updates` (a PolicyRecord, or an entry
+ * written before `counted`), else its `counted` expanded under `policy` (the entry's version). Empty
+ * when it has none, or its items do not fit that version.
+ */
+export function updatesOf(
+  record: StoredPolicyRecord | null | undefined,
+  policy: CompiledPolicy | undefined,
+  call: CountedCall,
+): readonly CounterUpdate[] {
+  if (record == null) return [];
+  if (record.counter_updates !== undefined) return record.counter_updates;
+  const items = record.counted;
+  if (items === undefined || items.length === 0 || policy === undefined) return [];
+  return updatesOfCounted(policy, items, call) ?? [];
 }
 
 /** The counters after an entry: a policy's updates count only when the call was allowed in the end. */
 export function countedAfter(
   counters: PolicyState,
-  record: StoredPolicyRecord | null | undefined,
+  updates: readonly CounterUpdate[],
   verdict: string,
   nowNs: number,
 ): PolicyState {
-  const updates = record?.counter_updates;
-  if (updates === undefined || verdict !== "ALLOW" || updates.length === 0) return counters;
+  if (verdict !== "ALLOW" || updates.length === 0) return counters;
   return applyCounterUpdates(counters, updates, Math.floor(nowNs / 1e9));
 }

@@ -26,6 +26,14 @@ export interface CompiledRule {
   readonly mode: Mode;
 }
 
+/** What a call's tool and agent select of a policy, worked out once per (tool, agent) and kept. */
+export interface CallMatch {
+  /** The tags the policy's `tags:` gives the tool, in declaration order. */
+  readonly tags: readonly string[];
+  /** The rules whose `match` holds for the tool, agent and those tags, in order. */
+  readonly rules: readonly CompiledRule[];
+}
+
 export interface CompiledPolicy {
   readonly name: string;
   readonly org: string | undefined;
@@ -33,6 +41,10 @@ export interface CompiledPolicy {
   readonly default: "allow" | "deny";
   readonly mode: Mode;
   readonly rules: readonly CompiledRule[];
+  /** The declared tool tags, in order. */
+  readonly tagSets: readonly { readonly name: string; readonly tools: GlobSet }[];
+  /** The tags and candidate rules of a call by `tool` from `agent` (cached; pure in its arguments). */
+  matchOf(tool: string, agent: string): CallMatch;
   /** The document with its defaults filled in, as canonical JSON: what a `policy_published` entry carries. */
   readonly canonical: string;
   /** Lowercase hex SHA-256 of `canonical`: the version every decision names. */
@@ -175,9 +187,15 @@ function compileDocument(given: PolicyDocument, source: string | undefined): Com
     seen.add(rule.name);
     return compileRule(rule, index, doc.mode);
   });
+  const tagSets = Object.entries(doc.tags ?? {}).map(([name, tools]) => ({
+    name,
+    tools: compileGlobs(tools, `tags.${name}`),
+  }));
   return {
     name: doc.name,
     org: doc.org,
+    tagSets,
+    matchOf: matcher(rules, tagSets),
     agents: doc.agent === undefined ? undefined : compileGlobs(doc.agent, "agent"),
     default: doc.default,
     mode: doc.mode,
@@ -185,6 +203,46 @@ function compileDocument(given: PolicyDocument, source: string | undefined): Com
     canonical,
     hash: sha256Hex(canonical),
     source,
+  };
+}
+
+/** Distinct (tool, agent) pairs a policy remembers before it starts its cache afresh. */
+const MATCH_CACHE = 4096;
+
+/** The tags of `tool` under `tagSets`. */
+export function toolTags(tagSets: CompiledPolicy["tagSets"], tool: string): string[] {
+  const tags: string[] = [];
+  for (const t of tagSets) if (t.tools.test(tool)) tags.push(t.name);
+  return tags;
+}
+
+/** Whether a rule's `match` holds for this tool, agent and tags. */
+export function ruleMatches(
+  rule: CompiledRule,
+  tool: string,
+  agent: string,
+  tags: readonly string[],
+): boolean {
+  if (rule.tools !== undefined && !rule.tools.test(tool)) return false;
+  if (rule.agents !== undefined && !rule.agents.test(agent)) return false;
+  return rule.tags.every((t) => tags.includes(t));
+}
+
+function matcher(
+  rules: readonly CompiledRule[],
+  tagSets: CompiledPolicy["tagSets"],
+): (tool: string, agent: string) => CallMatch {
+  const cache = new Map<string, CallMatch>();
+  return (tool, agent) => {
+    const key = `${tool}\u0000${agent}`;
+    let found = cache.get(key);
+    if (found === undefined) {
+      const tags = toolTags(tagSets, tool);
+      found = { tags, rules: rules.filter((r) => ruleMatches(r, tool, agent, tags)) };
+      if (cache.size >= MATCH_CACHE) cache.clear();
+      cache.set(key, found);
+    }
+    return found;
   };
 }
 

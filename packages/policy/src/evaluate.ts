@@ -1,11 +1,13 @@
 // evaluatePolicy: a compiled policy, one call and the limit counters → the policy layer's outcome, purely.
 // It runs after nothing and decides nothing for SP/1.0: the engine combines it with the certified decide.
-import type { CompiledPolicy, CompiledRule } from "./compile.js";
+import { type CompiledPolicy, type CompiledRule, ruleMatches, toolTags } from "./compile.js";
 import type { ConditionBindings } from "./condition.js";
 import { MAX_ARG_STRING, MAX_ARG_VALUES, MAX_ITERATION } from "./limits.js";
 import type { Per } from "./schema.js";
 import {
   budgetPeriod,
+  type CountedItem,
+  type CounterReader,
   type CounterUpdate,
   counted,
   counterKey,
@@ -16,15 +18,21 @@ import {
 export interface PolicyInput {
   readonly tool: string;
   readonly args?: unknown;
+  /** The args, computed only if a condition needs them (when `args` is not given). */
+  readonly argsOf?: () => unknown;
   readonly agent: string;
   readonly org?: string;
-  /** Tags the caller attached to the tool (matched by a rule's `match.tags`). */
+  /**
+   * Tags the caller gives the call, besides those the policy's `tags:` gives its tool (a rule's
+   * `match.tags` and the condition's `tags` see both).
+   */
   readonly tags?: readonly string[];
   readonly session?: {
     readonly id?: string;
     readonly calls?: number;
     /** Earlier calls in this session with the same tool and arguments. */
     readonly repeat?: number;
+    /** Earlier calls in this session that were not allowed (see the README's Variables). */
     readonly denied?: number;
     readonly spent_usd?: number;
   };
@@ -64,12 +72,22 @@ export interface PolicyOutcome {
    * empty on DENY (a refused call uses no quota).
    */
   readonly counterUpdates: readonly CounterUpdate[];
+  /**
+   * The same updates, compactly (rule index, and for a budget the micro-dollars): what a decision entry
+   * records, expanded again by `updatesOfCounted` with the policy and the call.
+   */
+  readonly counted: readonly CountedItem[];
   /** The policy version that decided. */
   readonly policy_hash: string;
 }
 
 type Step =
-  | { readonly kind: "pass"; readonly update?: CounterUpdate; readonly estimate?: number }
+  | {
+      readonly kind: "pass";
+      readonly update?: CounterUpdate;
+      readonly item?: CountedItem;
+      readonly estimate?: number;
+    }
   | {
       readonly kind: "decide";
       readonly verdict: PolicyVerdict;
@@ -83,19 +101,21 @@ const toMicros = (usd: number) => Math.round(usd * MICRO);
 /** A counter as a CEL int; a missing or non-finite one is 0. */
 const int = (n: number | undefined) => (n !== undefined && Number.isFinite(n) ? BigInt(Math.trunc(n)) : 0n);
 
-function bindingsOf(input: PolicyInput): ConditionBindings {
+/** `n mod m` in [0, m), also for negative `n` (times before 1970). */
+const floorMod = (n: number, m: number) => ((n % m) + m) % m;
+
+function bindingsOf(input: PolicyInput, tags: readonly string[], args: unknown): ConditionBindings {
   const s = input.session ?? {};
   const b = input.budget ?? {};
   const unix = Math.floor(input.time.unix_s);
-  const date = new Date(unix * 1000);
   const limit = b.limit_usd ?? Number.POSITIVE_INFINITY;
   const spent = b.spent_usd ?? 0;
   return {
     tool: input.tool,
     agent: input.agent,
     org: input.org ?? "",
-    tags: input.tags ?? [],
-    args: input.args ?? {},
+    tags,
+    args,
     estimate_usd: input.estimate_usd ?? 0,
     has_estimate: input.estimate_usd !== undefined,
     session: {
@@ -106,11 +126,12 @@ function bindingsOf(input: PolicyInput): ConditionBindings {
       spent_usd: s.spent_usd ?? 0,
     },
     budget: { limit_usd: limit, spent_usd: spent, remaining_usd: b.remaining_usd ?? limit - spent },
+    // UTC calendar fields by arithmetic (no Date per call): 1970-01-01 was a Thursday (4).
     time: {
       unix_s: BigInt(unix),
-      hour_utc: BigInt(date.getUTCHours()),
-      minute_utc: BigInt(date.getUTCMinutes()),
-      weekday_utc: BigInt(date.getUTCDay()),
+      hour_utc: BigInt(floorMod(Math.floor(unix / 3600), 24)),
+      minute_utc: BigInt(floorMod(Math.floor(unix / 60), 60)),
+      weekday_utc: BigInt(floorMod(Math.floor(unix / 86_400) + 4, 7)),
     },
   };
 }
@@ -136,16 +157,6 @@ function argsWithinBounds(args: unknown): boolean {
   return true;
 }
 
-function matches(rule: CompiledRule, input: PolicyInput): boolean {
-  if (rule.tools !== undefined && !rule.tools.test(input.tool)) return false;
-  if (rule.agents !== undefined && !rule.agents.test(input.agent)) return false;
-  if (rule.tags.length > 0) {
-    const tags = input.tags ?? [];
-    if (!rule.tags.every((t) => tags.includes(t))) return false;
-  }
-  return true;
-}
-
 function scopeOf(per: Per, input: PolicyInput): string {
   if (per === "agent") return input.agent;
   if (per === "session") return input.session?.id ?? "";
@@ -162,7 +173,7 @@ const violation = (rule: CompiledRule, message: string): Step => ({
 function applyAction(
   rule: CompiledRule,
   input: PolicyInput,
-  state: PolicyState,
+  state: PolicyState | CounterReader,
   estimate: number | undefined,
 ): Step {
   const a = rule.action;
@@ -180,7 +191,7 @@ function applyAction(
     if (counted(state, key, w.start) >= a.rate.limit) {
       return violation(rule, `rate limit: at most ${a.rate.limit} calls per ${a.rate.window_s} s per ${per}`);
     }
-    return { kind: "pass", update: { key, start: w.start, end: w.end, add: 1 } };
+    return { kind: "pass", update: { key, start: w.start, end: w.end, add: 1 }, item: rule.index };
   }
   if ("budget_usd" in a) {
     if (estimate === undefined)
@@ -192,7 +203,7 @@ function applyAction(
     if (counted(state, key, p.start) + add > toMicros(a.budget_usd.limit)) {
       return violation(rule, `budget: at most $${a.budget_usd.limit} per ${a.budget_usd.period} per ${per}`);
     }
-    return { kind: "pass", update: { key, start: p.start, end: p.end, add } };
+    return { kind: "pass", update: { key, start: p.start, end: p.end, add }, item: [rule.index, add] };
   }
   if ("max_repeat" in a) {
     if ((input.session?.repeat ?? 0) >= a.max_repeat) {
@@ -207,6 +218,19 @@ function applyAction(
   return estimate === undefined ? { kind: "pass", estimate: a.estimate_usd } : { kind: "pass" };
 }
 
+/**
+ * The call's tags (the policy's for its tool, then the caller's) and the rules whose `match` holds: from
+ * the policy's cache when the caller gives no tags of its own.
+ */
+function candidates(
+  policy: CompiledPolicy,
+  input: PolicyInput,
+): { tags: readonly string[]; rules: readonly CompiledRule[] } {
+  if (input.tags === undefined || input.tags.length === 0) return policy.matchOf(input.tool, input.agent);
+  const tags = [...new Set([...toolTags(policy.tagSets, input.tool), ...input.tags])];
+  return { tags, rules: policy.rules.filter((r) => ruleMatches(r, input.tool, input.agent, tags)) };
+}
+
 /** Whether the policy is for this call's agent and organization (a call naming no organization is). */
 function inScope(policy: CompiledPolicy, input: PolicyInput): boolean {
   if (policy.agents !== undefined && !policy.agents.test(input.agent)) return false;
@@ -215,14 +239,25 @@ function inScope(policy: CompiledPolicy, input: PolicyInput): boolean {
 
 function outcomeOf(
   policy: CompiledPolicy,
-  acc: { monitor: readonly MonitorRecord[]; updates: readonly CounterUpdate[]; supplied: number | undefined },
+  acc: {
+    monitor: readonly MonitorRecord[];
+    updates: readonly CounterUpdate[];
+    counted: readonly CountedItem[];
+    supplied: number | undefined;
+  },
   decided: { verdict: PolicyVerdict; rule: string | undefined; reason: string; message: string | undefined },
 ): PolicyOutcome {
+  // Built field by field: this runs on every call, and a spread costs more than the rest of it.
+  const deny = decided.verdict === "DENY";
   return {
-    ...decided,
+    verdict: decided.verdict,
+    rule: decided.rule,
+    reason: decided.reason,
+    message: decided.message,
     monitor: acc.monitor,
     estimate_usd: acc.supplied,
-    counterUpdates: decided.verdict === "DENY" ? [] : acc.updates,
+    counterUpdates: deny ? [] : acc.updates,
+    counted: deny ? [] : acc.counted,
     policy_hash: policy.hash,
   };
 }
@@ -240,12 +275,13 @@ const validEstimate = (v: number | undefined) =>
 export function evaluatePolicy(
   policy: CompiledPolicy,
   input: PolicyInput,
-  state: PolicyState,
+  state: PolicyState | CounterReader,
 ): PolicyOutcome {
   // The caller's clock reading: windows and periods are computed from it, so it must be a real time.
   if (!Number.isFinite(input.time?.unix_s)) throw new TypeError("input.time.unix_s must be a finite number");
   const monitor: MonitorRecord[] = [];
   const updates: CounterUpdate[] = [];
+  const counted: CountedItem[] = [];
   // What enforced rules see, and what monitor rules see: an estimate a monitor rule supplies reaches
   // only other monitor rules, so monitoring never changes an enforced outcome.
   let estimate = validEstimate(input.estimate_usd);
@@ -254,15 +290,16 @@ export function evaluatePolicy(
   let bindings: ConditionBindings | undefined;
   let bounded: boolean | undefined;
   const done = (verdict: PolicyVerdict, rule: string | undefined, reason: string, message?: string) =>
-    outcomeOf(policy, { monitor, updates, supplied }, { verdict, rule, reason, message });
+    outcomeOf(policy, { monitor, updates, counted, supplied }, { verdict, rule, reason, message });
 
   if (!inScope(policy, input)) return done("ALLOW", undefined, "policy_allow:not_in_scope");
-  for (const rule of policy.rules) {
-    if (!matches(rule, input)) continue;
+  const { tags, rules } = candidates(policy, input);
+  for (const rule of rules) {
     let step: Step | undefined;
     if (rule.when !== undefined) {
-      bindings ??= bindingsOf(input);
-      if (rule.when.iterates) bounded ??= argsWithinBounds(input.args);
+      // The args are parsed (when given as `argsOf`) once, for the first condition, and shared.
+      bindings ??= bindingsOf(input, tags, input.args ?? input.argsOf?.() ?? {});
+      if (rule.when.iterates) bounded ??= argsWithinBounds(bindings.args);
       const result =
         rule.when.iterates && !bounded ? { error: "args too large for this rule" } : rule.when.run(bindings);
       if (result === false) continue;
@@ -275,6 +312,7 @@ export function evaluatePolicy(
     step ??= applyAction(rule, input, state, monitored ? shadowEstimate : estimate);
     if (step.kind === "pass") {
       if (step.update !== undefined) updates.push(step.update);
+      if (step.item !== undefined) counted.push(step.item);
       if (step.estimate !== undefined) {
         shadowEstimate ??= step.estimate;
         if (!monitored) {

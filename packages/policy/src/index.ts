@@ -12,8 +12,15 @@ export {
   runCases,
 } from "./cases.js";
 export type { CelT } from "./check.js";
-export { type CompiledPolicy, type CompiledRule, type LoadOptions, loadPolicy } from "./compile.js";
+export {
+  type CallMatch,
+  type CompiledPolicy,
+  type CompiledRule,
+  type LoadOptions,
+  loadPolicy,
+} from "./compile.js";
 export { CONDITION_VARIABLES } from "./condition.js";
+export { type CountedCall, updatesOfCounted } from "./counted.js";
 export { PolicyError, type PolicyErrorCode, type PolicyErrorOptions } from "./errors.js";
 export {
   evaluatePolicy,
@@ -38,6 +45,8 @@ export {
 export {
   applyCounterUpdates,
   budgetPeriod,
+  type CountedItem,
+  type CounterReader,
   type CounterUpdate,
   counterKey,
   EMPTY_STATE,

@@ -32,6 +32,8 @@ export const MAX_ARG_STRING = 64 * 1024;
 /** Globs in one `match` list, and characters in one glob. */
 export const MAX_GLOBS = 64;
 export const MAX_GLOB_LENGTH = 256;
+/** Tags a policy may declare (`tags:`), each with at most MAX_GLOBS tool globs. */
+export const MAX_TAGS = 64;
 /** Characters in a rule's `message`. */
 export const MAX_MESSAGE_LENGTH = 1024;
 /** A rate limit's largest count and window, and a budget's largest amount. */

@@ -1,6 +1,6 @@
 // What a policy says of a tool before any call: whether it can ever allow it (for hiding it from an
 // agent's tool list) and the estimate it supplies. Static reading of the rules; it judges no call.
-import type { CompiledPolicy, CompiledRule } from "./compile.js";
+import { type CompiledPolicy, type CompiledRule, ruleMatches, toolTags } from "./compile.js";
 
 export interface ToolOf {
   readonly tool: string;
@@ -8,15 +8,13 @@ export interface ToolOf {
   readonly org?: string;
 }
 
-/** Rules that may apply to a call of this tool by this agent, enforced ones only; tagged rules never (calls carry no tags here). */
+/**
+ * Rules that may apply to a call of this tool by this agent, enforced ones only. A call's tags are the
+ * ones the policy's `tags:` gives its tool (the engine gives calls no others).
+ */
 function enforcedFor(policy: CompiledPolicy, t: ToolOf): CompiledRule[] {
-  return policy.rules.filter(
-    (r) =>
-      r.mode === "enforce" &&
-      r.tags.length === 0 &&
-      (r.tools === undefined || r.tools.test(t.tool)) &&
-      (r.agents === undefined || r.agents.test(t.agent)),
-  );
+  const tags = toolTags(policy.tagSets, t.tool);
+  return policy.rules.filter((r) => r.mode === "enforce" && ruleMatches(r, t.tool, t.agent, tags));
 }
 
 function inScope(policy: CompiledPolicy, t: ToolOf): boolean {

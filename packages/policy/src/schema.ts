@@ -10,6 +10,7 @@ import {
   MAX_MESSAGE_LENGTH,
   MAX_RATE_LIMIT,
   MAX_RULES,
+  MAX_TAGS,
   MAX_WINDOW_S,
 } from "./limits.js";
 
@@ -52,6 +53,11 @@ export interface PolicyDocument {
   readonly agent?: string | readonly string[];
   readonly default?: "allow" | "deny";
   readonly mode?: Mode;
+  /**
+   * Tool tags: each tag names the tool globs it covers (`payments: ["wire_transfer", "refund_*"]`). A call's
+   * tags are those whose globs match its tool; `match.tags` and the condition's `tags` see them.
+   */
+  readonly tags?: Readonly<Record<string, string | readonly string[]>>;
   readonly rules: readonly PolicyRule[];
 }
 
@@ -60,6 +66,7 @@ const glob = { type: "string", minLength: 1, maxLength: MAX_GLOB_LENGTH } as con
 const globs = { anyOf: [glob, { type: "array", items: glob, minItems: 1, maxItems: MAX_GLOBS }] } as const;
 const per = { enum: ["tool", "agent", "session"] } as const;
 const mode = { enum: ["enforce", "monitor"] } as const;
+const tagName = { type: "string", minLength: 1, maxLength: 64 } as const;
 const usd = { type: "number", minimum: 0, maximum: MAX_BUDGET_USD } as const;
 
 /** JSON Schema (draft-07) of a policy document; published for editors, used by loadPolicy. */
@@ -77,6 +84,12 @@ export const policySchema = {
     agent: globs,
     default: { enum: ["allow", "deny"] },
     mode,
+    tags: {
+      type: "object",
+      maxProperties: MAX_TAGS,
+      propertyNames: tagName,
+      additionalProperties: globs,
+    },
     rules: {
       type: "array",
       maxItems: MAX_RULES,
@@ -95,7 +108,7 @@ export const policySchema = {
               agent: globs,
               tags: {
                 type: "array",
-                items: { type: "string", minLength: 1, maxLength: 64 },
+                items: tagName,
                 maxItems: MAX_GLOBS,
               },
             },
@@ -181,6 +194,7 @@ function describe(e: ErrorObject): { path: string; message: string } {
       };
     case "maxProperties":
     case "minProperties":
+      if (path === "tags") return { path, message: `a policy may declare at most ${MAX_TAGS} tags` };
       return {
         path,
         message:

@@ -279,3 +279,58 @@ rules:
     expect(run({ budget: { limit_usd: 1, spent_usd: 0.5 }, estimate_usd: 0.2 })).toBeUndefined();
   });
 });
+
+describe("tags the policy gives tools", () => {
+  const p = loadPolicy(`
+version: 1
+name: tags
+tags:
+  payments: [wire_transfer, "refund_*"]
+  write: ["*.write", wire_transfer]
+rules:
+  - { name: pay-and-write, match: { tags: [payments, write] }, action: hitl }
+  - { name: any-pay, match: { tags: [payments] }, action: deny, message: no payments }
+  - { name: tag-list, when: "'write' in tags && tags.size() == 1", action: deny, message: one tag }
+`);
+  const run = (tool: string, extra: Partial<PolicyInput> = {}) =>
+    evaluatePolicy(p, call(tool, extra), EMPTY_STATE);
+
+  it("a call's tags are those whose globs match its tool: match.tags and the condition see them", () => {
+    expect(run("wire_transfer").rule).toBe("pay-and-write"); // payments and write
+    expect(run("refund_card").rule).toBe("any-pay"); // payments only
+    expect(run("fs.write").rule).toBe("tag-list"); // write only: `tags` is ["write"]
+    expect(run("fs.read").rule).toBeUndefined(); // no tag
+    // Tags a caller gives are added to the policy's.
+    expect(run("fs.write", { tags: ["payments"] }).rule).toBe("pay-and-write");
+    expect(run("fs.read", { tags: ["payments"] }).rule).toBe("any-pay");
+  });
+
+  it("the same tool, again and from another agent, gets the same tags (the match is cached per tool and agent)", () => {
+    for (const agent of ["bot", "other", "bot"]) expect(run("refund_x", { agent }).rule).toBe("any-pay");
+  });
+
+  it("tags are declared with bounded names and globs, and checked at load", () => {
+    const bad = (tags: unknown) => () => loadPolicy({ version: 1, name: "t", tags, rules: [] });
+    expect(bad({ "": ["x"] })).toThrow(/tags/);
+    expect(bad({ p: [] })).toThrow(/tags\.p/);
+    expect(bad({ p: " x" })).toThrow(/tags\.p/);
+    const many = Object.fromEntries(Array.from({ length: limits.MAX_TAGS + 1 }, (_, i) => [`t${i}`, "x"]));
+    expect(bad(many)).toThrow(/at most 64 tags/);
+  });
+});
+
+describe("session.denied", () => {
+  it("is the input's count of the session's calls not allowed, 0 when absent", () => {
+    const p = loadPolicy(`
+version: 1
+name: denied
+rules:
+  - { name: too-many-refusals, when: "session.denied >= 3", action: deny, message: cool down }
+`);
+    const run = (denied?: number) =>
+      evaluatePolicy(p, call("t", denied === undefined ? {} : { session: { denied } }), EMPTY_STATE).rule;
+    expect(run()).toBeUndefined();
+    expect(run(2)).toBeUndefined();
+    expect(run(3)).toBe("too-many-refusals");
+  });
+});

@@ -7,6 +7,8 @@ const policy = loadPolicy(`
 version: 1
 name: reach
 default: deny
+tags:
+  x: [tagged-too]
 rules:
   - { name: shadow, match: { tool: "*" }, action: deny, message: shadow, mode: monitor }
   - { name: maybe-db, match: { tool: "db.*" }, when: "has(args.force)", action: deny, message: no force }
@@ -26,7 +28,8 @@ describe("neverAllows", () => {
     expect(never("db.read")).toBe(false); // a conditional deny, then an allow
     expect(never("deploy")).toBe(true); // the hitl rule is for ops-* agents only: default deny
     expect(never("deploy", "ops-1")).toBe(false);
-    expect(never("tagged")).toBe(true); // calls here carry no tags
+    expect(never("tagged")).toBe(true); // the policy gives this tool no tag x
+    expect(never("tagged-too")).toBe(true); // tag x, but the rule is for tool `tagged`
     expect(never("search")).toBe(false);
     expect(never("unknown")).toBe(true);
     // What evaluatePolicy answers agrees for the tools it calls never allowed.

@@ -1,5 +1,6 @@
 // Rate windows and budget periods as pure state transitions: (state, call) → outcome, then
 // applyCounterUpdates(state, updates, now) → the next state. Time is an input; inputs are never mutated.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   applyCounterUpdates,
@@ -157,5 +158,58 @@ describe("purity", () => {
     expect(JSON.stringify(state)).toBe(frozen);
     expect(next).not.toBe(state);
     expect(applyCounterUpdates(state, r.counterUpdates, 10)).toEqual(next);
+  });
+});
+
+describe("the fold does not depend on order", () => {
+  // Engines sharing a store may fold each other's decisions in another order than the chain's (and
+  // their clocks differ a little): every order of the same decisions must give the same counters.
+  const decision = fc.record({
+    now: fc.integer({ min: 0, max: 400 }),
+    updates: fc.array(
+      fc.record({
+        key: fc.constantFrom("a", "b"),
+        window: fc.constantFrom(60, 100),
+        add: fc.integer({ min: 1, max: 9 }),
+      }),
+      { maxLength: 3 },
+    ),
+  });
+  const applied = (ds: { now: number; updates: { key: string; window: number; add: number }[] }[]) =>
+    ds.reduce((state, d) => {
+      const updates = d.updates.map((u) => ({
+        key: `${u.key}${u.window}`,
+        ...rateWindow(d.now, u.window),
+        add: u.add,
+      }));
+      return applyCounterUpdates(state, updates, d.now);
+    }, EMPTY_STATE);
+
+  it("any permutation of the same decisions gives the same state", () => {
+    fc.assert(
+      fc.property(
+        fc.array(decision, { maxLength: 8 }),
+        fc.array(fc.nat(), { minLength: 8, maxLength: 8 }),
+        (ds, keys) => {
+          const shuffled = ds
+            .map((d, i) => ({ d, k: keys[i] ?? 0 }))
+            .sort((x, y) => x.k - y.k)
+            .map((x) => x.d);
+          expect(applied(shuffled)).toEqual(applied(ds));
+        },
+      ),
+    );
+  });
+
+  it("an update for a window already over, or older than its key's, is not counted", () => {
+    const later = applyCounterUpdates(EMPTY_STATE, [{ key: "k", start: 120, end: 180, add: 1 }], 130);
+    const behind = applyCounterUpdates(later, [{ key: "k", start: 60, end: 120, add: 1 }], 119);
+    expect(behind.counters).toEqual({ k: { start: 120, end: 180, count: 1 } });
+    const over = applyCounterUpdates(
+      { counters: {}, now: 200 },
+      [{ key: "k", start: 120, end: 180, add: 1 }],
+      150,
+    );
+    expect(over.counters).toEqual({});
   });
 });

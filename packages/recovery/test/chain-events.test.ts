@@ -262,7 +262,7 @@ describe("the writers' entries against the chain event schemas", () => {
       "decision.policy_hash",
       "decision.policy.rule",
       "decision.policy.monitor",
-      "decision.policy.counter_updates",
+      "decision.policy.counted",
       "decision.policy.approved",
     ]) {
       expect(fields).toContain(field);
@@ -275,10 +275,11 @@ describe("the writers' entries against the chain event schemas", () => {
       .filter((p) => p !== undefined);
     expect(judged).toContain(null);
     const records = judged.filter((p) => p !== null);
-    expect(new Set(records.map((p) => p.verdict))).toEqual(new Set(["ALLOW", "DENY", "HITL"]));
+    // A record without a verdict is a default ALLOW that only counted.
+    expect(new Set(records.map((p) => p.verdict ?? "ALLOW"))).toEqual(new Set(["ALLOW", "DENY", "HITL"]));
     expect(records.some((p) => p.approved === true)).toBe(true);
     expect(records.some((p) => (p.monitor?.length ?? 0) > 0)).toBe(true);
-    expect(records.some((p) => (p.counter_updates?.length ?? 0) > 0)).toBe(true);
+    expect(records.some((p) => (p.counted?.length ?? 0) > 0 && p.verdict === undefined)).toBe(true);
     // Closed, and both fields or neither: an extra field in the record, or the record alone, is refused.
     const decision = entries
       .map((e) => JSON.parse(e.body) as { kind: string; data: Record<string, unknown> })

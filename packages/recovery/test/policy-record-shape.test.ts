@@ -1,8 +1,9 @@
-// The policy record's two shapes in decision entries: engines write it compact (no `hash`, no empty
-// lists, none at all for a default ALLOW), and a chain in the older full shape still checks and replays.
+// The policy record's shapes in decision entries: engines write it compact (no `hash`, no empty lists,
+// none at all for a quiet default ALLOW, only `counted` for one that counted), and chains in the older
+// shapes (the full record, `counter_updates` in full) still check and replay.
 import { appendEntry, checkEventData, generateKeyPair, type Json, parseEntryBody } from "@leash/chain";
 import type { ChainEntryRecord } from "@leash/core";
-import { createEngine } from "@leash/engine";
+import { countedCallOf, createEngine, type StoredPolicyRecord, updatesOf } from "@leash/engine";
 import { loadPolicy } from "@leash/policy";
 import { afterEach, expect, it } from "vitest";
 import { replayChain } from "../src/index.js";
@@ -56,9 +57,19 @@ async function rewritten(chain: readonly ChainEntryRecord[], edit: (data: Data) 
   }
 }
 
-/** A decision as engines wrote it before the compact record: the full record, `hash` included. */
+/**
+ * A decision as engines wrote it before the compact record: the full record, `hash` included, and the
+ * counter updates in full (`counter_updates`, not `counted`).
+ */
 function fullShape(data: Data): Data {
   if (typeof data.policy_hash !== "string") return data;
+  const compact = data.policy as StoredPolicyRecord | null | undefined;
+  if (compact != null && compact.counted !== undefined) {
+    const { counted: _, ...rest } = compact;
+    const counter_updates = updatesOf(compact, POLICY, countedCallOf(data, Number(data.now_ns)));
+    const full = { verdict: "ALLOW", rule: null, reason: "policy_allow:default", ...rest, counter_updates };
+    return { ...data, policy: { hash: data.policy_hash, monitor: [], ...full } };
+  }
   if (!Object.hasOwn(data, "policy")) {
     const policy = {
       verdict: "ALLOW",
@@ -104,12 +115,8 @@ it("writes the record compact, and a chain in the older full shape still checks 
   expect(decisions[4]!.policy).toBeNull();
   expect(decisions.slice(1, 4).map((d) => d.policy)).toEqual([
     { verdict: "DENY", rule: "no-drop", reason: "policy_violation:rule:no-drop" },
-    {
-      verdict: "ALLOW",
-      rule: null,
-      reason: "policy_allow:default",
-      counter_updates: [expect.objectContaining({ add: 1 })],
-    },
+    // A default ALLOW that counted: only what (rule 1, the rate limit; its key and window follow).
+    { counted: [1] },
     {
       verdict: "ALLOW",
       rule: null,

@@ -277,6 +277,44 @@ export function chainStoreContract(opts: SubstrateContractOptions): void {
       expect(back).toEqual({ head: headOf(entries[1]!), all: entries });
     });
 
+    // What an engine's policy counters rely on (they are the fold of the chain's decisions, engine
+    // README "Counters"): once a transaction has read the head, range() holds every entry up to it,
+    // whichever handle appended it, so a batch can fold in what other engines appended before it judges.
+    it("after head() in a transaction, range() holds every entry up to that head, whichever handle appended it", {
+      timeout: CONCURRENCY_TIMEOUT_MS,
+    }, async () => {
+      const handles = await twoHandles(await useHarness(opts));
+      const seen: Array<{ head: number; upTo: number; count: number }> = [];
+      const appender = async (sub: Substrate, writer: number): Promise<void> => {
+        for (let attempt = 0; attempt < 50; attempt++) {
+          try {
+            await sub.transaction(async (tx) => {
+              const head = await tx.chain.head();
+              await raceWindow(sub);
+              const before = await tx.chain.range(0, 1000);
+              const seq = head === null ? 0 : head.seq + 1;
+              await tx.chain.append(
+                makeChainEntry(seq, head?.entry_hash ?? GENESIS_PREV_HASH, {
+                  entry_id: chainEntryId(20_000 + writer),
+                  body: `{"seq":${seq},"writer":${writer}}`,
+                  created_ns: T0 + writer,
+                  session_id: null,
+                }),
+              );
+              seen.push({ head: seq - 1, upTo: before.at(-1)?.seq ?? -1, count: before.length });
+            });
+            return;
+          } catch (error) {
+            if (!(SubstrateError.isInstance(error) && error.code === "conflict")) throw error;
+          }
+        }
+        throw new Error(`writer ${writer} never appended`);
+      };
+      await Promise.all(Array.from({ length: 12 }, (_, writer) => appender(handles[writer % 2]!, writer)));
+      expect(seen).toHaveLength(12);
+      for (const s of seen) expect(s).toEqual({ head: s.head, upTo: s.head, count: s.head + 1 });
+    });
+
     it("20 concurrent head → append(seq + 1) transactions over two handles build one gapless, linked chain", {
       timeout: CONCURRENCY_TIMEOUT_MS,
     }, async () => {

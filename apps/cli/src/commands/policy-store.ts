@@ -1,6 +1,8 @@
 // `leash policy report` and `leash policy explain`: what policies decided (and would have, in monitor
 // mode) over a store's chain, and which rule decided one call, with its inputs. Reads only; writes nothing.
 import type { ChainEntryRecord } from "@leash/core";
+import { countedCallOf, type StoredPolicyRecord, updatesOf } from "@leash/engine";
+import { loadPolicy } from "@leash/policy";
 import type { Command } from "commander";
 import { storeEntries } from "../chain-io.js";
 import { addStoreOptions, loadSettings, printJson, type StoreOptions } from "../context.js";
@@ -14,16 +16,35 @@ interface Recorded {
   rule: string | null;
   reason: string;
   monitor?: Array<{ rule: string; would: string; reason: string }>;
+  counted?: unknown[];
   counter_updates?: unknown[];
   approved?: true;
 }
 
-/** An entry's policy record; a `policy_hash` without one is the policy's default ALLOW (docs/chain-format.md). */
+const DEFAULT_ALLOW = { verdict: "ALLOW", rule: null, reason: "policy_allow:default" } as const;
+
+/**
+ * An entry's policy record; a `policy_hash` without one is the policy's default ALLOW, as is a record
+ * with only `counted` (docs/chain-format.md).
+ */
 function recordedOf(data: Data): Recorded | null {
-  if (typeof data.policy_hash === "string" && !Object.hasOwn(data, "policy")) {
-    return { verdict: "ALLOW", rule: null, reason: "policy_allow:default" };
+  if (typeof data.policy_hash === "string" && !Object.hasOwn(data, "policy")) return { ...DEFAULT_ALLOW };
+  const policy = (data.policy ?? null) as Partial<Recorded> | null;
+  if (policy === null || policy.verdict !== undefined) return policy as Recorded | null;
+  return { ...DEFAULT_ALLOW, ...policy } as Recorded;
+}
+
+/** The counter updates a record stands for, in full (a compact `counted` expanded under its version). */
+function updatesIn(policy: Recorded | null, version: Data | undefined, data: Data): unknown[] {
+  if (policy === null) return [];
+  let compiled: ReturnType<typeof loadPolicy> | undefined;
+  try {
+    compiled =
+      version === undefined ? undefined : loadPolicy(JSON.parse(String(version.canonical)) as object);
+  } catch {
+    compiled = undefined;
   }
-  return (data.policy ?? null) as Recorded | null;
+  return [...updatesOf(policy as StoredPolicyRecord, compiled, countedCallOf(data, Number(data.now_ns)))];
 }
 
 interface RuleTally {
@@ -147,7 +168,7 @@ export async function runPolicyExplain(options: ExplainOptions, io: Io): Promise
         : { rule: policy.rule ?? "default", verdict: policy.verdict, reason: policy.reason },
     rule,
     monitor: policy?.monitor ?? [],
-    counter_updates: policy?.counter_updates ?? [],
+    counter_updates: updatesIn(policy, version, found),
     approved: policy?.approved === true,
     inputs: {
       tool: found.tool_name,

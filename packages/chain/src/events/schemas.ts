@@ -103,7 +103,8 @@ const policyVerdict = { enum: ["ALLOW", "DENY", "HITL"] } as const;
 
 /**
  * What a decision records of the operator's policy layer (@leash/engine's StoredPolicyRecord): compact
- * (no `hash`, no empty `monitor` / `counter_updates`); older entries carry all three, which stays valid.
+ * (no `hash`, no empty `monitor` / `counted`; a default ALLOW only `counted`); older entries carry
+ * `verdict`, `rule`, `reason` always and `counter_updates` (some `hash` too), which stays valid.
  */
 const policyRecord = {
   type: "object",
@@ -130,9 +131,22 @@ const policyRecord = {
         additionalProperties: false,
       },
     },
+    // A rate rule's index, or [a budget rule's index, micro-dollars].
+    counted: {
+      type: "array",
+      minItems: 1,
+      items: {
+        anyOf: [
+          count,
+          { type: "array", items: [count, count], minItems: 2, maxItems: 2, additionalItems: false },
+        ],
+      },
+    },
     approved: { const: true },
   },
-  required: ["verdict", "rule", "reason"],
+  // Either the verdict in full, or (a default ALLOW) only what it counted.
+  anyOf: [{ required: ["verdict", "rule", "reason"] }, { required: ["counted"] }],
+  not: { required: ["counted", "counter_updates"] },
   additionalProperties: false,
 } as const;
 

@@ -37,18 +37,25 @@ export interface DecisionEvent {
 
 /**
  * What a decision records of the operator's policy layer, when the policy ran. Entries write it compact
- * (no `hash`, no empty `monitor` / `counter_updates`); older entries carry all three.
+ * (no `hash`, no empty `monitor` / `counted`; a default ALLOW only `counted`); older entries carry
+ * `verdict`, `rule`, `reason` always and `counter_updates` instead of `counted`.
  */
 export interface PolicyJudgement {
   /** Older entries: the policy version that judged (the decision's `policy_hash`). */
   hash?: string;
-  verdict: "ALLOW" | "DENY" | "HITL";
+  /** Absent (with `rule` and `reason`): a default ALLOW that only counted. */
+  verdict?: "ALLOW" | "DENY" | "HITL";
   /** The rule that decided; null when the default (or the policy's scope) did. */
-  rule: string | null;
-  reason: string;
+  rule?: string | null;
+  reason?: string;
+  /**
+   * What the call adds to the limit counters, compactly: a rate rule's index (one call), or a budget
+   * rule's index and micro-dollars; key and window follow from the version, the call and `now_ns`.
+   */
+  counted?: (number | [number, number])[];
   /** Rules in monitor mode that would have decided otherwise (`would: "DENY rule:x"`). */
   monitor?: { rule: string; would: string; reason: string }[];
-  /** What the call adds to the limit counters (windows in Unix seconds); counted when it is allowed. */
+  /** Older entries: the updates in full (windows in Unix seconds); counted when the call is allowed. */
   counter_updates?: { key: string; start: number; end: number; add: number }[];
   /** A human's approval released the call the policy asked one for. */
   approved?: true;

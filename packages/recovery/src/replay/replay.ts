@@ -39,6 +39,8 @@ import {
   budgetEnabled,
   consumedTransitionOf,
   countedAfter,
+  countedCallOf,
+  counterFormOf,
   countsOnly,
   denyListed,
   type EngineDecision,
@@ -65,6 +67,7 @@ import {
   storedRecordOf,
   TOOL_MISMATCH,
   timedOut,
+  updatesOf,
 } from "@leash/engine";
 import { type CompiledPolicy, EMPTY_STATE, loadPolicy, type PolicyState } from "@leash/policy";
 import { ReplayLedger } from "./budget-ledger.js";
@@ -210,14 +213,16 @@ function expectEqual(field: string, expected: unknown, recorded: unknown): void 
  * record compacts to the same, and its `hash` must name the entry's version.
  */
 function expectPolicyRecord(hash: string, judged: PolicyRecord | null, data: Data): void {
-  const expected = storedRecordOf(judged);
   const present = Object.hasOwn(data, "policy");
   const recorded = data.policy as StoredPolicyRecord | null | undefined;
+  // An entry from before `counted` is compared in its own shape (full `counter_updates`).
+  const form = counterFormOf(recorded);
+  const expected = storedRecordOf(judged, form);
   if (present && recorded !== null && typeof recorded === "object" && recorded.hash !== undefined) {
     expectEqual("policy.hash", hash, recorded.hash);
   }
   const normalized =
-    present && recorded != null && typeof recorded === "object" ? storedRecordOf(recorded) : recorded;
+    present && recorded != null && typeof recorded === "object" ? storedRecordOf(recorded, form) : recorded;
   if ((expected === undefined) !== (normalized === undefined) || !sameRecorded(expected, normalized)) {
     throw new Mismatch(
       "policy",
@@ -691,7 +696,12 @@ export class ChainReplayer {
     if (policy !== undefined) {
       this.policyCounters.set(
         session.organization_id,
-        countedAfter(counters, policyRecord, decision.verdict, nowNs),
+        countedAfter(
+          counters,
+          updatesOf(policyRecord, policy, countedCallOf(data, nowNs)),
+          decision.verdict,
+          nowNs,
+        ),
       );
     }
     expectEqual("reservation_id", reservationId, data.reservation_id);
