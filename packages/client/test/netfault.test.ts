@@ -42,7 +42,9 @@ const FAIL_CLOSED_BOUND_MS = CONNECT_TIMEOUT_S * 1000 + QUERY_TIMEOUT_MS + 2_000
 /** Clients wait longer than the daemon's deadline, so a fail-closed answer is the daemon's, not a client timeout. */
 const CLIENT_TIMEOUT_MS = 20_000;
 const TTL_S = 2;
-const SHARED_BUDGET = "5";
+// Large enough that the loads of (a) and (b) never exhaust it on a fast host (a DENY budget_exceeded
+// in (c) would say nothing about healing); overspend is still checked against it at the end.
+const SHARED_BUDGET = "1000";
 const ESTIMATE = "0.01";
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const micro = (decimal: string) => Math.round(Number(decimal) * 1e6);
@@ -281,7 +283,7 @@ describe("network faults between a daemon and PostgreSQL", () => {
       }
       if (healed === null) await sleep(500);
     }
-    expect(healed?.verdict).toBe("ALLOW");
+    expect([healed?.verdict, healed?.reason]).toEqual(["ALLOW", "within_thresholds"]);
     // Holds whose answer was lost in the cut expire after the TTL and are charged (never given back).
     const read = () =>
       store.substrate.transaction(async (tx) => ({
