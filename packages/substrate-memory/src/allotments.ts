@@ -1,6 +1,7 @@
 // The memory substrate's escrow allotment rows (AllotmentStore): one overlay table keyed by account and shard.
 // Rows only; the escrow arithmetic is @leash/budget-guard's. A deleted row is a null in the overlay.
 import type { AllotmentStore, BudgetAllotment } from "@leash/core";
+import { copyRecord } from "./copy.js";
 import type { OverlayTable } from "./overlay.js";
 
 const key = (accountId: string, shard: string) => `${accountId}\u0000${shard}`;
@@ -24,21 +25,21 @@ export function memoryAllotmentStore(
     get: async (accountId, shard) => {
       live();
       const row = table.get(key(accountId, shard));
-      return row === undefined || row === null ? null : structuredClone(row);
+      return row === undefined || row === null ? null : copyRecord(row);
     },
     list: async (accountId) => {
       live();
       return rows()
         .filter((row) => row.account_id === accountId)
-        .map((row) => structuredClone(row));
+        .map((row) => copyRecord(row));
     },
     listAll: async () => {
       live();
-      return rows().map((row) => structuredClone(row));
+      return rows().map((row) => copyRecord(row));
     },
     put: async (allotment) => {
       live();
-      table.set(key(allotment.account_id, allotment.shard), structuredClone(allotment));
+      table.set(key(allotment.account_id, allotment.shard), copyRecord(allotment));
     },
     delete: async (accountId, shard) => {
       live();

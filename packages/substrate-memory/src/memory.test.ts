@@ -60,8 +60,8 @@ describe("memory substrate", () => {
 
   it("a transaction started inside another on the same data fails with busy instead of deadlocking", async () => {
     const key = `memory-test-${process.pid}-nested`;
-    const a = createMemorySubstrate({ shared: key });
-    const b = createMemorySubstrate({ shared: key });
+    const a = createMemorySubstrate({ shared: key, detectNestedTransactions: true });
+    const b = createMemorySubstrate({ shared: key, detectNestedTransactions: true });
     const other = createMemorySubstrate();
     const codes = await a.transaction(async () => ({
       sameHandle: await codeOf(a.transaction(async () => 1)),

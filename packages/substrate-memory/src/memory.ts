@@ -28,6 +28,7 @@ import {
   writeBatchByRows,
 } from "@leash/core";
 import { memoryAllotmentStore } from "./allotments.js";
+import { copyRecord } from "./copy.js";
 import { memoryMessageStore, OverlayMessages } from "./messages.js";
 import {
   createDataSet,
@@ -45,11 +46,22 @@ export interface MemorySubstrateOptions {
    * two connections to one database file. Without it the handle gets a private data set.
    */
   shared?: string;
+  /**
+   * Turn a transaction started inside another one on the same data (which would wait for itself) into
+   * a "busy" error instead of a hang. Off by default: telling "inside" from "beside" takes an
+   * AsyncLocalStorage, and on Node 20 running one installs a hook on every promise the process
+   * creates from then on, a cost every decision pays. For tests and debugging. The outer transaction's
+   * handle must have it on for an inner one to be caught.
+   */
+  detectNestedTransactions?: boolean;
 }
 
 const sharedDataSets = new Map<string, DataSet>();
 
-/** Which transaction the current async context runs inside, to turn a nested transaction into an error. */
+/**
+ * Which transaction the current async context runs inside, to turn a nested transaction into an error;
+ * only handles with detectNestedTransactions run inside it (see there why).
+ */
 const runningTransaction = new AsyncLocalStorage<object>();
 
 /**
@@ -66,7 +78,7 @@ export function createMemorySubstrate(options: MemorySubstrateOptions = {}): Mem
 
 // Every record crosses the store boundary as a deep copy, in both directions, so neither the caller's
 // object nor a returned one can alias what is stored.
-const copy: <T>(value: T) => T = structuredClone;
+const copy: <T>(value: T) => T = copyRecord;
 
 export class MemorySubstrate implements Substrate {
   readonly specificationVersion = SUBSTRATE_SPECIFICATION_VERSION;
@@ -75,9 +87,11 @@ export class MemorySubstrate implements Substrate {
 
   readonly #data: DataSet;
   readonly #inFlight = new Set<Promise<unknown>>();
+  readonly #detectNested: boolean;
   #closed = false;
 
   constructor(options: MemorySubstrateOptions = {}) {
+    this.#detectNested = options.detectNestedTransactions === true;
     if (options.shared === undefined) {
       this.#data = createDataSet();
     } else {
@@ -105,7 +119,8 @@ export class MemorySubstrate implements Substrate {
         new SubstrateError("busy", "a transaction was started inside another transaction on the same data"),
       );
     }
-    const result = data.tail.then(() => runTransaction(data, fn));
+    const detect = this.#detectNested;
+    const result = data.tail.then(() => runTransaction(data, fn, detect));
     data.tail = result.then(ignore, ignore);
     const tracked = result.then(ignore, ignore);
     this.#inFlight.add(tracked);
@@ -130,13 +145,17 @@ function closedError(): SubstrateError {
   return new SubstrateError("closed", "the memory substrate handle is closed");
 }
 
-async function runTransaction<T>(data: DataSet, fn: (tx: SubstrateTx) => Promise<T>): Promise<T> {
+async function runTransaction<T>(
+  data: DataSet,
+  fn: (tx: SubstrateTx) => Promise<T>,
+  detectNested: boolean,
+): Promise<T> {
   const token = {};
   const tx = new MemoryTransaction(data);
   data.active = token;
   try {
     // Calling fn inside the async function turns a synchronous throw into a rejection like any other.
-    const result = await runningTransaction.run(token, () => fn(tx.stores));
+    const result = await (detectNested ? runningTransaction.run(token, () => fn(tx.stores)) : fn(tx.stores));
     tx.commit();
     return result;
   } finally {

@@ -2,7 +2,7 @@
 // ensure_ascii=False, allow_nan=False). It does not hash (hash.ts) and never calls toJSON.
 
 import { CANONICAL_MAX_DEPTH } from "./check.js";
-import { type WriteOptions, withCanonicalBytes } from "./writer.js";
+import { canonicalText, type WriteOptions } from "./writer.js";
 
 export interface CanonicalJsonOptions {
   /**
@@ -18,7 +18,7 @@ export interface CanonicalJsonOptions {
 // core's lib is ES2022 without DOM or Node types; TextDecoder is in every runtime core targets.
 declare const TextDecoder: new () => { decode(bytes: Uint8Array): string };
 const utf8 = new TextDecoder();
-/** UTF-8 bytes (as the writer wrote them) back to text. */
+/** UTF-8 bytes (as withCanonicalBytes hands them out) back to text. */
 export const decodeUtf8 = (bytes: Uint8Array): string => utf8.decode(bytes);
 
 /** canonicalJson's options as the writer takes them. */
@@ -32,5 +32,5 @@ export function writeOptions(options?: CanonicalJsonOptions): WriteOptions {
  * @throws CanonicalizationError for anything that has no canonical form.
  */
 export function canonicalJson(value: unknown, options?: CanonicalJsonOptions): string {
-  return withCanonicalBytes(value, writeOptions(options), decodeUtf8);
+  return canonicalText(value, writeOptions(options));
 }

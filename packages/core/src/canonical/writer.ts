@@ -1,10 +1,10 @@
-// Canonical JSON written straight to UTF-8 bytes in one reusable buffer: the text canonicalJson returns and
-// the bytes the argument digest hashes come from this one writer. It does not hash and never calls toJSON.
+// Canonical JSON built as one JavaScript string: canonicalJson returns it, and the bytes the argument digest
+// hashes are that string encoded once as UTF-8. It does not hash and never calls toJSON.
 
 import { pathHasCycle } from "./check.js";
 import { CanonicalizationError } from "./errors.js";
 import { JsonNumberText, numberTextToCanonical, numberToCanonical } from "./number.js";
-import { compareCodePoints, hasLoneSurrogate } from "./strings.js";
+import { compareCodePoints, hasLoneSurrogate, NEEDS_CARE } from "./strings.js";
 
 /** What canonicalJson's options become for one walk. */
 export interface WriteOptions {
@@ -12,15 +12,23 @@ export interface WriteOptions {
   readonly numberText: boolean;
 }
 
+// core's lib is ES2022 without DOM or Node types; TextEncoder is in every runtime core targets.
+declare const TextEncoder: new () => {
+  encodeInto(text: string, into: Uint8Array): { read: number; written: number };
+};
+const utf8 = new TextEncoder();
+
 const INITIAL_BYTES = 1024;
-/** A buffer grown past this by one huge value is dropped afterwards rather than kept for good. */
+/** A byte buffer grown past this by one huge value is dropped afterwards rather than kept for good. */
 const KEPT_BYTES = 1 << 20;
 
-// The walk's state lives in module variables, not an object: the byte loop is the hot path of a
-// digest, and V8 keeps these in registers better than an object's fields. A getter that serializes
-// during a walk (re-entry) saves and restores them.
-let buf = new Uint8Array(INITIAL_BYTES);
-let at = 0;
+// Strings are appended whole: a string with nothing to escape (the common case, found by one native
+// regex scan) costs one concatenation, however long, where a loop over its characters costs per unit.
+// V8 joins the pieces as a rope and flattens it once, when the text is first read.
+//
+// The walk's state lives in module variables, not an object, so the hot functions take no receiver.
+// A getter that serializes during a walk (re-entry) saves and restores them.
+let out = "";
 let maxDepth = 0;
 let numberText = false;
 /** False when Object.prototype has an enumerable property: then for…in would list it, so keys come from Object.keys. */
@@ -30,6 +38,10 @@ let path: unknown[] = [];
 /** One reusable key array per depth, so sorting keys allocates nothing. */
 let keyArrays: string[][] = [];
 let busy = false;
+
+/** The reusable UTF-8 buffer withCanonicalBytes hands out; `bytesBusy` while a `use` holds a view of it. */
+let bytes = new Uint8Array(INITIAL_BYTES);
+let bytesBusy = false;
 
 /** The escape of ASCII `c` (a quote, a backslash, a C0 control), as Python and JSON.stringify write it. */
 const ESCAPES: string[] = [];
@@ -44,36 +56,32 @@ for (let c = 0; c < 0x20; c++) ESCAPES[c] = SHORT.get(c) ?? `\\u${c.toString(16)
 ESCAPES[0x22] = '\\"';
 ESCAPES[0x5c] = "\\\\";
 
+const DIGITS = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
 function objectPrototypeIsClean(): boolean {
   for (const _ in Object.prototype) return false;
   return true;
 }
 
 /**
- * Runs `use` on the canonical UTF-8 bytes of `value`. The view is valid only inside `use` (the buffer
- * is reused by the next walk). Same contract as canonicalJson.
+ * The canonical JSON text of `value` (what canonicalJson returns).
  * @throws CanonicalizationError for anything that has no canonical form.
  */
-export function withCanonicalBytes<T>(
-  value: unknown,
-  options: WriteOptions,
-  use: (bytes: Uint8Array) => T,
-): T {
+export function canonicalText(value: unknown, options: WriteOptions): string {
   if (!(options.maxDepth >= 0)) throw new CanonicalizationError("too_deep");
-  const outer = busy ? { buf, at, maxDepth, numberText, forIn, path, keyArrays } : null;
+  const outer = busy ? { out, maxDepth, numberText, forIn, path, keyArrays } : null;
   if (outer !== null) {
-    buf = new Uint8Array(INITIAL_BYTES);
     path = [];
     keyArrays = [];
   }
   busy = true;
-  at = 0;
+  out = "";
   maxDepth = options.maxDepth;
   numberText = options.numberText;
   try {
     forIn = objectPrototypeIsClean();
     writeValue(value, 0);
-    return use(buf.subarray(0, at));
+    return out;
   } catch (error) {
     if (CanonicalizationError.isInstance(error)) throw error;
     // A stack overflow is nesting deeper than this engine can walk; anything else came from a
@@ -83,78 +91,76 @@ export function withCanonicalBytes<T>(
   } finally {
     if (outer === null) {
       busy = false;
+      out = "";
       // Drop the references to the caller's containers without shrinking the array (no reallocation).
       for (let i = 0; i < path.length; i++) path[i] = undefined;
-      if (buf.length > KEPT_BYTES) buf = new Uint8Array(INITIAL_BYTES);
     } else {
-      ({ buf, at, maxDepth, numberText, forIn, path, keyArrays } = outer);
+      ({ out, maxDepth, numberText, forIn, path, keyArrays } = outer);
     }
   }
 }
 
-function grow(needed: number): void {
-  let size = buf.length * 2;
-  while (size < at + needed) size *= 2;
-  const bigger = new Uint8Array(size);
-  bigger.set(buf.subarray(0, at));
-  buf = bigger;
-}
-
-// Single bytes (brackets, commas, colons, small digits) are written inline as
-// `if (at >= buf.length) grow(1); buf[at++] = …`, keeping the hot loop free of calls.
-
-/** `s` is ASCII without anything to escape (numbers, literals, escapes). */
-function writeAscii(s: string): void {
-  const n = s.length;
-  if (at + n > buf.length) grow(n);
-  for (let i = 0; i < n; i++) buf[at++] = s.charCodeAt(i);
+/**
+ * Runs `use` on the canonical UTF-8 bytes of `value`. The view is valid only inside `use` (the buffer
+ * is reused by the next call). Same contract as canonicalJson.
+ * @throws CanonicalizationError for anything that has no canonical form.
+ */
+export function withCanonicalBytes<T>(
+  value: unknown,
+  options: WriteOptions,
+  use: (bytes: Uint8Array) => T,
+): T {
+  const text = canonicalText(value, options);
+  // Three bytes per UTF-16 unit is the most UTF-8 needs (a surrogate pair: two units, four bytes).
+  const room = text.length * 3;
+  // A `use` that serializes again gets a buffer of its own, leaving its caller's view intact.
+  const nested = bytesBusy;
+  let into = bytes;
+  if (nested || into.length < room) {
+    into = new Uint8Array(Math.max(room, INITIAL_BYTES));
+    if (!nested && room <= KEPT_BYTES) bytes = into;
+  }
+  const view = into.subarray(0, utf8.encodeInto(text, into).written);
+  if (nested) return use(view);
+  bytesBusy = true;
+  try {
+    return use(view);
+  } finally {
+    bytesBusy = false;
+  }
 }
 
 /**
- * Writes `s` quoted and escaped, as UTF-8. Returns true when it held a surrogate pair (a key with one
- * may sort differently by code point than by UTF-16 unit).
+ * Appends `s` quoted and escaped. Returns true when it held a surrogate pair (a key with one may sort
+ * differently by code point than by UTF-16 unit).
  */
 function writeString(s: string): boolean {
+  if (!NEEDS_CARE.test(s)) {
+    out += `"${s}"`;
+    return false;
+  }
+  return writeEscaped(s);
+}
+
+/** The slow path of writeString: escapes, and the pairing check on surrogates. */
+function writeEscaped(s: string): boolean {
   const n = s.length;
-  // Room for three bytes per unit (the most UTF-8 needs) and the quotes; an escape needs up to six.
-  if (at + n * 3 + 2 > buf.length) grow(n * 3 + 2);
-  let b = buf;
-  let p = at;
+  let text = '"';
+  let from = 0;
   let pair = false;
-  b[p++] = 0x22;
   for (let i = 0; i < n; i++) {
     const c = s.charCodeAt(i);
-    if (c < 0x80) {
-      if (c >= 0x20 && c !== 0x22 && c !== 0x5c) {
-        b[p++] = c;
-        continue;
-      }
-      at = p;
-      if (at + 6 + (n - i) * 3 + 1 > b.length) grow(6 + (n - i) * 3 + 1);
-      writeAscii(ESCAPES[c]!);
-      b = buf;
-      p = at;
-    } else if (c < 0x800) {
-      b[p++] = 0xc0 | (c >> 6);
-      b[p++] = 0x80 | (c & 63);
-    } else if (c < 0xd800 || c > 0xdfff) {
-      b[p++] = 0xe0 | (c >> 12);
-      b[p++] = 0x80 | ((c >> 6) & 63);
-      b[p++] = 0x80 | (c & 63);
-    } else {
+    if (c < 0x20 || c === 0x22 || c === 0x5c) {
+      text += s.slice(from, i) + ESCAPES[c]!;
+      from = i + 1;
+    } else if (c >= 0xd800 && c <= 0xdfff) {
       const d = c <= 0xdbff && i + 1 < n ? s.charCodeAt(i + 1) : 0;
       if (d < 0xdc00 || d > 0xdfff) throw new CanonicalizationError("lone_surrogate");
       i++;
       pair = true;
-      const cp = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
-      b[p++] = 0xf0 | (cp >> 18);
-      b[p++] = 0x80 | ((cp >> 12) & 63);
-      b[p++] = 0x80 | ((cp >> 6) & 63);
-      b[p++] = 0x80 | (cp & 63);
     }
   }
-  b[p++] = 0x22;
-  at = p;
+  out += `${text}${s.slice(from)}"`;
   return pair;
 }
 
@@ -167,20 +173,16 @@ function writeValue(v: unknown, depth: number): void {
       writeString(v);
       return;
     case "number":
-      // Most numbers in params are small non-negative integers: one byte, no string built.
-      if (v >= 0 && v < 10 && Number.isInteger(v)) {
-        if (at >= buf.length) grow(1);
-        buf[at++] = 0x30 + v;
-      } else {
-        writeAscii(numberToCanonical(v));
-      }
+      // Most numbers in params are small non-negative integers: no number printing.
+      if (v >= 0 && v < 10 && Number.isInteger(v)) out += DIGITS[v]!;
+      else out += numberToCanonical(v);
       return;
     case "boolean":
-      writeAscii(v ? "true" : "false");
+      out += v ? "true" : "false";
       return;
     case "object": {
       if (v === null) {
-        writeAscii("null");
+        out += "null";
         return;
       }
       if (Array.isArray(v)) {
@@ -193,7 +195,7 @@ function writeValue(v: unknown, depth: number): void {
         return;
       }
       if (numberText && v instanceof JsonNumberText) {
-        writeAscii(numberTextToCanonical(v));
+        out += numberTextToCanonical(v);
         return;
       }
       throw new CanonicalizationError(v instanceof Map ? "non_string_key" : "unsupported_type");
@@ -206,18 +208,13 @@ function writeValue(v: unknown, depth: number): void {
 function writeArray(a: unknown[], depth: number): void {
   const n = a.length;
   path[depth] = a;
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x5b;
+  out += "[";
   // A hole reads as undefined and is refused: Python lists have no holes.
   for (let i = 0; i < n; i++) {
-    if (i !== 0) {
-      if (at >= buf.length) grow(1);
-      buf[at++] = 0x2c;
-    }
+    if (i !== 0) out += ",";
     writeValue(a[i], depth + 1);
   }
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x5d;
+  out += "]";
 }
 
 /** The object's own enumerable keys in `keys[0..n)`, sorted by UTF-16 unit; returns n. */
@@ -256,45 +253,33 @@ function writeObject(o: Record<string, unknown>, depth: number): void {
     keyArrays[depth] = keys;
   }
   const n = sortedKeys(o, keys);
-  const start = at;
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x7b;
+  const start = out.length;
+  out += "{";
   for (let i = 0; i < n; i++) {
     const k = keys[i]!;
-    if (i !== 0) {
-      if (at >= buf.length) grow(1);
-      buf[at++] = 0x2c;
-    }
+    if (i !== 0) out += ",";
     if (writeString(k)) {
       // A key with a surrogate pair may sort differently by code point: redo this object that way.
-      at = start;
+      out = out.slice(0, start);
       writeObjectByCodePoint(o, keys.slice(0, n), depth);
       return;
     }
-    if (at >= buf.length) grow(1);
-    buf[at++] = 0x3a;
+    out += ":";
     writeValue(o[k], depth + 1);
   }
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x7d;
+  out += "}";
 }
 
 function writeObjectByCodePoint(o: Record<string, unknown>, keys: string[], depth: number): void {
   for (const k of keys) if (hasLoneSurrogate(k)) throw new CanonicalizationError("lone_surrogate");
   keys.sort(compareCodePoints);
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x7b;
+  out += "{";
   for (let i = 0; i < keys.length; i++) {
     const k = keys[i]!;
-    if (i !== 0) {
-      if (at >= buf.length) grow(1);
-      buf[at++] = 0x2c;
-    }
+    if (i !== 0) out += ",";
     writeString(k);
-    if (at >= buf.length) grow(1);
-    buf[at++] = 0x3a;
+    out += ":";
     writeValue(o[k], depth + 1);
   }
-  if (at >= buf.length) grow(1);
-  buf[at++] = 0x7d;
+  out += "}";
 }
