@@ -1,7 +1,7 @@
 // Building and appending signed chain entries: the body, its hash, and one Ed25519 signature that
 // is both the chain's and the receipt's. It opens no transaction; the engine passes its own.
 
-import { createHash } from "node:crypto";
+import * as nodeCrypto from "node:crypto";
 import { CanonicalizationError, type ChainEntryRecord, type ChainStore, canonicalJson } from "@leash/core";
 import { ChainError } from "./errors.js";
 import type { PublicKeyInfo, Signer } from "./keys.js";
@@ -34,6 +34,21 @@ export interface BuildEntryInput {
 }
 
 const HASH = /^[0-9a-f]{64}$/;
+
+/**
+ * Lowercase hex SHA-256 of `bytes`: node:crypto's one-shot hash() (Node ≥ 20.12) where there is one,
+ * which skips building a Hash stream object per call, else createHash. The same digest either way.
+ */
+const sha256Hex: (bytes: Uint8Array) => string =
+  typeof nodeCrypto.hash === "function"
+    ? (bytes) => nodeCrypto.hash("sha256", bytes, "hex")
+    : (bytes) => nodeCrypto.createHash("sha256").update(bytes).digest("hex");
+
+/** base64url of `bytes` without copying them first when they are already a Buffer. */
+function base64url(bytes: Uint8Array): string {
+  const view = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return view.toString("base64url");
+}
 
 /**
  * One signed entry following `head`. Pure apart from the signature (and the random bytes of its
@@ -105,10 +120,10 @@ export function buildEntry(input: BuildEntryInput): ChainEntryRecord {
   return {
     seq,
     entry_id: entryId,
-    entry_hash: createHash("sha256").update(payload).digest("hex"),
+    entry_hash: sha256Hex(payload),
     prev_hash: body.prev_hash,
     body: text,
-    signature: Buffer.from(signer.sign(signingInput)).toString("base64url"),
+    signature: base64url(signer.sign(signingInput)),
     key_id: signer.keyId,
     kind,
     session_id: sessionIdOf(data),

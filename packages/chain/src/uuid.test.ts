@@ -33,6 +33,19 @@ describe("uuidv7", () => {
     expect(uuidv7(1_000_000n, random).slice(-17)).toBe("8102-030405060708");
   });
 
+  it("writes the exact id for a given time and random bytes, at both ends of the time range", () => {
+    const random = () => Uint8Array.from([0xde, 0xad, 0xbe, 0xef, 0x01, 0x23, 0x45, 0x67]);
+    expect(uuidv7(1_700_000_000_123_456_789n, random)).toBe("018bcfe5-687b-774f-9ead-beef01234567");
+    expect(uuidv7(0, random)).toBe("00000000-0000-7000-9ead-beef01234567");
+    expect(uuidv7(2n ** 48n * 1_000_000n - 1n, random)).toBe("ffffffff-ffff-7fff-9ead-beef01234567");
+  });
+
+  it("draws fresh random bits for every id from the default pool, across refills", () => {
+    const ids = Array.from({ length: 1200 }, () => uuidv7(1_700_000_000_000_000_000n));
+    expect(new Set(ids).size).toBe(ids.length);
+    for (const id of ids) expect(id).toMatch(UUID_V7);
+  });
+
   it("agrees between number and bigint time", () => {
     expect(uuidv7(1_700_000_000_000_000_000, zeros)).toBe(uuidv7(1_700_000_000_000_000_000n, zeros));
   });

@@ -48,23 +48,27 @@ export function uuidv7(nowNs: number | bigint, random: RandomBytes = defaultRand
   }
   if (ms >= 2 ** 48) throw new ChainError("invalid_argument", "nowNs is beyond the UUIDv7 time range");
   const randA = Math.floor((subMs * 4096) / 1_000_000);
-  const r = random(8);
-  if (!(r instanceof Uint8Array) || r.length < 8)
-    throw new ChainError("invalid_argument", "random must return bytes");
-  const b = new Uint8Array(16);
-  let t = ms;
-  for (let i = 5; i >= 0; i--) {
-    b[i] = t % 256;
-    t = Math.floor(t / 256);
+  let r: Uint8Array;
+  let at = 0;
+  if (random === defaultRandom) {
+    // The pool itself, read in place: no 8-byte copy per id.
+    if (offset + 8 > pool.length) {
+      pool = globalThis.crypto.getRandomValues(new Uint8Array(POOL_SIZE));
+      offset = 0;
+    }
+    r = pool;
+    at = offset;
+    offset += 8;
+  } else {
+    r = random(8);
+    if (!(r instanceof Uint8Array) || r.length < 8)
+      throw new ChainError("invalid_argument", "random must return bytes");
   }
-  b[6] = 0x70 | (randA >> 8);
-  b[7] = randA & 0xff;
-  b[8] = 0x80 | (r[0]! & 0x3f);
-  for (let i = 1; i < 8; i++) b[8 + i] = r[i]!;
-  let s = "";
-  for (let i = 0; i < 16; i++) {
-    if (i === 4 || i === 6 || i === 8 || i === 10) s += "-";
-    s += HEX[b[i]!];
-  }
-  return s;
+  // 48 bits of milliseconds are 12 hex digits; below 2^48 toString(16) is exact.
+  const time = ms.toString(16).padStart(12, "0");
+  return (
+    `${time.slice(0, 8)}-${time.slice(8)}-${HEX[0x70 | (randA >> 8)]}${HEX[randA & 0xff]}-` +
+    `${HEX[0x80 | (r[at]! & 0x3f)]}${HEX[r[at + 1]!]}-${HEX[r[at + 2]!]}${HEX[r[at + 3]!]}` +
+    `${HEX[r[at + 4]!]}${HEX[r[at + 5]!]}${HEX[r[at + 6]!]}${HEX[r[at + 7]!]}`
+  );
 }

@@ -35,7 +35,17 @@ const number = fc.oneof(
   fc.integer({ min: -10, max: 20 }),
   fc.integer(),
   fc.double(),
-  fc.constantFrom(-0, 2 ** 53, -(2 ** 53), 2 ** 53 - 1, 1e21, 1e-7, 5e-324, Number.NaN, Number.POSITIVE_INFINITY),
+  fc.constantFrom(
+    -0,
+    2 ** 53,
+    -(2 ** 53),
+    2 ** 53 - 1,
+    1e21,
+    1e-7,
+    5e-324,
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+  ),
 );
 
 const { json } = fc.letrec((tie) => ({

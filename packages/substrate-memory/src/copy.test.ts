@@ -45,7 +45,12 @@ describe("copyRecord", () => {
 
   it("keeps a __proto__ key an own key, and gives a null-prototype object Object.prototype", () => {
     const counts = Object.create(null) as Record<string, number>;
-    Object.defineProperty(counts, "__proto__", { value: 2, enumerable: true, writable: true, configurable: true });
+    Object.defineProperty(counts, "__proto__", {
+      value: 2,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
     counts.search = 1;
     const row = { state: { repeat_counts: counts } };
     const copied = copyRecord(row);
