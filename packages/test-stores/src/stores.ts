@@ -96,7 +96,8 @@ export function freshLocation<K extends StoreKind>(kind: K, options: StoreOption
       dir,
       path: null,
       schema: null,
-      open: async () => createMemorySubstrate({ shared: key }),
+      // Tests want a nested transaction to fail loudly; the AsyncLocalStorage it takes is a test cost only.
+      open: async () => createMemorySubstrate({ shared: key, detectNestedTransactions: true }),
       remove: async () => {
         deleteSharedMemory(key);
         removeDir();
