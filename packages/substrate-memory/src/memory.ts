@@ -575,12 +575,21 @@ function bySeq(a: OutboxItem, b: OutboxItem): number {
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /**
+ * No lone surrogate in `s`. String#isWellFormed (ES2024, Node 20) answers a Latin-1 string, which
+ * cannot hold a surrogate, without reading it; the regex is the fallback where it is missing.
+ */
+const wellFormed: (s: string) => boolean =
+  typeof (String.prototype as { isWellFormed?: unknown }).isWellFormed === "function"
+    ? (s) => (s as unknown as { isWellFormed(): boolean }).isWellFormed()
+    : (s) => !LONE_SURROGATE.test(s);
+
+/**
  * The body is hashed, so it must come back byte for byte from every substrate. A lone surrogate would
  * reach SQLite and PostgreSQL as U+FFFD and U+0000 cannot be stored in PostgreSQL text: all refuse them
  * alike (canonical JSON never holds either raw), this one included, so no substrate keeps what others cannot.
  */
 function checkBody(body: string): void {
-  if (typeof body !== "string" || LONE_SURROGATE.test(body) || body.includes("\u0000")) {
+  if (typeof body !== "string" || !wellFormed(body) || body.includes("\u0000")) {
     throw new TypeError("chain entry body must be well-formed Unicode text without U+0000");
   }
 }
