@@ -11,6 +11,8 @@
 // every cached account) are dropped before anything is judged. This is sound because every change to
 // a session or an account is written with a chain entry in the same transaction (heartbeats, which
 // are not, only ever `touch` their own column).
+
+import type { StateTable } from "@leash/chain";
 import type {
   BudgetAccount,
   BudgetStore,
@@ -32,6 +34,7 @@ import type {
 import { SubstrateError, writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
 import { RowOverlay } from "./row-overlay.js";
+import { RowStamps, type StateAuth } from "./state-auth.js";
 
 /** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
 const FOLD_MAX = 512;
@@ -81,6 +84,9 @@ export class Projection {
    */
   readonly pending: ProjectionTx[] = [];
 
+  /** @param auth checks the rows read from the store against the chain (absent: served unchecked). */
+  constructor(readonly auth?: StateAuth) {}
+
   /** Opens an overlay over `tx` (the caller then calls `open` first thing in the transaction). */
   begin(tx: SubstrateTx): ProjectionTx {
     return new ProjectionTx(this, tx);
@@ -94,6 +100,10 @@ export class Projection {
 
   /** The transaction's function has finished; its COMMIT is on its way. */
   judged(ptx: ProjectionTx): void {
+    if (ptx.stamps.pending > 0) {
+      // A row changed after the transaction's last entry: no signed entry names its digest.
+      throw new TypeError("a state row was changed after the last chain entry of its transaction");
+    }
     this.pending.push(ptx);
   }
 
@@ -137,6 +147,11 @@ export class Projection {
 
 type Undo = () => void;
 
+/** A change to a row held in an overlay: read at the entry, and stamped with its seq there. */
+function overlaid<R extends { at_seq: number | null }>(table: StateTable, id: string, rows: RowOverlay<R>) {
+  return { table, id, current: () => rows.current(id), stamp: (seq: number) => rows.stamp(id, seq) };
+}
+
 /**
  * A SubstrateTx for one transaction: sessions and budget accounts come from the projection (read
  * through on a miss); they, the chain entries, their outbox items and new holds are written by
@@ -149,6 +164,8 @@ export class ProjectionTx implements SubstrateTx {
   readonly sessionRows: RowOverlay<SessionRecord>;
   readonly accountRows: RowOverlay<BudgetAccount>;
   readonly #journal: Undo[] = [];
+  /** The rows changed since the last entry, which the next one names (state-auth.ts). */
+  readonly stamps: RowStamps;
   /** Statements that reached the store and change it. */
   #writes = 0;
   /** Entries, outbox items and holds written since the last flush, in order (the batch's appends). */
@@ -158,6 +175,8 @@ export class ProjectionTx implements SubstrateTx {
   /** Decided messages recorded since the last flush (MessageStore.insert, held like the appends). */
   #decided: MessageRecord[] = [];
   #head: ChainHead | null | undefined = undefined;
+  /** The head's seq when the transaction opened: entries up to it are committed. */
+  #openSeq = -1;
   readonly #seenNonces = new Map<string, boolean>();
   /** What this transaction knows of (session, message id): a record, null for none, absent: unknown. */
   readonly #knownMessages = new Map<string, MessageRecord | null>();
@@ -193,23 +212,66 @@ export class ProjectionTx implements SubstrateTx {
     const journal = (undo: Undo) => {
       this.#journal.push(undo);
     };
-    const sessionRows = new RowOverlay(projection.sessions, (id) => tx.sessions.get(id), journal);
-    const accountRows = new RowOverlay(projection.accounts, (id) => tx.budgets.getAccount(id), journal);
+    const stamps = new RowStamps(journal);
+    this.stamps = stamps;
+    // Rows read from the store are checked against the entry that stamped them; rows this
+    // transaction wrote are its own. Escrow's accounts change without an entry: served as read.
+    const auth = projection.auth;
+    const checked = <R extends { at_seq?: number | null }>(table: StateTable, id: string, row: R | null) =>
+      auth === undefined ||
+      stamps.wrote(table, id) ||
+      (table === "budget_accounts" && tx.volatileAccounts?.has(id))
+        ? row
+        : auth.check(tx, table, id, row, this.#openSeq);
+    const checkedAll = async <R extends { at_seq?: number | null }>(
+      table: StateTable,
+      idOf: (row: R) => string,
+      rows: R[],
+    ) => {
+      for (const row of rows) await checked(table, idOf(row), row);
+      return rows;
+    };
+    // A row written straight to the store is stamped with the entry that follows (named by it).
+    const stamped = <R extends object>(table: StateTable, id: string, row: R): R & { at_seq: number } => {
+      const out = { ...row, at_seq: this.#nextSeq() };
+      stamps.changed({ table, id, current: () => out });
+      return out;
+    };
+    const sessionRows: RowOverlay<SessionRecord> = new RowOverlay(
+      projection.sessions,
+      async (id) => checked("sessions", id, await tx.sessions.get(id)),
+      journal,
+      (id) => stamps.changed(overlaid("sessions", id, sessionRows)),
+    );
+    const accountRows: RowOverlay<BudgetAccount> = new RowOverlay(
+      projection.accounts,
+      async (id) => checked("budget_accounts", id, await tx.budgets.getAccount(id)),
+      journal,
+      (id) => stamps.changed(overlaid("budget_accounts", id, accountRows)),
+    );
     // Rows a store changes without a chain entry (escrow allotments) are read afresh in every transaction.
     if (tx.volatileAccounts !== undefined) accountRows.fresh = tx.volatileAccounts;
     this.sessionRows = sessionRows;
     this.accountRows = accountRows;
     // An insert is a statement of its own (it may clash); once it reached the store, the row is known.
     const insert = <R extends { at_seq: number | null }>(
+      table: StateTable,
       rows: RowOverlay<R>,
       id: string,
       row: R,
-      send: () => Promise<void>,
-    ) => write(send).then(() => rows.known(id, row));
+      send: (row: R) => Promise<void>,
+    ) => {
+      const out = { ...row, at_seq: this.#nextSeq() };
+      return write(() => send(out)).then(() => {
+        rows.known(id, out);
+        stamps.changed(overlaid(table, id, rows));
+      });
+    };
     const self = this;
     this.sessions = {
       get: (id) => sessionRows.get(id),
-      insert: (record) => insert(sessionRows, record.session_id, record, () => tx.sessions.insert(record)),
+      insert: (record) =>
+        insert("sessions", sessionRows, record.session_id, record, (row) => tx.sessions.insert(row)),
       update: async (record) => sessionRows.update(record.session_id, record),
       async list(filter) {
         await self.flush();
@@ -221,13 +283,25 @@ export class ProjectionTx implements SubstrateTx {
     this.budgets = {
       getAccount: (id) => accountRows.get(id),
       insertAccount: (account) =>
-        insert(accountRows, account.account_id, account, () => tx.budgets.insertAccount(account)),
+        insert("budget_accounts", accountRows, account.account_id, account, (row) =>
+          tx.budgets.insertAccount(row),
+        ),
       updateAccount: async (account) => accountRows.update(account.account_id, account),
       insertReservation: (reservation) => held(() => self.holdNow(reservation)),
-      getReservation: (id) => read(() => tx.budgets.getReservation(id)),
-      updateReservation: (reservation) => write(() => tx.budgets.updateReservation(reservation)),
-      listExpired: (nowNs, limit) => read(() => tx.budgets.listExpired(nowNs, limit)),
-      listReservations: (filter) => read(() => tx.budgets.listReservations(filter)),
+      getReservation: (id) =>
+        read(() => tx.budgets.getReservation(id)).then((row) => checked("reservations", id, row)),
+      updateReservation: (reservation) =>
+        write(() =>
+          tx.budgets.updateReservation(stamped("reservations", reservation.reservation_id, reservation)),
+        ),
+      listExpired: (nowNs, limit) =>
+        read(() => tx.budgets.listExpired(nowNs, limit)).then((rows) =>
+          checkedAll("reservations", (r) => r.reservation_id, rows),
+        ),
+      listReservations: (filter) =>
+        read(() => tx.budgets.listReservations(filter)).then((rows) =>
+          checkedAll("reservations", (r) => r.reservation_id, rows),
+        ),
     };
     this.nonces = {
       has: (sessionId, nonce) =>
@@ -264,10 +338,11 @@ export class ProjectionTx implements SubstrateTx {
     };
     const hitl = tx.hitl;
     this.hitl = {
-      insert: (request) => write(() => hitl.insert(request)),
-      get: (id) => read(() => hitl.get(id)),
-      update: (request) => write(() => hitl.update(request)),
-      list: (filter) => read(() => hitl.list(filter)),
+      insert: (request) => write(() => hitl.insert(stamped("hitl_requests", request.request_id, request))),
+      get: (id) => read(() => hitl.get(id)).then((row) => checked("hitl_requests", id, row)),
+      update: (request) => write(() => hitl.update(stamped("hitl_requests", request.request_id, request))),
+      list: (filter) =>
+        read(() => hitl.list(filter)).then((rows) => checkedAll("hitl_requests", (r) => r.request_id, rows)),
     };
     const outbox = tx.outbox;
     this.outbox = {
@@ -370,9 +445,22 @@ export class ProjectionTx implements SubstrateTx {
     this.#holdRow(this.#outboxItems, { ...item });
   }
 
-  /** BudgetStore.insertReservation, held for the flush. */
+  /** BudgetStore.insertReservation, held for the flush; stamped with the entry that follows. */
   holdNow(reservation: Reservation): void {
-    this.#holdRow(this.#holds, { ...reservation });
+    const row = { ...reservation, at_seq: this.#nextSeq() };
+    this.stamps.changed({ table: "reservations", id: row.reservation_id, current: () => row });
+    this.#holdRow(this.#holds, row);
+  }
+
+  /** The seq the next entry of this transaction takes. */
+  #nextSeq(): number {
+    const head = this.#head;
+    return head === undefined || head === null ? 0 : head.seq + 1;
+  }
+
+  /** The `row_digests` of the entry at `seq`: the rows changed since the last one (Auditor). */
+  rowDigestsFor(seq: number): Record<string, string> | undefined {
+    return this.stamps.take(seq);
   }
 
   /** A held append: counted as a write, undone by the journal. */
@@ -403,6 +491,7 @@ export class ProjectionTx implements SubstrateTx {
   async open(): Promise<void> {
     const head = await this.tx.chain.head();
     this.#head = head;
+    this.#openSeq = head === null ? -1 : head.seq;
     const newest = this.projection.pending.at(-1);
     if (newest !== undefined && sameHead(newest.currentHead, head)) {
       const layers = [...this.projection.pending].reverse();
@@ -476,9 +565,8 @@ export class ProjectionTx implements SubstrateTx {
     this.#outboxItems = [];
     this.#holds = [];
     this.#decided = [];
-    const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
-    const sessions = this.sessionRows.writeBack(atSeq);
-    const accounts = this.accountRows.writeBack(atSeq);
+    const sessions = this.sessionRows.writeBack();
+    const accounts = this.accountRows.writeBack();
     this.#writes++;
     this.#journal.length = 0;
     await this.tx.writeBatch({
