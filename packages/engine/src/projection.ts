@@ -3,9 +3,9 @@
 //
 // Why: a decision needs its session, its budget accounts and the chain head; reading them from the store
 // for every call (and writing each session and account once per call) is most of what a decision cost
-// beyond its signature. Here they are read once, kept while this engine is the only writer, and
-// written back coalesced: one row per touched session and account per transaction, stamped with the
-// chain position it reflects (the transaction's last entry). What it costs: a batch's first statement
+// beyond its signature. Here they are read once (checked against the chain: state-auth.ts), kept while
+// this engine is the only writer, and written back coalesced: one row per touched session and account
+// per transaction, stamped with the entry that last changed it (row-guard.ts). What it costs: a batch's first statement
 // reads the chain head under the store's write lock, and when other writers (processes, or this
 // engine's own cold paths) appended since, their entries are read and the sessions they name (and
 // every cached account) are dropped before anything is judged. This is sound because every change to
@@ -33,8 +33,10 @@ import type {
 } from "@leash/core";
 import { SubstrateError, writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
+import { continues, sameHead } from "./chain-tail.js";
+import { overlaid, RowGuard, type RowStamps } from "./row-guard.js";
 import { RowOverlay } from "./row-overlay.js";
-import { RowStamps, type StateAuth } from "./state-auth.js";
+import type { StateAuth } from "./state-auth.js";
 
 /** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
 const FOLD_MAX = 512;
@@ -44,32 +46,6 @@ const SESSIONS_MAX = 50_000;
 const messageKey = (sessionId: string, messageId: string) => `${sessionId}\u0000${messageId}`;
 const nonceKey = (sessionId: string, nonce: Nonce) =>
   `${sessionId}\u0000${typeof nonce === "number" ? "n" : "s"}:${String(nonce)}`;
-
-function sameHead(a: ChainHead | null | undefined, b: ChainHead | null): boolean {
-  if (a === undefined) return false;
-  if (a === null || b === null) return a === b;
-  return a.seq === b.seq && a.entry_hash === b.entry_hash;
-}
-
-/**
- * Whether `tail` is the chain's next entries after (knownSeq, knownHash), each linked to the one
- * before by seq and hash, ending at `head`: only then may the projection fold them in.
- */
-function continues(
-  tail: readonly ChainEntryRecord[],
-  knownSeq: number,
-  knownHash: string | undefined,
-  head: ChainHead | null,
-): boolean {
-  let seq = knownSeq;
-  let hash = knownHash;
-  for (const entry of tail) {
-    if (entry.seq !== seq + 1 || entry.prev_hash !== hash) return false;
-    seq = entry.seq;
-    hash = entry.entry_hash;
-  }
-  return head !== null && seq === head.seq && hash === head.entry_hash;
-}
 
 /** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
 export class Projection {
@@ -147,11 +123,6 @@ export class Projection {
 
 type Undo = () => void;
 
-/** A change to a row held in an overlay: read at the entry, and stamped with its seq there. */
-function overlaid<R extends { at_seq: number | null }>(table: StateTable, id: string, rows: RowOverlay<R>) {
-  return { table, id, current: () => rows.current(id), stamp: (seq: number) => rows.stamp(id, seq) };
-}
-
 /**
  * A SubstrateTx for one transaction: sessions and budget accounts come from the projection (read
  * through on a miss); they, the chain entries, their outbox items and new holds are written by
@@ -212,40 +183,24 @@ export class ProjectionTx implements SubstrateTx {
     const journal = (undo: Undo) => {
       this.#journal.push(undo);
     };
-    const stamps = new RowStamps(journal);
+    const guard = new RowGuard(
+      projection.auth,
+      tx,
+      journal,
+      () => this.#openSeq,
+      () => this.#nextSeq(),
+    );
+    const stamps = guard.stamps;
     this.stamps = stamps;
-    // Rows read from the store are checked against the entry that stamped them; rows this
-    // transaction wrote are its own. Escrow's accounts change without an entry: served as read.
-    const auth = projection.auth;
-    const checked = <R extends { at_seq?: number | null }>(table: StateTable, id: string, row: R | null) =>
-      auth === undefined ||
-      stamps.wrote(table, id) ||
-      (table === "budget_accounts" && tx.volatileAccounts?.has(id))
-        ? row
-        : auth.check(tx, table, id, row, this.#openSeq);
-    const checkedAll = async <R extends { at_seq?: number | null }>(
-      table: StateTable,
-      idOf: (row: R) => string,
-      rows: R[],
-    ) => {
-      for (const row of rows) await checked(table, idOf(row), row);
-      return rows;
-    };
-    // A row written straight to the store is stamped with the entry that follows (named by it).
-    const stamped = <R extends object>(table: StateTable, id: string, row: R): R & { at_seq: number } => {
-      const out = { ...row, at_seq: this.#nextSeq() };
-      stamps.changed({ table, id, current: () => out });
-      return out;
-    };
     const sessionRows: RowOverlay<SessionRecord> = new RowOverlay(
       projection.sessions,
-      async (id) => checked("sessions", id, await tx.sessions.get(id)),
+      async (id) => guard.checked("sessions", id, await tx.sessions.get(id)),
       journal,
       (id) => stamps.changed(overlaid("sessions", id, sessionRows)),
     );
     const accountRows: RowOverlay<BudgetAccount> = new RowOverlay(
       projection.accounts,
-      async (id) => checked("budget_accounts", id, await tx.budgets.getAccount(id)),
+      async (id) => guard.checked("budget_accounts", id, await tx.budgets.getAccount(id)),
       journal,
       (id) => stamps.changed(overlaid("budget_accounts", id, accountRows)),
     );
@@ -288,20 +243,7 @@ export class ProjectionTx implements SubstrateTx {
         ),
       updateAccount: async (account) => accountRows.update(account.account_id, account),
       insertReservation: (reservation) => held(() => self.holdNow(reservation)),
-      getReservation: (id) =>
-        read(() => tx.budgets.getReservation(id)).then((row) => checked("reservations", id, row)),
-      updateReservation: (reservation) =>
-        write(() =>
-          tx.budgets.updateReservation(stamped("reservations", reservation.reservation_id, reservation)),
-        ),
-      listExpired: (nowNs, limit) =>
-        read(() => tx.budgets.listExpired(nowNs, limit)).then((rows) =>
-          checkedAll("reservations", (r) => r.reservation_id, rows),
-        ),
-      listReservations: (filter) =>
-        read(() => tx.budgets.listReservations(filter)).then((rows) =>
-          checkedAll("reservations", (r) => r.reservation_id, rows),
-        ),
+      ...guard.holds(read, write),
     };
     this.nonces = {
       has: (sessionId, nonce) =>
@@ -336,14 +278,7 @@ export class ProjectionTx implements SubstrateTx {
       count: () => read(() => tx.chain.count()),
       params: (hashes) => read(() => tx.chain.params(hashes)),
     };
-    const hitl = tx.hitl;
-    this.hitl = {
-      insert: (request) => write(() => hitl.insert(stamped("hitl_requests", request.request_id, request))),
-      get: (id) => read(() => hitl.get(id)).then((row) => checked("hitl_requests", id, row)),
-      update: (request) => write(() => hitl.update(stamped("hitl_requests", request.request_id, request))),
-      list: (filter) =>
-        read(() => hitl.list(filter)).then((rows) => checkedAll("hitl_requests", (r) => r.request_id, rows)),
-    };
+    this.hitl = guard.hitl(read, write);
     const outbox = tx.outbox;
     this.outbox = {
       enqueue: (item) => held(() => self.enqueueNow(item)),
@@ -550,10 +485,7 @@ export class ProjectionTx implements SubstrateTx {
     while (this.#journal.length > mark.journal) this.#journal.pop()!();
   }
 
-  /**
-   * Writes every session and account changed since the last flush, once each, stamped with the
-   * chain position they now reflect: this transaction's last entry.
-   */
+  /** Writes every session and account changed since the last flush, once each, as stamped. */
   async flush(): Promise<void> {
     const entries = this.#entries;
     const outbox = this.#outboxItems;
