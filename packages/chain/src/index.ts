@@ -37,6 +37,16 @@ export {
   type WriteKeyFilesOptions,
   writeKeyFiles,
 } from "./keys.js";
+export {
+  parseRowKey,
+  ROW_DIGESTS_FIELD,
+  rowDigest,
+  rowDigestsOf,
+  rowDigestsProblem,
+  rowKey,
+  STATE_TABLES,
+  type StateTable,
+} from "./state-rows.js";
 export { defaultRandom, type RandomBytes, uuidv7 } from "./uuid.js";
 export { checkpointOf } from "./verify/checkpoint.js";
 export {

@@ -247,6 +247,12 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
     } finally {
       gate?.answered(request.sessionId);
     }
+    if (result.state_failure !== undefined) {
+      logger.warn(
+        { rpc: "PreExec", state_failure: result.state_failure },
+        result.error ?? "state unverified",
+      );
+    }
     // §3.10: a probabilistic denial looks like a real exhaustion on the wire; the chain has the truth.
     const reason = result.reason === "probabilistic_deny" ? "budget_exhausted" : result.reason;
     if (options.hitl !== undefined && result.call_number > 0) {
@@ -275,7 +281,11 @@ export function createRequestHandler(options: HandlerOptions): RequestHandler {
         callNumber: BigInt(result.call_number),
         verdict: verdictToWire(result.verdict),
         denyReason: denyReasonFor(reason),
-        humanReadableReason: `${result.verdict}: ${reason}`,
+        // A refused row is named (table and key), for the agent's log as for the daemon's.
+        humanReadableReason:
+          result.state_failure === undefined
+            ? `${result.verdict}: ${reason}`
+            : `${result.verdict}: ${reason}: ${result.error}`,
         budgetRemainingUsd: remaining.double,
         budgetRemainingUsdDecimal: remaining.decimal,
         repeatCount: result.repeat_count,

@@ -1,6 +1,6 @@
 // Writes the engine's audit records: one signed chain entry per state change, queued in the outbox,
 // inside the caller's transaction. It decides nothing; hashing and signing live in @leash/chain.
-import { buildEntry, chainIdOf, type Json, type Signer } from "@leash/chain";
+import { buildEntry, chainIdOf, type Json, ROW_DIGESTS_FIELD, type Signer } from "@leash/chain";
 import type { ChainEntryRecord, Nonce, OutboxEnqueue, ParamsBlob, SubstrateTx } from "@leash/core";
 import { enqueueEntry, outboxItemOf } from "@leash/outbox";
 import type { ChainTrust } from "./chain-trust.js";
@@ -36,6 +36,11 @@ export interface HeldAppends extends SubstrateTx {
   enqueueNow(item: OutboxEnqueue): void;
 }
 
+/** A transaction that stamps the rows it changes (the engine's ProjectionTx: state-auth.ts). */
+interface StampingTx {
+  rowDigestsFor(seq: number): Record<string, string> | undefined;
+}
+
 export class Auditor {
   /** The chain's id, cached once a transaction that read it has committed (see `committed`). */
   #chainId: string | null = null;
@@ -63,6 +68,14 @@ export class Auditor {
    */
   async #assertKeyInForce(tx: SubstrateTx, head: ChainHead | null): Promise<void> {
     this.#assertSigner(await this.trust.checkAppend(tx, head, this.#lastAppended));
+  }
+
+  /**
+   * Throws ChainUnverifiedError when the chain in `tx` no longer continues what this engine trusts
+   * (its own last entry deleted, say): a row stamped with a lost entry is the chain's failure first.
+   */
+  async checkChain(tx: SubstrateTx): Promise<void> {
+    await this.trust.checkAppend(tx, await tx.chain.head(), this.#lastAppended);
   }
 
   #assertSigner(inForce: string | null): void {
@@ -93,7 +106,7 @@ export class Auditor {
     if (inForce === undefined || chainId === undefined)
       return this.record(tx, kind, data, nowNs, head, options);
     this.#assertSigner(inForce);
-    const entry = this.#entry(head, chainId, kind, data, nowNs, options);
+    const entry = this.#entry(tx, head, chainId, kind, data, nowNs, options);
     tx.appendNow(entry);
     tx.enqueueNow(outboxItemOf(entry));
     this.#appended(tx, entry);
@@ -128,15 +141,19 @@ export class Auditor {
         }
       }
     }
-    const entry = this.#entry(current, current === null ? null : chainId, kind, data, nowNs, options);
+    const entry = this.#entry(tx, current, current === null ? null : chainId, kind, data, nowNs, options);
     // The transactional outbox: queued with the entry or not at all.
     await Promise.all([tx.chain.append(entry), enqueueEntry(tx, entry)]);
     this.#appended(tx, entry);
     return entry;
   }
 
-  /** The signed entry after `head`, spending `options.nonce` when given. */
+  /**
+   * The signed entry after `head`, spending `options.nonce` when given. Its data names the digests
+   * of the rows `tx` changed since its last entry (`row_digests`, state-auth.ts), which it stamps.
+   */
   #entry(
+    tx: SubstrateTx,
     head: ChainHead | null,
     chainId: string | null,
     kind: string,
@@ -144,11 +161,14 @@ export class Auditor {
     nowNs: number,
     options: EntryOptions | undefined,
   ): ChainEntryRecord {
+    const digests = (tx as Partial<StampingTx>).rowDigestsFor?.(head === null ? 0 : head.seq + 1);
+    const json = auditJson(data) as Record<string, Json>;
+    if (digests !== undefined) json[ROW_DIGESTS_FIELD] = digests;
     const entry = buildEntry({
       head,
       chainId,
       kind,
-      data: auditJson(data) as Record<string, Json>,
+      data: json,
       signer: this.signer,
       nowNs,
     });

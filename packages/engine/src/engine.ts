@@ -94,6 +94,7 @@ import {
   replayInputs,
 } from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
+import { StateAuth, StateUnverifiedError, stateUnverified } from "./state-auth.js";
 import { runSteps, type Steps, type StepsResult } from "./steps.js";
 import { denyListed } from "./tool-policy.js";
 import {
@@ -364,7 +365,7 @@ export function createEngine(options: EngineOptions): Engine {
    * COMMIT. The auditor and the projection learn of the transaction only once it has committed
    * (the last try, after a substrate's retries).
    */
-  const projection = new Projection();
+  const projection = new Projection(new StateAuth(signedByKnownKey, (tx) => auditor.checkChain(tx)));
   async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>, judged?: () => void): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
     if (!trust.trusted) await trust.ready();
@@ -1140,6 +1141,17 @@ export function createEngine(options: EngineOptions): Engine {
       const accounts = await accountChain(tx, sessionAccountId(session.config, session));
       const remaining = chainAvailable(accounts).toFixed();
       if (!settled.replayed) {
+        // The session's row first: the entry names the digest of every row it changes (state-auth.ts).
+        const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
+        await tx.sessions.update({
+          ...session,
+          state: {
+            ...session.state,
+            budget_spent_usd: spent.toNumber(),
+            budget_remaining_usd: Number(remaining),
+          },
+          updated_ns: nowNs,
+        });
         const entry = await auditor.record(
           tx,
           "post_exec",
@@ -1168,16 +1180,6 @@ export function createEngine(options: EngineOptions): Engine {
           nowNs,
         );
         if (span.recording) span.set({ "leash.chain.seq": entry.seq });
-        const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(actual);
-        await tx.sessions.update({
-          ...session,
-          state: {
-            ...session.state,
-            budget_spent_usd: spent.toNumber(),
-            budget_remaining_usd: Number(remaining),
-          },
-          updated_ns: nowNs,
-        });
       }
       return {
         session_id: session.session_id,
@@ -1299,6 +1301,7 @@ export function createEngine(options: EngineOptions): Engine {
         },
         async (error: unknown) => {
           if (error instanceof ChainUnverifiedError) return chainUnverified(request, error);
+          if (error instanceof StateUnverifiedError) return stateUnverified(request, error);
           // Two engines raced on one message and this one lost: it answers with the winner's decision.
           const recorded = await recordedAfterConflict(substrate, request, error, signedByKnownKey);
           if (recorded === null) throw error;

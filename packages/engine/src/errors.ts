@@ -17,6 +17,7 @@ export type LeashErrorCode =
   | "key_not_in_force"
   | "missing_dependency"
   | "chain_unverified"
+  | "state_unverified"
   | "denied"
   | "hitl_required";
 
@@ -40,6 +41,7 @@ export class LeashError extends LeashBaseError<LeashErrorCode> {
     key_not_in_force: "KEY_NOT_IN_FORCE",
     missing_dependency: "MISSING_DEPENDENCY",
     chain_unverified: "CHAIN_UNVERIFIED",
+    state_unverified: "STATE_UNVERIFIED",
     denied: "DENIED",
     hitl_required: "HITL_REQUIRED",
   };

@@ -3,14 +3,16 @@
 //
 // Why: a decision needs its session, its budget accounts and the chain head; reading them from the store
 // for every call (and writing each session and account once per call) is most of what a decision cost
-// beyond its signature. Here they are read once, kept while this engine is the only writer, and
-// written back coalesced: one row per touched session and account per transaction, stamped with the
-// chain position it reflects (the transaction's last entry). What it costs: a batch's first statement
+// beyond its signature. Here they are read once (checked against the chain: state-auth.ts), kept while
+// this engine is the only writer, and written back coalesced: one row per touched session and account
+// per transaction, stamped with the entry that last changed it (row-guard.ts). What it costs: a batch's first statement
 // reads the chain head under the store's write lock, and when other writers (processes, or this
 // engine's own cold paths) appended since, their entries are read and the sessions they name (and
 // every cached account) are dropped before anything is judged. This is sound because every change to
 // a session or an account is written with a chain entry in the same transaction (heartbeats, which
 // are not, only ever `touch` their own column).
+
+import type { StateTable } from "@leash/chain";
 import type {
   BudgetAccount,
   BudgetStore,
@@ -31,7 +33,10 @@ import type {
 } from "@leash/core";
 import { SubstrateError, writeBatchByRows } from "@leash/core";
 import type { ChainHead } from "./audit.js";
+import { continues, sameHead } from "./chain-tail.js";
+import { overlaid, RowGuard, type RowStamps } from "./row-guard.js";
 import { RowOverlay } from "./row-overlay.js";
+import type { StateAuth } from "./state-auth.js";
 
 /** Past this many foreign entries since the last batch, the whole projection is dropped instead of read. */
 const FOLD_MAX = 512;
@@ -41,32 +46,6 @@ const SESSIONS_MAX = 50_000;
 const messageKey = (sessionId: string, messageId: string) => `${sessionId}\u0000${messageId}`;
 const nonceKey = (sessionId: string, nonce: Nonce) =>
   `${sessionId}\u0000${typeof nonce === "number" ? "n" : "s"}:${String(nonce)}`;
-
-function sameHead(a: ChainHead | null | undefined, b: ChainHead | null): boolean {
-  if (a === undefined) return false;
-  if (a === null || b === null) return a === b;
-  return a.seq === b.seq && a.entry_hash === b.entry_hash;
-}
-
-/**
- * Whether `tail` is the chain's next entries after (knownSeq, knownHash), each linked to the one
- * before by seq and hash, ending at `head`: only then may the projection fold them in.
- */
-function continues(
-  tail: readonly ChainEntryRecord[],
-  knownSeq: number,
-  knownHash: string | undefined,
-  head: ChainHead | null,
-): boolean {
-  let seq = knownSeq;
-  let hash = knownHash;
-  for (const entry of tail) {
-    if (entry.seq !== seq + 1 || entry.prev_hash !== hash) return false;
-    seq = entry.seq;
-    hash = entry.entry_hash;
-  }
-  return head !== null && seq === head.seq && hash === head.entry_hash;
-}
 
 /** What the engine knows between transactions: rows as of `head`, which its last batch wrote. */
 export class Projection {
@@ -81,6 +60,9 @@ export class Projection {
    */
   readonly pending: ProjectionTx[] = [];
 
+  /** @param auth checks the rows read from the store against the chain (absent: served unchecked). */
+  constructor(readonly auth?: StateAuth) {}
+
   /** Opens an overlay over `tx` (the caller then calls `open` first thing in the transaction). */
   begin(tx: SubstrateTx): ProjectionTx {
     return new ProjectionTx(this, tx);
@@ -94,6 +76,10 @@ export class Projection {
 
   /** The transaction's function has finished; its COMMIT is on its way. */
   judged(ptx: ProjectionTx): void {
+    if (ptx.stamps.pending > 0) {
+      // A row changed after the transaction's last entry: no signed entry names its digest.
+      throw new TypeError("a state row was changed after the last chain entry of its transaction");
+    }
     this.pending.push(ptx);
   }
 
@@ -149,6 +135,8 @@ export class ProjectionTx implements SubstrateTx {
   readonly sessionRows: RowOverlay<SessionRecord>;
   readonly accountRows: RowOverlay<BudgetAccount>;
   readonly #journal: Undo[] = [];
+  /** The rows changed since the last entry, which the next one names (state-auth.ts). */
+  readonly stamps: RowStamps;
   /** Statements that reached the store and change it. */
   #writes = 0;
   /** Entries, outbox items and holds written since the last flush, in order (the batch's appends). */
@@ -158,6 +146,8 @@ export class ProjectionTx implements SubstrateTx {
   /** Decided messages recorded since the last flush (MessageStore.insert, held like the appends). */
   #decided: MessageRecord[] = [];
   #head: ChainHead | null | undefined = undefined;
+  /** The head's seq when the transaction opened: entries up to it are committed. */
+  #openSeq = -1;
   readonly #seenNonces = new Map<string, boolean>();
   /** What this transaction knows of (session, message id): a record, null for none, absent: unknown. */
   readonly #knownMessages = new Map<string, MessageRecord | null>();
@@ -193,23 +183,50 @@ export class ProjectionTx implements SubstrateTx {
     const journal = (undo: Undo) => {
       this.#journal.push(undo);
     };
-    const sessionRows = new RowOverlay(projection.sessions, (id) => tx.sessions.get(id), journal);
-    const accountRows = new RowOverlay(projection.accounts, (id) => tx.budgets.getAccount(id), journal);
+    const guard = new RowGuard(
+      projection.auth,
+      tx,
+      journal,
+      () => this.#openSeq,
+      () => this.#nextSeq(),
+    );
+    const stamps = guard.stamps;
+    this.stamps = stamps;
+    const sessionRows: RowOverlay<SessionRecord> = new RowOverlay(
+      projection.sessions,
+      async (id) => guard.checked("sessions", id, await tx.sessions.get(id)),
+      journal,
+      (id) => stamps.changed(overlaid("sessions", id, sessionRows)),
+    );
+    const accountRows: RowOverlay<BudgetAccount> = new RowOverlay(
+      projection.accounts,
+      async (id) => guard.checked("budget_accounts", id, await tx.budgets.getAccount(id)),
+      journal,
+      (id) => stamps.changed(overlaid("budget_accounts", id, accountRows)),
+    );
     // Rows a store changes without a chain entry (escrow allotments) are read afresh in every transaction.
     if (tx.volatileAccounts !== undefined) accountRows.fresh = tx.volatileAccounts;
     this.sessionRows = sessionRows;
     this.accountRows = accountRows;
     // An insert is a statement of its own (it may clash); once it reached the store, the row is known.
     const insert = <R extends { at_seq: number | null }>(
+      table: StateTable,
       rows: RowOverlay<R>,
       id: string,
       row: R,
-      send: () => Promise<void>,
-    ) => write(send).then(() => rows.known(id, row));
+      send: (row: R) => Promise<void>,
+    ) => {
+      const out = { ...row, at_seq: this.#nextSeq() };
+      return write(() => send(out)).then(() => {
+        rows.known(id, out);
+        stamps.changed(overlaid(table, id, rows));
+      });
+    };
     const self = this;
     this.sessions = {
       get: (id) => sessionRows.get(id),
-      insert: (record) => insert(sessionRows, record.session_id, record, () => tx.sessions.insert(record)),
+      insert: (record) =>
+        insert("sessions", sessionRows, record.session_id, record, (row) => tx.sessions.insert(row)),
       update: async (record) => sessionRows.update(record.session_id, record),
       async list(filter) {
         await self.flush();
@@ -221,13 +238,12 @@ export class ProjectionTx implements SubstrateTx {
     this.budgets = {
       getAccount: (id) => accountRows.get(id),
       insertAccount: (account) =>
-        insert(accountRows, account.account_id, account, () => tx.budgets.insertAccount(account)),
+        insert("budget_accounts", accountRows, account.account_id, account, (row) =>
+          tx.budgets.insertAccount(row),
+        ),
       updateAccount: async (account) => accountRows.update(account.account_id, account),
       insertReservation: (reservation) => held(() => self.holdNow(reservation)),
-      getReservation: (id) => read(() => tx.budgets.getReservation(id)),
-      updateReservation: (reservation) => write(() => tx.budgets.updateReservation(reservation)),
-      listExpired: (nowNs, limit) => read(() => tx.budgets.listExpired(nowNs, limit)),
-      listReservations: (filter) => read(() => tx.budgets.listReservations(filter)),
+      ...guard.holds(read, write),
     };
     this.nonces = {
       has: (sessionId, nonce) =>
@@ -262,13 +278,7 @@ export class ProjectionTx implements SubstrateTx {
       count: () => read(() => tx.chain.count()),
       params: (hashes) => read(() => tx.chain.params(hashes)),
     };
-    const hitl = tx.hitl;
-    this.hitl = {
-      insert: (request) => write(() => hitl.insert(request)),
-      get: (id) => read(() => hitl.get(id)),
-      update: (request) => write(() => hitl.update(request)),
-      list: (filter) => read(() => hitl.list(filter)),
-    };
+    this.hitl = guard.hitl(read, write);
     const outbox = tx.outbox;
     this.outbox = {
       enqueue: (item) => held(() => self.enqueueNow(item)),
@@ -370,9 +380,22 @@ export class ProjectionTx implements SubstrateTx {
     this.#holdRow(this.#outboxItems, { ...item });
   }
 
-  /** BudgetStore.insertReservation, held for the flush. */
+  /** BudgetStore.insertReservation, held for the flush; stamped with the entry that follows. */
   holdNow(reservation: Reservation): void {
-    this.#holdRow(this.#holds, { ...reservation });
+    const row = { ...reservation, at_seq: this.#nextSeq() };
+    this.stamps.changed({ table: "reservations", id: row.reservation_id, current: () => row });
+    this.#holdRow(this.#holds, row);
+  }
+
+  /** The seq the next entry of this transaction takes. */
+  #nextSeq(): number {
+    const head = this.#head;
+    return head === undefined || head === null ? 0 : head.seq + 1;
+  }
+
+  /** The `row_digests` of the entry at `seq`: the rows changed since the last one (Auditor). */
+  rowDigestsFor(seq: number): Record<string, string> | undefined {
+    return this.stamps.take(seq);
   }
 
   /** A held append: counted as a write, undone by the journal. */
@@ -403,6 +426,7 @@ export class ProjectionTx implements SubstrateTx {
   async open(): Promise<void> {
     const head = await this.tx.chain.head();
     this.#head = head;
+    this.#openSeq = head === null ? -1 : head.seq;
     const newest = this.projection.pending.at(-1);
     if (newest !== undefined && sameHead(newest.currentHead, head)) {
       const layers = [...this.projection.pending].reverse();
@@ -461,10 +485,7 @@ export class ProjectionTx implements SubstrateTx {
     while (this.#journal.length > mark.journal) this.#journal.pop()!();
   }
 
-  /**
-   * Writes every session and account changed since the last flush, once each, stamped with the
-   * chain position they now reflect: this transaction's last entry.
-   */
+  /** Writes every session and account changed since the last flush, once each, as stamped. */
   async flush(): Promise<void> {
     const entries = this.#entries;
     const outbox = this.#outboxItems;
@@ -476,9 +497,8 @@ export class ProjectionTx implements SubstrateTx {
     this.#outboxItems = [];
     this.#holds = [];
     this.#decided = [];
-    const atSeq = this.#head === undefined || this.#head === null ? null : this.#head.seq;
-    const sessions = this.sessionRows.writeBack(atSeq);
-    const accounts = this.accountRows.writeBack(atSeq);
+    const sessions = this.sessionRows.writeBack();
+    const accounts = this.accountRows.writeBack();
     this.#writes++;
     this.#journal.length = 0;
     await this.tx.writeBatch({

@@ -23,11 +23,13 @@ export class RowOverlay<R extends { at_seq: number | null }> {
    * @param committed the projection's rows, as of the head it holds (read, never written, here)
    * @param load reads a row the caches lack from the store, in this transaction
    * @param journal records an undo on the transaction's journal (ProjectionTx.rollbackTo)
+   * @param changed told of every row changed (the next chain entry names it: state-auth.ts)
    */
   constructor(
     private readonly committed: ReadonlyMap<string, R>,
     private readonly load: (id: string) => Promise<R | null>,
     private readonly journal: (undo: Undo) => void,
+    private readonly changed: (id: string) => void = () => {},
   ) {}
 
   get rows(): ReadonlyMap<string, R> {
@@ -89,19 +91,33 @@ export class RowOverlay<R extends { at_seq: number | null }> {
     });
     this.#rows.set(id, { ...row });
     this.#dirty.add(id);
+    this.changed(id);
+  }
+
+  /** The row as this transaction holds it (not a copy: read, never change it), or undefined. */
+  current(id: string): R | undefined {
+    return this.#rows.get(id);
   }
 
   /**
-   * Stamps every row changed since the last write-back with `atSeq` (the chain position it now
-   * reflects) and returns copies to write; they are clean afterwards.
+   * Moves a row's stamp to `seq`, the entry that names its digest (RowStamps.take), to be written
+   * back (again, if a flush wrote it since its change). Not journaled: an undo of the change before
+   * it puts back the whole row, and writing back an unchanged row changes nothing.
    */
-  writeBack(atSeq: number | null): R[] {
+  stamp(id: string, seq: number): void {
+    const row = this.#rows.get(id);
+    if (row === undefined || row.at_seq === seq) return;
+    this.#rows.set(id, { ...row, at_seq: seq });
+    this.#dirty.add(id);
+  }
+
+  /**
+   * Returns copies of every row changed since the last write-back, each with the stamp of the entry
+   * that last named it; they are clean afterwards.
+   */
+  writeBack(): R[] {
     const out: R[] = [];
-    for (const id of this.#dirty) {
-      const row: R = { ...this.#rows.get(id)!, at_seq: atSeq };
-      this.#rows.set(id, row);
-      out.push({ ...row });
-    }
+    for (const id of this.#dirty) out.push({ ...this.#rows.get(id)! });
     this.#dirty.clear();
     return out;
   }

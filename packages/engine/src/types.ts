@@ -155,6 +155,8 @@ export interface EvaluateRequest {
  */
 export type EngineReason =
   | "fail_closed:chain_unverified"
+  // A row the call needs is not the one the chain signed (state-auth.ts): nothing decided or appended.
+  | "fail_closed:state_unverified"
   | "hitl_transition:tool_mismatch"
   | "policy_violation:missing_estimate"
   | "policy_violation:invalid_estimate"
@@ -194,7 +196,9 @@ export interface EvaluateResult {
   receipt: string | null;
   /** With `fail_closed:chain_unverified`: where the chain fails (index and kind, as `leash verify` says). */
   chain_failure?: ChainFailure;
-  /** With `fail_closed:chain_unverified`: the one-line explanation. */
+  /** With `fail_closed:state_unverified`: the row the chain does not vouch for (its table and key). */
+  state_failure?: { table: string; key: string };
+  /** With `fail_closed:chain_unverified` or `fail_closed:state_unverified`: the one-line explanation. */
   error?: string;
   /** With HITL: the request a human answers (engine.getHitl / answerHitl / waitForHitl take it). */
   hitl_request_id?: string;

@@ -106,13 +106,17 @@ describe.each(SQL_KINDS)("a %s store written at schema version 5, migrated", (ki
     await substrate.migrate();
 
     const migrated = await everything(substrate, [`session:${budgeted.session_id}`], nonces);
-    // Stamps did not exist before: null on every migrated session and account, all else as written;
+    // Stamps did not exist before: null on every migrated session and account (absent on holds and
+    // HITL requests), all else as written;
     // the nonces entries spent are rows of the old nonce table there, not entry columns.
     const unstamped = {
       ...written,
       chain: written.chain.map(({ nonce: _spent, ...entry }) => entry),
       sessions: written.sessions.map((s) => ({ ...s, at_seq: null })),
       accounts: written.accounts.map((a) => (a === null ? null : ({ ...a, at_seq: null } as BudgetAccount))),
+      // Holds and HITL requests had no stamp column before version 13: read back without one.
+      reservations: written.reservations.map(({ at_seq: _stamp, ...r }) => r),
+      hitl: written.hitl.map(({ at_seq: _stamp, ...h }) => h),
     };
     expect(migrated).toEqual(unstamped);
     // The ALLOWed calls' nonces (a paused call's nonce is not consumed until it is approved).

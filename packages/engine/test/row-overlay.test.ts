@@ -67,9 +67,21 @@ describe("RowOverlay", () => {
     expect(rows.dirty).toBe(false);
     rows.update("a", { id: "a", n: 4, at_seq: 0 });
     rows.update("a", { id: "a", n: 5, at_seq: 0 });
-    expect(rows.writeBack(7)).toEqual([{ id: "a", n: 5, at_seq: 7 }]);
+    // The entry that names the row's digest stamps it (state-auth.ts RowStamps.take).
+    rows.stamp("a", 7);
+    expect(rows.writeBack()).toEqual([{ id: "a", n: 5, at_seq: 7 }]);
     expect(rows.rows.get("a")).toEqual({ id: "a", n: 5, at_seq: 7 });
     expect(rows.dirty).toBe(false);
-    expect(rows.writeBack(8)).toEqual([]);
+    expect(rows.writeBack()).toEqual([]);
+  });
+
+  it("writes a row back again when an entry stamps it after a flush wrote it", async () => {
+    const { rows } = overlay(new Map([["a", { id: "a", n: 1, at_seq: 0 }]]));
+    rows.update("a", { id: "a", n: 2, at_seq: 0 });
+    expect(rows.writeBack()).toEqual([{ id: "a", n: 2, at_seq: 0 }]);
+    rows.stamp("a", 3);
+    expect(rows.writeBack()).toEqual([{ id: "a", n: 2, at_seq: 3 }]);
+    rows.stamp("a", 3);
+    expect(rows.writeBack()).toEqual([]);
   });
 });

@@ -3,8 +3,9 @@
 // it reads the head (stamps must not be beyond it) and the nonce column; it replays nothing.
 
 import { Money } from "@leash/budget-guard";
-import { appendEntry, type Signer } from "@leash/chain";
+import { appendEntry, ROW_DIGESTS_FIELD, type Signer } from "@leash/chain";
 import {
+  type HitlRequest,
   type Nonce,
   type Reservation,
   type SessionRecord,
@@ -14,9 +15,16 @@ import {
 import { enqueueEntry } from "@leash/outbox";
 import { withAllotments } from "./escrow-check.js";
 import { type Projection, type ReplayResult, recordedForm } from "./replay/replay.js";
+import { digestMismatches, repairDigests, type StampedRow } from "./row-digests.js";
 
 /** "chain": an entry's indexed nonce column (id: its seq); "nonces": what NonceStore answers. */
-export type SnapshotTable = "sessions" | "nonces" | "chain" | "budget_accounts" | "reservations";
+export type SnapshotTable =
+  | "sessions"
+  | "nonces"
+  | "chain"
+  | "budget_accounts"
+  | "reservations"
+  | "hitl_requests";
 
 /** One snapshot value that is not what the chain gives. */
 export interface SnapshotDifference {
@@ -78,8 +86,9 @@ const CHAIN_PAGE = 1_000;
  * the nonce column of every entry the projection folded with the nonce its decision spent.
  * A session or account stamped with a chain position beyond the chain's head (`at_seq`, read in the
  * same transaction) reflects entries the chain no longer has (restored from an older backup, entries
- * lost): a difference, whatever its other fields say. Stamps at or below the head are not compared
- * with the replay: the engine may stamp the rows of a batch with the batch's last seq.
+ * lost): a difference, whatever its other fields say. Every stamped row (HITL requests too) is
+ * compared with the digest its stamping entry signed (`row_digests`): field `row_digest`, which
+ * also catches an edit of a field the replay does not derive.
  */
 export async function compareSnapshots(
   substrate: Substrate,
@@ -103,6 +112,8 @@ export async function compareSnapshots(
       repairable,
     });
   await substrate.transaction(async (tx) => {
+    // Rows the replay can rebuild, checked against their digests last.
+    const stamped: StampedRow[] = [];
     const headSeq = (await tx.chain.head())?.seq ?? null;
     const beyondHead = (atSeq: number | null | undefined): boolean =>
       atSeq !== null && atSeq !== undefined && (headSeq === null || atSeq > headSeq);
@@ -118,6 +129,7 @@ export async function compareSnapshots(
         diff("sessions", id, "row", null, "present");
         continue;
       }
+      stamped.push({ table: "sessions", id, row });
       for (const field of SESSION_FIELDS) {
         if (field === "state") {
           // Field by field, so the report names the edited one (circuit_tripped, total_calls, …).
@@ -177,6 +189,7 @@ export async function compareSnapshots(
       const row = withAllotments(accountRow, shares);
       // Not repaired in place: the row holds only part of the spending (report it, fail closed).
       const repairable = shares.length === 0;
+      if (repairable) stamped.push({ table: "budget_accounts", id, row: accountRow });
       if (beyondHead(row.at_seq)) diff("budget_accounts", id, "at_seq", row.at_seq, headSeq);
       for (const field of ["spent_usd", "reserved_usd", "limit_usd"] as const) {
         if (!sameMoney(row[field], replayed[field]))
@@ -194,6 +207,7 @@ export async function compareSnapshots(
         diff("reservations", id, "row", null, "present");
         continue;
       }
+      stamped.push({ table: "reservations", id, row });
       for (const field of RESERVATION_FIELDS) {
         if (!same(row[field], replayed[field])) diff("reservations", id, field, row[field], replayed[field]);
       }
@@ -204,6 +218,13 @@ export async function compareSnapshots(
     }
     for (const id of holds.keys()) {
       if (!projection.ledger.reservations.has(id)) diff("reservations", id, "row", "present", null, false);
+    }
+    for (const row of await tx.hitl.list({})) {
+      const replayed = projection.hitl.has(row.request_id);
+      if (replayed) stamped.push({ table: "hitl_requests", id: row.request_id, row });
+    }
+    for (const m of await digestMismatches(tx, stamped)) {
+      diff(m.table, m.id, "row_digest", m.stored, m.signed);
     }
   });
   return out;
@@ -221,8 +242,8 @@ export function describeDifferences(differences: readonly SnapshotDifference[]):
  * Rewrites the differing snapshot rows from the projection and appends a signed "snapshot_repaired"
  * entry naming them, in one transaction (the outbox item with it). Rows the port cannot delete stay,
  * and are left in the returned list. The caller has checked that `signer` is the key in force.
- * Every session and account rewritten is stamped with the replay's last entry (`at_seq`): what it
- * now reflects.
+ * Every row rewritten is stamped with that entry (`at_seq`), which names its digest (`row_digests`):
+ * what the engine then checks it against.
  */
 export async function repairSnapshots(
   substrate: Substrate,
@@ -243,7 +264,9 @@ export async function repairSnapshots(
         "the chain moved while its snapshots were being checked; run recovery again",
       );
     }
-    const atSeq = replay.head?.seq ?? null;
+    // The seq the repair entry takes: every rewritten row names it, and it names their digests.
+    const atSeq = replay.head === null ? 0 : replay.head.seq + 1;
+    const rewritten: StampedRow[] = [];
     const sessions = new Set(repaired.filter((d) => d.table === "sessions").map((d) => d.id));
     for (const id of sessions) {
       const replayed = projection.sessions.get(id)!;
@@ -261,30 +284,42 @@ export async function repairSnapshots(
             };
       if (row === null) await tx.sessions.insert(next);
       else await tx.sessions.update(next);
+      rewritten.push({ table: "sessions", id, row: next });
     }
     for (const id of new Set(repaired.filter((d) => d.table === "budget_accounts").map((d) => d.id))) {
       const replayed = projection.ledger.accounts.get(id)!;
       const row = await tx.budgets.getAccount(id);
-      if (row === null) await tx.budgets.insertAccount({ ...replayed, at_seq: atSeq });
-      else {
-        const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
-        await tx.budgets.updateAccount({
-          ...row,
-          limit_usd,
-          spent_usd,
-          reserved_usd,
-          parent_id,
-          scope,
-          updated_ns: Math.max(row.updated_ns, nowNs),
-          at_seq: atSeq,
-        });
-      }
+      const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
+      const next =
+        row === null
+          ? { ...replayed, at_seq: atSeq }
+          : {
+              ...row,
+              limit_usd,
+              spent_usd,
+              reserved_usd,
+              parent_id,
+              scope,
+              updated_ns: Math.max(row.updated_ns, nowNs),
+              at_seq: atSeq,
+            };
+      if (row === null) await tx.budgets.insertAccount(next);
+      else await tx.budgets.updateAccount(next);
+      rewritten.push({ table: "budget_accounts", id, row: next });
     }
     for (const id of new Set(repaired.filter((d) => d.table === "reservations").map((d) => d.id))) {
-      const replayed: Reservation = projection.ledger.reservations.get(id)!;
+      const replayed: Reservation = { ...projection.ledger.reservations.get(id)!, at_seq: atSeq };
       const row = await tx.budgets.getReservation(id);
       if (row === null) await tx.budgets.insertReservation(replayed);
       else await tx.budgets.updateReservation(replayed);
+      rewritten.push({ table: "reservations", id, row: replayed });
+    }
+    for (const id of new Set(repaired.filter((d) => d.table === "hitl_requests").map((d) => d.id))) {
+      const row = await tx.hitl.get(id);
+      if (row === null) continue;
+      const next = { ...row, ...hitlAnswer(projection.hitl.get(id)!), at_seq: atSeq };
+      await tx.hitl.update(next);
+      rewritten.push({ table: "hitl_requests", id, row: next });
     }
     const entry = await appendEntry(tx, {
       kind: "snapshot_repaired",
@@ -293,6 +328,7 @@ export async function repairSnapshots(
         chain_head_hash: replay.head?.entry_hash ?? null,
         repaired: repaired.map((d) => `${d.table} ${d.id} ${d.field}`),
         left: left.map((d) => `${d.table} ${d.id} ${d.field}`),
+        [ROW_DIGESTS_FIELD]: repairDigests(rewritten),
       },
       signer,
       nowNs,
@@ -301,4 +337,25 @@ export async function repairSnapshots(
     return entry.seq;
   });
   return { repaired, left, entry_seq: seq };
+}
+
+/**
+ * What the replay derives of a HITL request (its call and its answer); the operator's view (params,
+ * budget, policy, comment) is not chain state and stays as stored.
+ */
+function hitlAnswer(replayed: HitlRequest): Partial<HitlRequest> {
+  const { session_id, call_number, tool_name, nonce, args_digest, status, decision, operator_id } = replayed;
+  const { successor_nonce, successor_args_digest } = replayed;
+  return {
+    session_id,
+    call_number,
+    tool_name,
+    nonce,
+    args_digest,
+    status,
+    decision,
+    operator_id,
+    successor_nonce,
+    successor_args_digest,
+  };
 }

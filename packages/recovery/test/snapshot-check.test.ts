@@ -254,18 +254,29 @@ const stamps = (substrate: Substrate, ids: { id: string; account: string }) =>
   ]);
 
 describe.each(KINDS)("snapshot stamps (at_seq) on %s", (kind: Kind) => {
-  it("passes stamps at or below the chain's head, which are not compared with the replay", async () => {
-    const { store: s, ...ids } = await seeded(kind);
-    const head = (await readChain(s.substrate)).at(-1)!.seq;
-    for (const atSeq of [head, 0]) {
-      await stamp(s.substrate, ids, atSeq);
-      const report = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
-      expect(report.problems).toEqual([]);
-      expect(report.snapshots.differences).toEqual([]);
-    }
+  it("passes each row's own stamp, and catches one moved to an entry that did not sign the row (row_digest)", async () => {
+    const { store: s, clock, ...ids } = await seeded(kind);
+    const untouched = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
+    expect(untouched.snapshots.differences).toEqual([]);
+    // Entry 0 registered the session: it signed the session's first row, not the one stored now.
+    await stamp(s.substrate, ids, 0);
+    const report = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex], clock });
+    expect(report.problems.map((p) => p.code)).toEqual(["snapshot_mismatch"]);
+    expect(report.snapshots.differences.map((d) => [d.table, d.id, d.field])).toEqual([
+      ["sessions", ids.id, "row_digest"],
+      ["budget_accounts", ids.account, "row_digest"],
+    ]);
+    const repaired = await recover(await s.another(), {
+      publicKeys: [KEY.publicKeyHex],
+      clock,
+      signer: KEY.signer,
+      repair: true,
+    });
+    expect(repaired.problems).toEqual([]);
+    expect((await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] })).ok).toBe(true);
   });
 
-  it("catches a session and an account stamped beyond the chain's head, and --repair stamps them with the replay's last seq", async () => {
+  it("catches a session and an account stamped beyond the chain's head, and --repair stamps them with its own entry", async () => {
     const { store: s, clock, ...ids } = await seeded(kind);
     const head = (await readChain(s.substrate)).at(-1)!.seq;
     await stamp(s.substrate, ids, head + 3);
@@ -303,8 +314,8 @@ describe.each(KINDS)("snapshot stamps (at_seq) on %s", (kind: Kind) => {
     expect(repaired.problems).toEqual([]);
     expect(repaired.snapshots.repaired).toBe(2);
     expect(repaired.snapshots.repair_entry_seq).toBe(head + 1);
-    // Rewritten from the replay, stamped with its last entry; the repair entry after it changes no state.
-    expect(await stamps(substrate, ids)).toEqual([head, head]);
+    // Rewritten from the replay, stamped with the repair entry, which signs their digests.
+    expect(await stamps(substrate, ids)).toEqual([head + 1, head + 1]);
     const again = await recover(await s.another(), { publicKeys: [KEY.publicKeyHex] });
     expect(again.ok).toBe(true);
   });

@@ -1,9 +1,17 @@
-// Contract tests for the snapshot stamps (`at_seq` on sessions and accounts) and for heartbeats (`touch`),
-// the one session field `update` leaves alone. Which stamp the engine writes is the engine's to test.
+// Contract tests for the snapshot stamps (`at_seq` on sessions, accounts, holds and HITL requests) and for
+// heartbeats (`touch`), the one session field `update` leaves alone. Which stamp is written is the engine's.
 
 import type { Substrate } from "@leash/core";
 import { describe, expect, it } from "vitest";
-import { MAX_SAFE_NS, makeAccount, makeSession, T0 } from "./fixtures.js";
+import {
+  MAX_SAFE_NS,
+  makeAccount,
+  makeHitlRequest,
+  makeReservation,
+  makeSession,
+  seedWorld,
+  T0,
+} from "./fixtures.js";
 import { expectSubstrateError, twoHandles, useHarness } from "./harness.js";
 import type { SubstrateContractOptions } from "./options.js";
 
@@ -72,6 +80,51 @@ export function snapshotStampsContract(opts: SubstrateContractOptions): void {
         return tx.budgets.getAccount(again.account_id);
       });
       expect(inTx).toEqual(again);
+    });
+
+    // Schema version 13. A row written without a stamp (absent or null) reads back without one
+    // (absent or null); a stamp written is returned exactly, by get, list and after an update.
+    const GIVEN = STAMPS.filter((s) => s !== null);
+    it("a hold's at_seq round-trips through insertReservation, writeBatch, get, list and update", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const holds = GIVEN.map((at_seq, i) => makeReservation(`r${i}`, { at_seq }));
+      const batched = makeReservation("r-batch", { at_seq: 5 });
+      const bare = makeReservation("r-bare");
+      await sub.transaction(async (tx) => {
+        for (const r of [...holds, bare]) await tx.budgets.insertReservation(r);
+        await tx.writeBatch({ entries: [], outbox: [], reservations: [batched], sessions: [], accounts: [] });
+      });
+      const got = await sub.transaction(async (tx) =>
+        Promise.all([...holds, batched].map((r) => tx.budgets.getReservation(r.reservation_id))),
+      );
+      expect(got).toEqual([...holds, batched]);
+      const listed = await sub.transaction((tx) => tx.budgets.listReservations({}));
+      expect(listed.find((r) => r.reservation_id === "r1")?.at_seq).toBe(GIVEN[1]);
+      const none = await sub.transaction((tx) => tx.budgets.getReservation("r-bare"));
+      expect(none?.at_seq ?? null).toBeNull();
+      const moved = { ...holds[0]!, status: "SETTLED" as const, actual_usd: "0.25", at_seq: 9 };
+      await sub.transaction((tx) => tx.budgets.updateReservation(moved));
+      expect(await sub.transaction((tx) => tx.budgets.getReservation(moved.reservation_id))).toEqual(moved);
+    });
+
+    it("a HITL request's at_seq round-trips through insert, get, list and update", async () => {
+      const sub = await (await useHarness(opts)).openMigrated();
+      await seedWorld(sub);
+      const requests = GIVEN.map((at_seq, i) => makeHitlRequest(`h${i}`, { at_seq }));
+      await sub.transaction(async (tx) => {
+        for (const r of requests) await tx.hitl.insert(r);
+        await tx.hitl.insert(makeHitlRequest("h-bare"));
+      });
+      expect(
+        await sub.transaction((tx) => Promise.all(requests.map((r) => tx.hitl.get(r.request_id)))),
+      ).toEqual(requests);
+      const listed = await sub.transaction((tx) => tx.hitl.list({}));
+      expect(listed.find((r) => r.request_id === "h2")?.at_seq).toBe(GIVEN[2]);
+      expect(listed.find((r) => r.request_id === "h-bare")?.at_seq ?? null).toBeNull();
+      const decided = { ...requests[0]!, status: "DECIDED" as const, decision: "approve", at_seq: 11 };
+      await sub.transaction((tx) => tx.hitl.update(decided));
+      expect(await sub.transaction((tx) => tx.hitl.get(decided.request_id))).toEqual(decided);
     });
   });
 

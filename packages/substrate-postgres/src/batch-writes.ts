@@ -134,18 +134,18 @@ RETURNING seq`,
         statement: statement(
           "reservations.insert(multi)",
           `INSERT INTO ${t.reservations} (reservation_id, account_ids, session_id, call_number, amount_usd,
-actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns)
+actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns, at_seq)
 SELECT u.reservation_id,
   ARRAY(SELECT a.id FROM jsonb_array_elements_text(u.account_ids::jsonb) WITH ORDINALITY AS a(id, n) ORDER BY a.n),
   u.session_id, u.call_number, u.amount_usd, u.actual_usd, u.status, u.idempotency_key, u.created_ns,
-  u.expires_ns, u.resolved_ns
-FROM unnest(${unnest(["text", "text", "text", "bigint", "text", "text", "text", "text", "bigint", "bigint", "bigint", "text"])})
+  u.expires_ns, u.resolved_ns, u.at_seq
+FROM unnest(${unnest(["text", "text", "text", "bigint", "text", "text", "text", "text", "bigint", "bigint", "bigint", "bigint", "text"])})
   AS u(reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key,
-  created_ns, expires_ns, resolved_ns, lock_key)
+  created_ns, expires_ns, resolved_ns, at_seq, lock_key)
 CROSS JOIN LATERAL (SELECT pg_advisory_xact_lock(hashtextextended(u.lock_key, 0))) AS key_lock
 RETURNING reservation_id`,
         ),
-        columns: 12,
+        columns: 13,
         element: (value, column) => (column === 1 ? JSON.stringify(value) : value),
         key: keyOf(0),
         returned: (row) => String(row.reservation_id),

@@ -48,6 +48,7 @@ interface ReservationRow {
   created_ns: unknown;
   expires_ns: unknown;
   resolved_ns: unknown;
+  at_seq: unknown;
 }
 
 export function accountFromRow(row: AccountRow): BudgetAccount {
@@ -91,6 +92,8 @@ function reservationFromRow(row: ReservationRow): Reservation {
     created_ns: decodeInt(row.created_ns, "created_ns"),
     expires_ns: decodeInt(row.expires_ns, "expires_ns"),
     resolved_ns: decodeOptionalInt(row.resolved_ns, "resolved_ns"),
+    // Absent, not null, for rows without a stamp: a record written without one reads back equal.
+    ...(row.at_seq === null || row.at_seq === undefined ? {} : { at_seq: decodeInt(row.at_seq, "at_seq") }),
   };
 }
 
@@ -110,6 +113,7 @@ function reservationParams(reservation: Reservation): unknown[] {
     encodeInt(reservation.created_ns, "created_ns"),
     encodeInt(reservation.expires_ns, "expires_ns"),
     encodeOptionalInt(reservation.resolved_ns, "resolved_ns"),
+    encodeOptionalInt(reservation.at_seq ?? null, "at_seq"),
   ];
 }
 

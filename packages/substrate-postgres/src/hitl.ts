@@ -38,6 +38,7 @@ interface HitlRow {
   expires_ns: unknown;
   comment: string | null;
   successor_params_json: string | null;
+  at_seq: unknown;
 }
 
 function fromRow(row: HitlRow): HitlRequest {
@@ -64,6 +65,7 @@ function fromRow(row: HitlRow): HitlRequest {
     expires_ns: decodeOptionalInt(row.expires_ns, "expires_ns"),
     comment: row.comment,
     successor_params_json: row.successor_params_json,
+    ...(row.at_seq === null || row.at_seq === undefined ? {} : { at_seq: decodeInt(row.at_seq, "at_seq") }),
   };
 }
 
@@ -91,6 +93,7 @@ function toParams(request: HitlRequest): unknown[] {
     encodeOptionalInt(request.expires_ns, "expires_ns"),
     encodeOptionalText(request.comment, "comment"),
     encodeOptionalText(request.successor_params_json, "successor_params_json"),
+    encodeOptionalInt(request.at_seq ?? null, "at_seq"),
   ];
 }
 

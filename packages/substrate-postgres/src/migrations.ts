@@ -217,7 +217,7 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 12,
     // Budget escrow (#35): a shared account's per-shard allotments, charged by the shard without the
-    // account's row. Version 12 (10, 11 and 13 belong to other work); the SQLite version 12 mirrors it.
+    // account's row. Version 12 (10 and 11 belong to other work); the SQLite version 12 mirrors it.
     description: "budget allotments (leash_budget_allotments)",
     statements: (t) => [
       `CREATE TABLE ${t.allotments} (
@@ -234,6 +234,16 @@ export const MIGRATIONS: readonly Migration[] = [
   at_seq bigint,
   PRIMARY KEY (account_id, shard)
 )`,
+    ],
+  },
+  {
+    version: 13,
+    // State the chain authenticates (#34): holds and HITL requests carry, as sessions and accounts
+    // already do, the seq of the entry that last wrote them. The SQLite version 13 mirrors it.
+    description: "row stamps on holds and HITL requests (at_seq)",
+    statements: (t) => [
+      `ALTER TABLE ${t.reservations} ADD COLUMN at_seq bigint`,
+      `ALTER TABLE ${t.hitl} ADD COLUMN at_seq bigint`,
     ],
   },
 ];

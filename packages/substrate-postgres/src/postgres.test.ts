@@ -611,10 +611,26 @@ describe("migrations", () => {
       session("s1", { state: { total_calls: 3, repeat_counts: { search: 2 } } }),
     );
     await insertAsVersion5(schema, account("a", { spent_usd: "0.001" }));
-    // Version 1 has nonces and reservations as they are today, so their stores already work on it.
-    await sub.transaction(async (tx) => {
-      await tx.budgets.insertReservation(reservation("r1"));
-    });
+    // A hold as version 1 laid it out (version 13 added its stamp).
+    const hold = reservation("r1");
+    await admin.query(
+      `INSERT INTO "${schema}".leash_reservations (reservation_id, account_ids, session_id, call_number, amount_usd,
+         actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns)
+       VALUES ($1, $2::text[], $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+      [
+        hold.reservation_id,
+        hold.account_ids,
+        hold.session_id,
+        int(hold.call_number),
+        hold.amount_usd,
+        hold.actual_usd,
+        hold.status,
+        hold.idempotency_key,
+        int(hold.created_ns),
+        int(hold.expires_ns),
+        hold.resolved_ns === null ? null : int(hold.resolved_ns),
+      ],
+    );
     // A nonce as versions 1–6 recorded it.
     await admin.query(`INSERT INTO "${schema}".leash_nonces VALUES ('s1', '"n1"', ${T0})`);
     const hitlBefore = await rejection(sub.transaction((tx) => tx.hitl.list({})));

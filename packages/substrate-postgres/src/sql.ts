@@ -41,7 +41,7 @@ const SESSION_COLUMNS =
 const ACCOUNT_COLUMNS =
   "account_id, scope, parent_id, limit_usd, spent_usd, reserved_usd, created_ns, updated_ns, at_seq";
 const RESERVATION_COLUMNS =
-  "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns";
+  "reservation_id, account_ids, session_id, call_number, amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns, at_seq";
 const CHAIN_COLUMNS =
   "seq, entry_id, entry_hash, prev_hash, body, signature, key_id, kind, session_id, created_ns, nonce";
 const OUTBOX_COLUMNS =
@@ -50,7 +50,7 @@ const OUTBOX_COLUMNS =
 const REQUEUED = `status = 'PENDING', attempts = 0, claimed_by = NULL, lease_until_ns = NULL,
 last_error = $1 || coalesce(last_error, 'no error recorded')`;
 const HITL_COLUMNS =
-  "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns, params_json, budget_spent_usd, budget_limit_usd, budget_remaining_usd, policy_id, expires_ns, comment, successor_params_json";
+  "request_id, session_id, call_number, tool_name, nonce_json, args_digest, reason, status, decision, operator_id, successor_nonce_json, successor_args_digest, created_ns, decided_ns, params_json, budget_spent_usd, budget_limit_usd, budget_remaining_usd, policy_id, expires_ns, comment, successor_params_json, at_seq";
 
 /**
  * An insert that first takes the row's key lock (see keys.lock), so a transaction that found the id
@@ -182,14 +182,14 @@ created_ns = $7, updated_ns = $8, at_seq = $9 WHERE account_id = $1`,
         "reservations.insert",
         t.reservations,
         RESERVATION_COLUMNS,
-        params(11).map((p, i) => (i === 1 ? `${p}::text[]` : p)),
-        "$12",
+        params(12).map((p, i) => (i === 1 ? `${p}::text[]` : p)),
+        "$13",
       ),
       update: statement(
         "reservations.update",
         `UPDATE ${t.reservations} SET account_ids = $2::text[], session_id = $3, call_number = $4, amount_usd = $5,
-actual_usd = $6, status = $7, idempotency_key = $8, created_ns = $9, expires_ns = $10, resolved_ns = $11
-WHERE reservation_id = $1`,
+actual_usd = $6, status = $7, idempotency_key = $8, created_ns = $9, expires_ns = $10, resolved_ns = $11,
+at_seq = $12 WHERE reservation_id = $1`,
       ),
       listExpired: statement(
         "reservations.listExpired",
@@ -205,14 +205,14 @@ ORDER BY expires_ns, created_ns, reservation_id LIMIT $2`,
     },
     hitl: {
       get: statement("hitl.get", `SELECT ${HITL_COLUMNS} FROM ${t.hitl} WHERE request_id = $1 FOR UPDATE`),
-      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(22), "$23"),
+      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(23), "$24"),
       update: statement(
         "hitl.update",
         `UPDATE ${t.hitl} SET session_id = $2, call_number = $3, tool_name = $4, nonce_json = $5, args_digest = $6,
 reason = $7, status = $8, decision = $9, operator_id = $10, successor_nonce_json = $11, successor_args_digest = $12,
 created_ns = $13, decided_ns = $14, params_json = $15, budget_spent_usd = $16, budget_limit_usd = $17,
-budget_remaining_usd = $18, policy_id = $19, expires_ns = $20, comment = $21, successor_params_json = $22
-WHERE request_id = $1`,
+budget_remaining_usd = $18, policy_id = $19, expires_ns = $20, comment = $21, successor_params_json = $22,
+at_seq = $23 WHERE request_id = $1`,
       ),
       list: filtered("hitl.list", `SELECT ${HITL_COLUMNS} FROM ${t.hitl}`, "created_ns, request_id", [
         "session_id",

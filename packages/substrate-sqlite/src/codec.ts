@@ -185,6 +185,7 @@ export interface ReservationRow {
   created_ns: number;
   expires_ns: number;
   resolved_ns: number | null;
+  at_seq: number | null;
 }
 
 export function reservationToRow(r: Reservation): ReservationRow {
@@ -203,6 +204,7 @@ export function reservationToRow(r: Reservation): ReservationRow {
     created_ns: checkedInteger("created_ns", r.created_ns),
     expires_ns: checkedInteger("expires_ns", r.expires_ns),
     resolved_ns: optionalInteger("resolved_ns", r.resolved_ns),
+    at_seq: optionalInteger("at_seq", r.at_seq ?? null),
   };
 }
 
@@ -219,6 +221,8 @@ export function rowToReservation(row: ReservationRow): Reservation {
     created_ns: row.created_ns,
     expires_ns: row.expires_ns,
     resolved_ns: row.resolved_ns,
+    // Absent, not null, for rows without a stamp: a record written without one reads back equal.
+    ...(row.at_seq === null || row.at_seq === undefined ? {} : { at_seq: row.at_seq }),
   };
 }
 
@@ -247,6 +251,7 @@ export interface HitlRow {
   expires_ns: number | null;
   comment: string | null;
   successor_params_json: string | null;
+  at_seq: number | null;
 }
 
 export function hitlToRow(h: HitlRequest): HitlRow {
@@ -273,6 +278,7 @@ export function hitlToRow(h: HitlRequest): HitlRow {
     expires_ns: optionalInteger("expires_ns", h.expires_ns),
     comment: optionalText("comment", h.comment),
     successor_params_json: optionalText("successor_params_json", h.successor_params_json),
+    at_seq: optionalInteger("at_seq", h.at_seq ?? null),
   };
 }
 
@@ -300,6 +306,7 @@ export function rowToHitl(row: HitlRow): HitlRequest {
     expires_ns: row.expires_ns,
     comment: row.comment,
     successor_params_json: row.successor_params_json,
+    ...(row.at_seq === null || row.at_seq === undefined ? {} : { at_seq: row.at_seq }),
   };
 }
 

@@ -11,9 +11,9 @@ export const DECISION_SQL = {
            updated_ns = @updated_ns, at_seq = @at_seq
          WHERE account_id = @account_id`,
   reservationInsert: `INSERT INTO leash_reservations (reservation_id, account_ids, session_id, call_number,
-           amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns)
+           amount_usd, actual_usd, status, idempotency_key, created_ns, expires_ns, resolved_ns, at_seq)
          VALUES (@reservation_id, @account_ids, @session_id, @call_number, @amount_usd, @actual_usd,
-           @status, @idempotency_key, @created_ns, @expires_ns, @resolved_ns)`,
+           @status, @idempotency_key, @created_ns, @expires_ns, @resolved_ns, @at_seq)`,
   // Most updates keep status and created_ns. Leaving them out of SET spares the (status, created_ns)
   // index a delete and re-insert: SQLite maintains only the indexes whose columns an UPDATE sets.
   // last_heartbeat_ns is never set by an update (SessionStore.update): only touch writes it.

@@ -211,7 +211,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     // Budget escrow (#35): a shared account's per-shard allotments, which a shard charges without the
-    // account's row. Version 12 (10, 11 and 13 belong to other work); the PostgreSQL version 12 mirrors it.
+    // account's row. Version 12 (10 and 11 belong to other work); the PostgreSQL version 12 mirrors it.
     version: 12,
     name: "budget allotments",
     sql: `
@@ -229,6 +229,17 @@ export const MIGRATIONS: readonly Migration[] = [
         at_seq INTEGER,
         PRIMARY KEY (account_id, shard)
       ) STRICT, WITHOUT ROWID;
+    `,
+  },
+  {
+    // State the chain authenticates (#34): holds and HITL requests carry, as sessions and accounts
+    // already do, the seq of the entry that last wrote them, whose row_digests names their digest.
+    // Null for rows written before. The PostgreSQL version 13 mirrors it.
+    version: 13,
+    name: "row stamps on holds and HITL requests",
+    sql: `
+      ALTER TABLE leash_reservations ADD COLUMN at_seq INTEGER;
+      ALTER TABLE leash_hitl_requests ADD COLUMN at_seq INTEGER;
     `,
   },
 ];

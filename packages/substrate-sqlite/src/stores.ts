@@ -303,7 +303,7 @@ class Budgets implements BudgetStore {
         `UPDATE leash_reservations SET account_ids = @account_ids, session_id = @session_id,
            call_number = @call_number, amount_usd = @amount_usd, actual_usd = @actual_usd,
            status = @status, idempotency_key = @idempotency_key, created_ns = @created_ns,
-           expires_ns = @expires_ns, resolved_ns = @resolved_ns
+           expires_ns = @expires_ns, resolved_ns = @resolved_ns, at_seq = @at_seq
          WHERE reservation_id = @reservation_id`,
       ).run(row),
     );
@@ -344,11 +344,11 @@ class Hitl implements HitlStore {
         `INSERT INTO leash_hitl_requests (request_id, session_id, call_number, tool_name, nonce,
            args_digest, reason, status, decision, operator_id, successor_nonce, successor_args_digest,
            created_ns, decided_ns, params_json, budget_spent_usd, budget_limit_usd, budget_remaining_usd,
-           policy_id, expires_ns, comment, successor_params_json)
+           policy_id, expires_ns, comment, successor_params_json, at_seq)
          VALUES (@request_id, @session_id, @call_number, @tool_name, @nonce, @args_digest, @reason,
            @status, @decision, @operator_id, @successor_nonce, @successor_args_digest, @created_ns,
            @decided_ns, @params_json, @budget_spent_usd, @budget_limit_usd, @budget_remaining_usd,
-           @policy_id, @expires_ns, @comment, @successor_params_json)`,
+           @policy_id, @expires_ns, @comment, @successor_params_json, @at_seq)`,
       ).run(row),
     );
   }
@@ -371,7 +371,7 @@ class Hitl implements HitlStore {
            created_ns = @created_ns, decided_ns = @decided_ns, params_json = @params_json,
            budget_spent_usd = @budget_spent_usd, budget_limit_usd = @budget_limit_usd,
            budget_remaining_usd = @budget_remaining_usd, policy_id = @policy_id, expires_ns = @expires_ns,
-           comment = @comment, successor_params_json = @successor_params_json
+           comment = @comment, successor_params_json = @successor_params_json, at_seq = @at_seq
          WHERE request_id = @request_id`,
       ).run(row),
     );

@@ -25,6 +25,7 @@ export {
   type StoreKind,
   type StoreLocation,
   type StoreOptions,
+  sqlInFile,
   sqlInSchema,
   type TestStore,
   withPg,

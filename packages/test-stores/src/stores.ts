@@ -8,6 +8,7 @@ import type { Substrate } from "@leash/core";
 import { createMemorySubstrate, deleteSharedMemory } from "@leash/substrate-memory";
 import { openPostgresSubstrate, type PostgresSubstrateOptions } from "@leash/substrate-postgres";
 import { openSqliteSubstrate, type SqliteSubstrateOptions } from "@leash/substrate-sqlite";
+import Database from "better-sqlite3";
 import pg from "pg";
 
 /** The test database (LEASH_TEST_PG_URL overrides it); each PostgreSQL store is a fresh schema in it. */
@@ -74,6 +75,20 @@ export function sqlInSchema(schema: string, text: string, params?: unknown[]): P
     await client.query(`SET search_path TO "${schema}"`);
     await client.query(text, params);
   });
+}
+
+/** Runs SQL on a SQLite file behind Leash's back (to damage or inspect a store); returns the rows of a SELECT. */
+export function sqlInFile(path: string, text: string, params: unknown[] = []): unknown[] {
+  const db = new Database(path);
+  try {
+    db.pragma("busy_timeout = 5000");
+    const statement = db.prepare(text);
+    if (statement.reader) return statement.all(...params);
+    statement.run(...params);
+    return [];
+  } finally {
+    db.close();
+  }
 }
 
 let counter = 0;

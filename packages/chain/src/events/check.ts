@@ -2,6 +2,7 @@
 // `leash verify` and the writers' tests run. Node only; it checks no hash, signature or link.
 import type { ChainEntryRecord } from "@leash/core";
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import { ROW_DIGESTS_FIELD, rowDigestsProblem } from "../state-rows.js";
 import { parseEntryBody } from "../verify/format.js";
 import { type ChainEventKind, EVENT_SCHEMAS } from "./schemas.js";
 import type { ChainEvent } from "./types.js";
@@ -84,8 +85,27 @@ function messageOf(error: ErrorObject): string {
   return error.message ?? error.keyword;
 }
 
-/** Null when `data` matches one version of `kind`'s schema; else the first violation. */
+/**
+ * Null when `data` matches one version of `kind`'s schema; else the first violation. `row_digests`
+ * (state-rows.ts) is a field of every kind's data, checked apart from the kind's own fields.
+ */
 export function checkEventData(kind: string, data: Record<string, unknown>): EventViolation | null {
+  if (Object.hasOwn(data, ROW_DIGESTS_FIELD)) {
+    const problem = rowDigestsProblem(data[ROW_DIGESTS_FIELD]);
+    const { [ROW_DIGESTS_FIELD]: _, ...own } = data;
+    const violation = checkKindData(kind, own);
+    if (violation !== null || problem === null) return violation;
+    return {
+      kind,
+      version: eventVersionOf(kind, own),
+      pointer: `/data/${ROW_DIGESTS_FIELD}`,
+      message: problem,
+    };
+  }
+  return checkKindData(kind, data);
+}
+
+function checkKindData(kind: string, data: Record<string, unknown>): EventViolation | null {
   const versions = validators().get(kind);
   if (versions === undefined) {
     return {
@@ -118,6 +138,10 @@ export function checkEntryEvent(entry: Pick<ChainEntryRecord, "body"> | null): E
 
 /** The schema version `data` of `kind` matches (newest first), or null. */
 export function eventVersionOf(kind: string, data: Record<string, unknown>): number | null {
+  if (Object.hasOwn(data, ROW_DIGESTS_FIELD)) {
+    const { [ROW_DIGESTS_FIELD]: _, ...own } = data;
+    return eventVersionOf(kind, own);
+  }
   return (
     validators()
       .get(kind)

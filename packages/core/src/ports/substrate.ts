@@ -38,8 +38,8 @@ export interface SessionRecord {
    */
   last_heartbeat_ns: number | null;
   /**
-   * The chain position (seq of the last entry) this snapshot reflects; null for rows written before
-   * stamps existed. Written as given by the writer (the engine), returned unchanged.
+   * The seq of the chain entry that last wrote this row (its `row_digests` names the row's digest);
+   * null for rows written before stamps existed. Written as given by the writer, returned unchanged.
    */
   at_seq: number | null;
 }
@@ -100,8 +100,8 @@ export interface BudgetAccount {
   created_ns: number;
   updated_ns: number;
   /**
-   * The chain position (seq of the last entry) this snapshot reflects; null for rows written before
-   * stamps existed. Written as given by the writer (the engine), returned unchanged.
+   * The seq of the chain entry that last wrote this row (its `row_digests` names the row's digest);
+   * null for rows written before stamps existed. Written as given by the writer, returned unchanged.
    */
   at_seq: number | null;
 }
@@ -124,6 +124,11 @@ export interface Reservation {
   created_ns: number;
   expires_ns: number;
   resolved_ns: number | null;
+  /**
+   * The seq of the chain entry that last wrote this row, whose `row_digests` names its digest (schema
+   * version 13); null or absent for rows written before. Written as given, returned unchanged.
+   */
+  at_seq?: number | null;
 }
 
 export interface BudgetStore {
@@ -212,6 +217,11 @@ export interface HitlRequest {
   comment: string | null;
   /** For modify: the operator's params as canonical JSON (their digest is `successor_args_digest`). */
   successor_params_json: string | null;
+  /**
+   * The seq of the chain entry that last wrote this row, whose `row_digests` names its digest (schema
+   * version 13); null or absent for rows written before. Written as given, returned unchanged.
+   */
+  at_seq?: number | null;
 }
 
 export interface HitlStore {
