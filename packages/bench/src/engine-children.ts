@@ -7,8 +7,8 @@ import { fileURLToPath } from "node:url";
 import { CliError, type ResolvedSigner } from "@leash/cli/internal";
 import type { HistogramJson } from "./histogram.js";
 
-export /** What one process measured; children print it as one JSON line for the parent to merge. */
-interface ProcessReport {
+/** What one process measured; children print it as one JSON line for the parent to merge. */
+export interface ProcessReport {
   readonly decisions: number;
   readonly allow: number;
   readonly elapsed_ns: number;

@@ -15,8 +15,11 @@ import {
 import type { PreExecScope } from "./client-pre-exec.js";
 import { answerOf, FAILURE_CODES, messageOf } from "./client-setup.js";
 import { LeashError } from "./errors.js";
-import type { SettlementOutbox } from "./settlement-outbox.js";
+import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
+import { SettlementOutbox } from "./settlement-outbox.js";
+import type { Transport } from "./transport.js";
 import type {
+  ClientOptions,
   ClientRegisterRequest,
   HeartbeatResult,
   HitlOutcome,
@@ -28,6 +31,34 @@ import type {
 export interface ClientScope extends PreExecScope {
   readonly controlTimeoutMs: number;
   readonly outbox: SettlementOutbox;
+}
+
+/** The outbox that keeps each settlement until the daemon confirms it; one it gives up on is reported. */
+export function settlementOutbox(
+  options: ClientOptions,
+  connection: Transport,
+  controlTimeoutMs: number,
+): SettlementOutbox {
+  return new SettlementOutbox({
+    send: (payload) => connection.settle(payload, controlTimeoutMs),
+    onGiveUp: (payload, why) => {
+      const p = payload.value as { sessionId?: string; callNumber?: bigint };
+      options.onBackgroundError?.(
+        new LeashError(
+          "daemon_error",
+          `the settlement of call ${p.callNumber} of session ${p.sessionId} was not recorded: ${why}`,
+        ),
+      );
+    },
+  });
+}
+
+/** The session a call names, else the registered one; neither is a LeashError invalid_argument. */
+export function sessionOf(id: string | null | undefined): string {
+  if (typeof id !== "string" || id === "") {
+    throw new LeashError("invalid_argument", "no session_id given and register() has not run");
+  }
+  return id;
 }
 
 type PayloadValue<C> = Extract<Payload, { case: C }> extends { value: infer V } ? V : never;
@@ -172,18 +203,27 @@ export function getSession(scope: ClientScope, sessionId: string): Promise<Sessi
   );
 }
 
-/** waitForHitl's answer when it has no request id or no session to wait in. */
-export function unwaitable(requestId: unknown, sessionId: string): HitlOutcome {
-  return {
-    kind: "fail_closed",
-    request_id: String(requestId),
-    session_id: sessionId,
-    call_number: 0,
-    decision: null,
-    operator_id: null,
-    comment: "",
-    reason: "fail_closed:bad_request",
-    detail: "waitForHitl needs a request id and a session (register() first or pass session_id)",
-    view: null,
-  };
+/** Waits for a human's answer to a HITL request (Client.waitForHitl): never throws. */
+export async function waitForHitl(
+  connection: Transport,
+  requestId: string,
+  sessionId: string,
+  waitOptions: { expires_ns?: bigint | null; timeoutMs?: number },
+): Promise<HitlOutcome> {
+  if (typeof requestId !== "string" || requestId === "" || sessionId === "") {
+    return {
+      kind: "fail_closed",
+      request_id: String(requestId),
+      session_id: sessionId,
+      call_number: 0,
+      decision: null,
+      operator_id: null,
+      comment: "",
+      reason: "fail_closed:bad_request",
+      detail: "waitForHitl needs a request id and a session (register() first or pass session_id)",
+      view: null,
+    };
+  }
+  const timeoutMs = waitOptions.timeoutMs ?? waitBudgetMs(waitOptions.expires_ns);
+  return waitForHitlOn(connection, { requestId, sessionId, timeoutMs });
 }

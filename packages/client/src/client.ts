@@ -4,9 +4,6 @@ import type { SessionState } from "@leash/wire";
 import * as calls from "./client-calls.js";
 import { preExec } from "./client-pre-exec.js";
 import { checkClientOptions, connectionFor } from "./client-setup.js";
-import { LeashError } from "./errors.js";
-import { waitBudgetMs, waitForHitlOn } from "./hitl-wait.js";
-import { SettlementOutbox } from "./settlement-outbox.js";
 import { tailOn } from "./tail.js";
 import type {
   ClientOptions,
@@ -70,18 +67,7 @@ export function createClient(options: ClientOptions): Client {
   const connection = connectionFor(options, reconnect);
   connection.start();
 
-  const outbox = new SettlementOutbox({
-    send: (payload) => connection.settle(payload, controlTimeoutMs),
-    onGiveUp: (payload, why) => {
-      const p = payload.value as { sessionId?: string; callNumber?: bigint };
-      options.onBackgroundError?.(
-        new LeashError(
-          "daemon_error",
-          `the settlement of call ${p.callNumber} of session ${p.sessionId} was not recorded: ${why}`,
-        ),
-      );
-    },
-  });
+  const outbox = calls.settlementOutbox(options, connection, controlTimeoutMs);
   connection.onConnected?.(() => void outbox.retry());
 
   let currentSession: string | null = null;
@@ -96,23 +82,14 @@ export function createClient(options: ClientOptions): Client {
   };
   let heartbeatTimer: ReturnType<typeof setInterval> | null = null;
 
-  function sessionOf(given: string | undefined): string {
-    const id = given ?? currentSession;
-    if (typeof id !== "string" || id === "") {
-      throw new LeashError("invalid_argument", "no session_id given and register() has not run");
-    }
-    return id;
-  }
-
+  const sessionOf = (given: string | undefined) => calls.sessionOf(given ?? currentSession);
   const client: Client = {
     get sessionId() {
       return currentSession;
     },
-
     get pendingSettlements() {
       return outbox.size;
     },
-
     async register(request = {}) {
       const result = await calls.register(scope, request);
       currentSession = result.session_id;
@@ -125,36 +102,29 @@ export function createClient(options: ClientOptions): Client {
       }
       return result;
     },
-
     preExec(call) {
       return preExec(scope, call, call?.session_id ?? currentSession ?? "");
     },
-
     async postExec(settlement) {
       return calls.postExec(scope, sessionOf(settlement.session_id), settlement);
     },
-
     async heartbeat() {
       return calls.heartbeat(scope, sessionOf(undefined));
     },
-
     async getSession(sessionId) {
       return calls.getSession(scope, sessionOf(sessionId));
     },
-
     async waitForHitl(requestId, waitOptions = {}) {
-      const sessionId = waitOptions.session_id ?? currentSession ?? "";
-      if (typeof requestId !== "string" || requestId === "" || sessionId === "") {
-        return calls.unwaitable(requestId, sessionId);
-      }
-      const timeoutMs = waitOptions.timeoutMs ?? waitBudgetMs(waitOptions.expires_ns);
-      return waitForHitlOn(connection, { requestId, sessionId, timeoutMs });
+      return calls.waitForHitl(
+        connection,
+        requestId,
+        waitOptions.session_id ?? currentSession ?? "",
+        waitOptions,
+      );
     },
-
     tail(tailOptions) {
       return tailOn(connection, tailOptions);
     },
-
     close() {
       if (heartbeatTimer !== null) clearInterval(heartbeatTimer);
       heartbeatTimer = null;
