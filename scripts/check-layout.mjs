@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Reports source files over ~500 lines and functions over ~80 lines (the house layout rule).
-// It reports only and always exits 0: it is a map for refactoring, not a gate.
+// By default it reports only and exits 0 (a map for refactoring); --strict makes it a gate.
 //
 // Ignored: dist/, node_modules/, tests (*.test.ts, test/ folders), generated code (a `generated` or
 // `gen` path segment, or a file whose first 60 lines say "@generated"/"DO NOT EDIT"), declaration
@@ -8,9 +8,16 @@
 // braces included. The shared contract suite (packages/substrate-contract/src) is test code: its file
 // sizes are reported, not its functions (a section is one function of `it` calls).
 //
-// Usage: node scripts/check-layout.mjs [--file-lines 500] [--function-lines 80] [--root REPO] [dir...]
+// --strict exits 1 when something is over a limit and not named in the allow-list, or when the
+// allow-list names something no longer over (so the list shrinks as code is split, never goes stale).
+// The allow-list (scripts/layout-allow.txt, or --allow FILE) has one entry a line: a path for a file
+// over the line limit, or `path#function` for a function, then two spaces and the reason; a line that
+// starts with `#` is a comment.
+//
+// Usage: node scripts/check-layout.mjs [--strict] [--allow FILE] [--file-lines 500]
+//          [--function-lines 80] [--root REPO] [dir...]
 import { readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
+import { join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
 
@@ -19,8 +26,12 @@ const args = process.argv.slice(2);
 let fileLimit = 500;
 let functionLimit = 80;
 const dirs = [];
+let strict = false;
+let allowPath;
 for (let i = 0; i < args.length; i++) {
-  if (args[i] === "--file-lines") fileLimit = Number(args[++i]);
+  if (args[i] === "--strict") strict = true;
+  else if (args[i] === "--allow") allowPath = args[++i];
+  else if (args[i] === "--file-lines") fileLimit = Number(args[++i]);
   else if (args[i] === "--function-lines") functionLimit = Number(args[++i]);
   else if (args[i] === "--root") root = args[++i];
   else dirs.push(args[i]);
@@ -96,3 +107,36 @@ console.log(`Functions over ${functionLimit} lines: ${functions.length}`);
 for (const f of functions) {
   console.log(`  ${String(f.lines).padStart(5)}  ${f.rel}:${f.line}  ${f.name}`);
 }
+
+if (!strict) process.exit(0);
+
+/** Allow-list entries: key (`path` or `path#function`) → reason. */
+function readAllowList(path) {
+  const entries = new Map();
+  const text = readFileSync(path, "utf8");
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) continue;
+    // Two spaces (or a tab) end the key: a function's name may hold one ("<callback of f>").
+    const [key, ...reason] = line.split(/ {2,}|\t+/);
+    if (reason.length === 0) throw new Error(`${path}: entry without a reason: ${line}`);
+    entries.set(key, reason.join(" ").trim());
+  }
+  return entries;
+}
+
+const allowFile = allowPath ? resolve(allowPath) : join(root, "scripts", "layout-allow.txt");
+const allowed = statSync(allowFile, { throwIfNoEntry: false }) ? readAllowList(allowFile) : new Map();
+const over = new Set([...longFiles.map((f) => f.rel), ...functions.map((f) => `${f.rel}#${f.name}`)]);
+const unlisted = [...over].filter((key) => !allowed.has(key));
+const scanned = (key) => dirs.some((dir) => key.startsWith(`${relative(root, join(root, dir))}/`));
+const stale = [...allowed.keys()].filter((key) => scanned(key) && !over.has(key));
+for (const key of unlisted) console.log(`not allowed: ${key}`);
+for (const key of stale) console.log(`stale allow-list entry (no longer over): ${key}`);
+if (unlisted.length > 0 || stale.length > 0) {
+  console.log(
+    `--strict: ${unlisted.length} over the limits and not allowed, ${stale.length} stale (${allowFile})`,
+  );
+  process.exit(1);
+}
+console.log(`--strict: everything over the limits is in ${relative(root, allowFile)}`);

@@ -22,17 +22,11 @@ import { type Client, type ClientOptions, createClient } from "@leash/client";
 import type { Substrate } from "@leash/core";
 import { createEngine, type Engine, openStore } from "@leash/engine";
 import type { Command } from "commander";
-import {
-  type Call,
-  type Figure,
-  Meter,
-  type RunningDaemon,
-  startDaemon,
-  stopDaemon,
-} from "./daemon-meter.js";
+import { type Call, Meter, type RunningDaemon, startDaemon, stopDaemon } from "./daemon-meter.js";
+import { daemonReport, type OverspendFigures, type RunFigures } from "./daemon-report.js";
 import { type EndChecks, endChecks, ToldLog } from "./end-checks.js";
 import { PgProbe } from "./pg-probe.js";
-import { parseDaemonCounts, scaleFigures, sweepTable } from "./scale-report.js";
+import { parseDaemonCounts, sweepTable } from "./scale-report.js";
 
 export interface BenchDaemonOptions {
   readonly transport: string;
@@ -137,7 +131,7 @@ async function overspendCheck(
   base: (d: RunningDaemon) => ClientOptions,
   clients: number,
   told: ToldLog,
-) {
+): Promise<OverspendFigures> {
   const opened = Array.from({ length: clients }, (_, i) =>
     createClient({ ...base(daemons[i % daemons.length]!), agentId: "budget-check" }),
   );
@@ -242,13 +236,94 @@ export async function runBenchDaemon(options: BenchDaemonOptions, io: Io): Promi
   return code;
 }
 
+/** The daemons' key file and config in `scratch`: one organization, the bench budget, the check agent. */
+function writeDaemonFiles(scratch: string) {
+  const hmac = randomBytes(32).toString("hex");
+  const key = generateKeyPair();
+  const keyFile = join(scratch, "daemon.key");
+  writeFileSync(keyFile, key.privateKeyPem, { mode: 0o600 });
+  const config = join(scratch, "daemon.json");
+  writeFileSync(
+    config,
+    JSON.stringify({
+      organizations: {
+        [ORG]: {
+          hmac_keys: { k1: { hex: hmac } },
+          default_guard: { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" },
+          agents: {
+            "budget-check": { guard: { budget_usd: Number(CHECK_BUDGET_USD), budget_scope: "agent" } },
+          },
+        },
+      },
+    }),
+    { mode: 0o600 },
+  );
+  return { hmac, key, keyFile, config };
+}
+
+/**
+ * Measures every party: the engine, the daemons (receipts unchecked and checked, and one daemon alone
+ * when there are several) in alternating slices, then the one-caller engine and one-client daemon.
+ */
+async function measureParties(
+  options: BenchDaemonOptions,
+  daemons: readonly RunningDaemon[],
+  base: (checked: boolean) => (d: RunningDaemon) => ClientOptions,
+  parts: { engineUrl: string; told: ToldLog; probe: PgProbe | null; closers: Array<() => unknown> },
+): Promise<RunFigures> {
+  const { told, probe, closers } = parts;
+  const single = options.singleSeconds ?? Math.min(options.seconds, 5);
+  const party = async <P extends { call: Call; close(): unknown }>(made: Promise<P>) => {
+    const p = await made;
+    closers.push(() => p.close());
+    return p;
+  };
+  const meter = async <P extends { call: Call; close(): unknown }>(
+    made: Promise<P>,
+    callers: number,
+    on: readonly RunningDaemon[],
+  ) => new Meter((await party(made)).call, callers, on);
+  // The library engine runs in this process (Model A: that is what it is); the daemons do not.
+  const n = options.clients;
+  const engineKey = generateKeyPair().signer;
+  const engineMeter = await meter(engineParty(parts.engineUrl, engineKey, n, "engine"), n, []);
+  const mainMeter = new Meter(
+    (await party(daemonParty(daemons, base(false), n, "main", told))).call,
+    n,
+    daemons,
+    probe ?? undefined,
+  );
+  const checkedMeter = await meter(daemonParty(daemons, base(true), n, "checked", told), n, daemons);
+  const oneDaemonMeter =
+    daemons.length > 1
+      ? await meter(daemonParty(daemons.slice(0, 1), base(false), n, "single", told), n, daemons)
+      : null;
+  await alternate(
+    [engineMeter, mainMeter, checkedMeter, ...(oneDaemonMeter === null ? [] : [oneDaemonMeter])],
+    options.seconds,
+    options.warmup,
+  );
+  const engineOneMeter = await meter(engineParty(parts.engineUrl, engineKey, 1, "engine1"), 1, []);
+  const oneMeter = await meter(daemonParty(daemons.slice(0, 1), base(false), 1, "one", told), 1, daemons);
+  await alternate([engineOneMeter, oneMeter], single, options.warmup);
+  return {
+    mainMeter,
+    checkedMeter,
+    main: mainMeter.figure("daemon"),
+    checked: checkedMeter.figure("daemon (receipts checked)"),
+    engine: engineMeter.figure("engine"),
+    one: oneMeter.figure("one-client daemon"),
+    engineOne: engineOneMeter.figure("one-caller engine"),
+    oneDaemon: oneDaemonMeter?.figure("one-daemon") ?? null,
+  };
+}
+
 async function runOnce(
   options: BenchDaemonOptions,
   daemonCount: number,
   target: StoreTarget,
   io: Io,
 ): Promise<{ code: number; report: Record<string, unknown> }> {
-  const single = options.singleSeconds ?? Math.min(options.seconds, 5);
   const scratch = mkdtempSync(
     target.kind === "sqlite"
       ? join(dirname(resolve(target.options.path)), "leash-bench-daemon-")
@@ -258,26 +333,7 @@ async function runOnce(
   const daemons: RunningDaemon[] = [];
   const closers: Array<() => unknown> = [];
   try {
-    const hmac = randomBytes(32).toString("hex");
-    const key = generateKeyPair();
-    const keyFile = join(scratch, "daemon.key");
-    writeFileSync(keyFile, key.privateKeyPem, { mode: 0o600 });
-    const config = join(scratch, "daemon.json");
-    writeFileSync(
-      config,
-      JSON.stringify({
-        organizations: {
-          [ORG]: {
-            hmac_keys: { k1: { hex: hmac } },
-            default_guard: { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" },
-            agents: {
-              "budget-check": { guard: { budget_usd: Number(CHECK_BUDGET_USD), budget_scope: "agent" } },
-            },
-          },
-        },
-      }),
-      { mode: 0o600 },
-    );
+    const { hmac, key, keyFile, config } = writeDaemonFiles(scratch);
     const grpc = options.transport === "grpc";
     for (let i = 0; i < daemonCount; i++)
       daemons.push(await startDaemon(urls.daemon, scratch, `d${i}`, keyFile, config, grpc));
@@ -294,98 +350,34 @@ async function runOnce(
         heartbeatIntervalMs: 0,
         ...(checked ? { daemonPublicKey: key.publicKeyHex } : {}),
       });
-
-    const party = async <P extends { call: Call; close(): unknown }>(made: Promise<P>) => {
-      const p = await made;
-      closers.push(() => p.close());
-      return p;
-    };
-    const meter = async <P extends { call: Call; close(): unknown }>(
-      made: Promise<P>,
-      callers: number,
-      on: readonly RunningDaemon[],
-    ) => new Meter((await party(made)).call, callers, on);
-    // The library engine runs in this process (Model A: that is what it is); the daemons do not.
-    const n = options.clients;
     const told = new ToldLog();
     const probe =
       target.kind === "postgres" && urls.app !== null
         ? await PgProbe.open(target.connection, urls.app)
         : null;
     if (probe !== null) closers.push(() => probe.close());
-    const engineKey = generateKeyPair().signer;
-    const engineMeter = await meter(engineParty(urls.engine, engineKey, n, "engine"), n, []);
-    const mainMeter = new Meter(
-      (await party(daemonParty(daemons, base(false), n, "main", told))).call,
-      n,
-      daemons,
-      probe ?? undefined,
-    );
-    const checkedMeter = await meter(daemonParty(daemons, base(true), n, "checked", told), n, daemons);
-    const oneDaemonMeter =
-      daemons.length > 1
-        ? await meter(daemonParty(daemons.slice(0, 1), base(false), n, "single", told), n, daemons)
-        : null;
-    await alternate(
-      [engineMeter, mainMeter, checkedMeter, ...(oneDaemonMeter === null ? [] : [oneDaemonMeter])],
-      options.seconds,
-      options.warmup,
-    );
-    const engineOneMeter = await meter(engineParty(urls.engine, engineKey, 1, "engine1"), 1, []);
-    const oneMeter = await meter(daemonParty(daemons.slice(0, 1), base(false), 1, "one", told), 1, daemons);
-    await alternate([engineOneMeter, oneMeter], single, options.warmup);
-
-    const main = mainMeter.figure("daemon");
-    const checked = checkedMeter.figure("daemon (receipts checked)");
-    const engine = engineMeter.figure("engine");
-    const one = oneMeter.figure("one-client daemon");
-    const engineOne = engineOneMeter.figure("one-caller engine");
-    const oneDaemon = oneDaemonMeter?.figure("one-daemon") ?? null;
+    const figures = await measureParties(options, daemons, base, {
+      engineUrl: urls.engine,
+      told,
+      probe,
+      closers,
+    });
     const overspend =
       daemons.length > 1 ? await overspendCheck(daemons, base(false), options.clients, told) : null;
     // After every party ran, so the told verdicts of all of them are looked for.
     const checks: EndChecks | null =
       target.kind === "postgres" ? await endChecks(target.connection, urls.schemas[0]!, told) : null;
-    const figure = (f: Figure) => ({
-      decisions_per_sec: f.decisions_per_sec,
-      p50_ms: f.p50_ms,
-      p99_ms: f.p99_ms,
-      max_ms: f.max_ms,
-    });
-    const report = {
-      bench: "daemon",
-      transport: options.transport,
-      store: target.kind,
-      daemons: daemonCount,
-      // The daemons are `leash serve` child processes; the clients and the library engine run in this one.
-      daemon_process: "child",
-      clients: options.clients,
-      seconds: options.seconds,
-      decisions: main.decisions,
-      ...figure(main),
-      // Steadier than decisions/s on a shared machine; the engine figure's own is engine.cpu_us_per_decision.
-      client_cpu_us_per_decision: main.cpu_us_per_decision,
-      daemon_cpu_us_per_decision: main.daemon_cpu_us_per_decision,
-      fail_closed: mainMeter.failed + checkedMeter.failed,
-      receipts_checked: figure(checked),
-      engine: {
-        decisions_per_sec: engine.decisions_per_sec,
-        p50_ms: engine.p50_ms,
-        p99_ms: engine.p99_ms,
-        cpu_us_per_decision: engine.cpu_us_per_decision,
+    const report = daemonReport(
+      {
+        transport: options.transport,
+        store: target.kind,
+        daemons: daemonCount,
+        clients: options.clients,
+        seconds: options.seconds,
       },
-      ratio_daemon_engine: Number((main.decisions_per_sec / engine.decisions_per_sec).toFixed(3)),
-      one_client: {
-        daemon_p50_ms: one.p50_ms,
-        engine_p50_ms: engineOne.p50_ms,
-        transport_overhead_p50_ms: Number((one.p50_ms - engineOne.p50_ms).toFixed(3)),
-      },
-      one_daemon: oneDaemon === null ? null : figure(oneDaemon),
-      overspend_check: overspend,
-      scale: scaleFigures(mainMeter, probe?.figures() ?? null),
-      end_checks: checks,
-      node: process.version,
-    };
+      figures,
+      { overspend, checks, probe },
+    );
     const bad =
       (overspend !== null && !overspend.zero_overspend) ||
       (checks !== null &&

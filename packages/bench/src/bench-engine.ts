@@ -1,11 +1,7 @@
 // `leash bench engine`: concurrent evaluate() calls against a real store, one or more processes; one JSON line out.
 // It measures the ALLOW path with a budget hold on one shared account, and refuses a run that measured anything else.
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { dirname, resolve } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import {
   addKeyOptions,
   addStoreOptions,
@@ -35,8 +31,11 @@ import {
 import type { Substrate } from "@leash/core";
 import type { Engine } from "@leash/engine";
 import { type Command, Option } from "commander";
-import { type HistogramJson, LatencyHistogram } from "./histogram.js";
+import { binPath, type Child, type ProcessReport, READY_TIMEOUT_MS, startChild } from "./engine-children.js";
+import { LatencyHistogram } from "./histogram.js";
 import { REFERENCE_WORKLOAD, referenceRate } from "./machine-reference.js";
+
+export { childNodeFlags } from "./engine-children.js";
 
 export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly concurrency: number;
@@ -49,18 +48,6 @@ export interface BenchEngineOptions extends StoreOptions, KeyOptions {
   readonly reference: number;
   /** Internal: `RUNID:INDEX` of a child process started by a parent run. */
   readonly worker?: string;
-}
-
-/** What one process measured; children print it as one JSON line for the parent to merge. */
-interface ProcessReport {
-  readonly decisions: number;
-  readonly allow: number;
-  readonly elapsed_ns: number;
-  /** CPU time (user + system, all threads) this process spent in the measured window, in µs. */
-  readonly cpu_us: number;
-  readonly histogram: HistogramJson;
-  /** How the store's own counters (its `stats`, when it has them) moved in the measured window. */
-  readonly store_stats: Record<string, number>;
 }
 
 /**
@@ -94,19 +81,11 @@ const BENCH_BUDGET_USD = 1_000_000_000;
 /** Non-zero so each ALLOW places a real hold on the shared account. */
 const ESTIMATE_USD = 0.001;
 const TOOLS = ["search", "fetch", "read_file", "list_dir", "summarize", "translate", "lookup", "write_note"];
-/** How long a parent waits for its children to open the store and warm up. */
-const READY_TIMEOUT_MS = 120_000;
 const MIN_ALLOW_RATIO = 0.99;
 
 const agentOf = (runId: string) => `bench-${runId}`;
 const sessionIds = (runId: string, processIndex: number, count: number) =>
   Array.from({ length: count }, (_, i) => `bench-${runId}-p${processIndex}-s${i}`);
-
-/** The built binary children run: tests import this module from src, but node runs only dist. */
-function binPath(): string {
-  // This package lives in the repository beside the CLI (it is never published on its own).
-  return resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "apps", "cli", "dist", "bin.js");
-}
 
 class Load {
   /** Per-process call sequence: nonces and params never repeat, across warm-up and measurement alike. */
@@ -249,134 +228,6 @@ async function runWorker(spec: string, options: BenchEngineOptions, io: Io): Pro
   }
 }
 
-interface Child {
-  readonly index: number;
-  readonly process: ChildProcess;
-  readonly ready: Promise<void>;
-  readonly report: Promise<ProcessReport>;
-}
-
-/** How a worker gets the parent's key: the same file, or the PEM in LEASH_SIGNING_KEY (never in argv). */
-function childKey(key: ResolvedSigner): { args: string[]; env: Record<string, string> } {
-  switch (key.source.kind) {
-    case "file":
-      return { args: ["--key-file", resolve(key.source.path)], env: {} };
-    case "env":
-      return { args: [], env: { LEASH_SIGNING_KEY: key.source.text } };
-    case "ephemeral":
-      return { args: [], env: { LEASH_SIGNING_KEY: key.source.privateKeyPem } };
-  }
-}
-
-/**
- * The Node.js flags a child process inherits from this one, so that `node --cpu-prof … bench engine
- * --processes 2` profiles every process, not just the first: profiler and heap-size flags only. Not
- * the debugger's (each child would claim the same port), a profile's file name (each would overwrite
- * the others'), nor loaders and the like that a host such as a test runner may have added.
- */
-const INHERITED_NODE_FLAG =
-  /^--(cpu-prof|cpu-prof-dir|cpu-prof-interval|heap-prof|heap-prof-dir|heap-prof-interval|prof|max-old-space-size|max-semi-space-size)(=|$)/;
-
-export function childNodeFlags(execArgv: readonly string[]): string[] {
-  return execArgv.filter((flag) => INHERITED_NODE_FLAG.test(flag));
-}
-
-function startChild(
-  index: number,
-  runId: string,
-  url: string,
-  options: BenchEngineOptions,
-  sessionsPerProcess: number,
-  key: ResolvedSigner,
-): Child {
-  const keyArgs = childKey(key);
-  const args = [
-    binPath(),
-    "bench",
-    "engine",
-    "--worker",
-    `${runId}:${index}`,
-    "--concurrency",
-    String(options.concurrency),
-    "--seconds",
-    String(options.seconds),
-    "--warmup",
-    String(options.warmup),
-    "--sessions",
-    String(sessionsPerProcess),
-    ...(options.config === undefined ? [] : ["--config", resolve(options.config)]),
-    ...keyArgs.args,
-  ];
-  // The URL and a key go through the environment: argv is visible to every user of the machine (ps).
-  const { LEASH_SIGNING_KEY: _parentKey, ...parentEnv } = process.env;
-  const child = spawn(process.execPath, [...childNodeFlags(process.execArgv), ...args], {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: { ...parentEnv, LEASH_STORE: url, ...keyArgs.env },
-  });
-  let stderr = "";
-  child.stderr!.setEncoding("utf8").on("data", (text: string) => {
-    stderr += text;
-  });
-  const lines: string[] = [];
-  const waiters: Array<() => void> = [];
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    lines.push(line);
-    for (const wake of waiters.splice(0)) wake();
-  });
-  const exited = new Promise<number | null>((resolveExit) => {
-    child.on("error", (err) => {
-      stderr += `${err.message}\n`;
-      resolveExit(null);
-    });
-    child.on("close", (code) => resolveExit(code));
-  });
-  const failure = (what: string) => {
-    const last = stderr
-      .trim()
-      .split("\n")
-      .at(-1)
-      ?.replace(/^leash: (error: )?/, "");
-    return new CliError(`bench engine: worker process ${index} ${what}${last ? `: ${last}` : ""}`, 1);
-  };
-  const nextLine = async (): Promise<string | undefined> => {
-    while (lines.length === 0) {
-      const more = new Promise<void>((wake) => waiters.push(wake));
-      const code = await Promise.race([more.then(() => undefined), exited.then((c) => ({ c }))]);
-      if (code !== undefined && lines.length === 0) return undefined;
-    }
-    return lines.shift();
-  };
-  const ready = (async () => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(failure("did not get ready in time")), READY_TIMEOUT_MS);
-    });
-    try {
-      const line = await Promise.race([nextLine(), timeout]);
-      if (line === undefined) throw failure("exited before it was ready");
-      if (line !== JSON.stringify({ ready: true }))
-        throw failure(`said ${JSON.stringify(line)} instead of ready`);
-    } finally {
-      clearTimeout(timer);
-    }
-  })();
-  const report = (async () => {
-    await ready;
-    const line = await nextLine();
-    const code = await exited;
-    if (line === undefined || code !== 0) throw failure(`failed (exit status ${code})`);
-    try {
-      return JSON.parse(line) as ProcessReport;
-    } catch {
-      throw failure(`printed an unreadable report ${JSON.stringify(line.slice(0, 80))}`);
-    }
-  })();
-  // Either may be abandoned when another process fails first; never as an unhandled rejection.
-  ready.catch(() => undefined);
-  report.catch(() => undefined);
-  return { index, process: child, ready, report };
-}
-
 /** `--fresh`: an empty SQLite file, or a new postgres schema that the run drops when done. */
 function freshTarget(target: StoreTarget): { target: StoreTarget; dropSchema?: () => Promise<void> } {
   if (target.kind === "sqlite") {
@@ -396,10 +247,9 @@ function floorTo(value: number, places: number): number {
   return Math.floor(value * scale) / scale;
 }
 
-async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
-  const loaded = await loadSettings(options, io);
-  const key = resolveSigner(options, io);
-  if (options.processes > 1 && loaded.target.kind === "memory") {
+/** Refuses what --processes cannot do: a memory store (one process), or children without the built CLI. */
+function checkProcesses(options: BenchEngineOptions, target: StoreTarget): void {
+  if (options.processes > 1 && target.kind === "memory") {
     throw new CliError(
       "bench engine: a memory: store lives in one process; --processes needs sqlite: or postgres://",
       EXIT_BAD_INPUT,
@@ -411,6 +261,106 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
       EXIT_BAD_INPUT,
     );
   }
+}
+
+/** Every process's sessions, registered before any child starts; this process's own are returned. */
+async function registerSessions(
+  engine: Engine,
+  runId: string,
+  options: BenchEngineOptions,
+): Promise<string[]> {
+  const perProcess = options.sessions ?? options.concurrency;
+  // Registered here, before any child starts, so no two processes race to create the shared account.
+  const config = { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" as const };
+  const mine: string[] = [];
+  for (let p = 0; p < options.processes; p++) {
+    for (const session_id of sessionIds(runId, p, perProcess)) {
+      await engine.register({ agent_id: agentOf(runId), session_id, config });
+      if (p === 0) mine.push(session_id);
+    }
+  }
+  return mine;
+}
+
+/** The processes' reports as one: counts and CPU summed, histograms merged, the longest window. */
+function mergeReports(reports: readonly ProcessReport[]) {
+  const histogram = new LatencyHistogram();
+  let decisions = 0;
+  let allow = 0;
+  let elapsedNs = 0;
+  let cpuUs = 0;
+  const storeStats: Record<string, number> = {};
+  for (const r of reports) {
+    for (const [name, value] of Object.entries(r.store_stats ?? {})) {
+      storeStats[name] = HIGH_WATER.has(name)
+        ? Math.max(storeStats[name] ?? 0, value)
+        : (storeStats[name] ?? 0) + value;
+    }
+    cpuUs += r.cpu_us;
+    histogram.merge(r.histogram);
+    decisions += r.decisions;
+    allow += r.allow;
+    // Processes measure overlapping windows; the longest one is the honest denominator.
+    elapsedNs = Math.max(elapsedNs, r.elapsed_ns);
+  }
+  if (decisions === 0) throw new CliError("bench engine: no evaluate call completed in the measured time", 1);
+  const allowRatio = allow / decisions;
+  if (allowRatio < MIN_ALLOW_RATIO) {
+    throw new CliError(
+      `bench engine: only ${allow} of ${decisions} decisions were ALLOW (${(allowRatio * 100).toFixed(2)} %); this run measured the wrong path`,
+      1,
+    );
+  }
+  return { histogram, decisions, allowRatio, elapsedNs, cpuUs, storeStats };
+}
+
+/** The run's JSON line. */
+function engineReport(
+  options: BenchEngineOptions,
+  target: StoreTarget,
+  merged: ReturnType<typeof mergeReports>,
+  signer: ResolvedSigner["signer"],
+  reference: { before: number | null; after: number | null },
+): string {
+  const { histogram, decisions, allowRatio, elapsedNs, cpuUs, storeStats } = merged;
+  const seconds = elapsedNs / 1e9;
+  const ms = (ns: number) => Number((ns / 1e6).toFixed(3));
+  return JSON.stringify({
+    bench: "engine",
+    store: target.kind,
+    processes: options.processes,
+    concurrency: options.concurrency,
+    seconds: Number(seconds.toFixed(3)),
+    decisions,
+    decisions_per_sec: Math.round(decisions / seconds),
+    p50_ms: ms(histogram.quantileNs(0.5)),
+    p99_ms: ms(histogram.quantileNs(0.99)),
+    max_ms: ms(histogram.maxNs),
+    // Steadier than decisions/s on a shared machine: CPU that other tenants take is not in it.
+    // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
+    cpu_us_per_decision: Math.round(cpuUs / decisions),
+    // How fast this machine was around the run: a fixed workload, timed just before and just after.
+    machine_reference:
+      reference.before === null || reference.after === null
+        ? null
+        : {
+            workload: REFERENCE_WORKLOAD,
+            before_per_sec: Math.round(reference.before),
+            after_per_sec: Math.round(reference.after),
+          },
+    allow_ratio: floorTo(allowRatio, 4),
+    // Summed over the processes: for group commit, committed / commits is the mean batch size.
+    store_stats: storeStats,
+    // What computed the signatures: "libsodium" (sodium-native) or "node:crypto".
+    signer: signer.implementation ?? "custom",
+    node: process.version,
+  });
+}
+
+async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
+  const loaded = await loadSettings(options, io);
+  const key = resolveSigner(options, io);
+  checkProcesses(options, loaded.target);
   // Before anything else runs (children included), and again once they have all exited.
   const referenceBefore = options.reference > 0 ? referenceRate(key.signer, options.reference) : null;
   const fresh = options.fresh ? freshTarget(loaded.target) : { target: loaded.target };
@@ -424,15 +374,7 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
     const engine = newEngine(substrate, settings.file, key.signer);
     const runId = randomBytes(4).toString("hex");
     const perProcess = options.sessions ?? options.concurrency;
-    // Registered here, before any child starts, so no two processes race to create the shared account.
-    const config = { budget_usd: BENCH_BUDGET_USD, budget_scope: "agent" as const };
-    const mine: string[] = [];
-    for (let p = 0; p < options.processes; p++) {
-      for (const session_id of sessionIds(runId, p, perProcess)) {
-        await engine.register({ agent_id: agentOf(runId), session_id, config });
-        if (p === 0) mine.push(session_id);
-      }
-    }
+    const mine = await registerSessions(engine, runId, options);
     for (let p = 1; p < options.processes; p++)
       children.push(startChild(p, runId, target.url, options, perProcess, key));
 
@@ -446,71 +388,13 @@ async function runParent(options: BenchEngineOptions, io: Io): Promise<number> {
       }
       for (const child of children) child.process.stdin!.end();
     });
-    const reports = [own, ...(await Promise.all(children.map((c) => c.report)))];
-
-    const histogram = new LatencyHistogram();
-    let decisions = 0;
-    let allow = 0;
-    let elapsedNs = 0;
-    let cpuUs = 0;
-    const storeStats: Record<string, number> = {};
-    for (const r of reports) {
-      for (const [name, value] of Object.entries(r.store_stats ?? {})) {
-        storeStats[name] = HIGH_WATER.has(name)
-          ? Math.max(storeStats[name] ?? 0, value)
-          : (storeStats[name] ?? 0) + value;
-      }
-      cpuUs += r.cpu_us;
-      histogram.merge(r.histogram);
-      decisions += r.decisions;
-      allow += r.allow;
-      // Processes measure overlapping windows; the longest one is the honest denominator.
-      elapsedNs = Math.max(elapsedNs, r.elapsed_ns);
-    }
-    if (decisions === 0)
-      throw new CliError("bench engine: no evaluate call completed in the measured time", 1);
-    const allowRatio = allow / decisions;
-    if (allowRatio < MIN_ALLOW_RATIO) {
-      throw new CliError(
-        `bench engine: only ${allow} of ${decisions} decisions were ALLOW (${(allowRatio * 100).toFixed(2)} %); this run measured the wrong path`,
-        1,
-      );
-    }
-    const seconds = elapsedNs / 1e9;
-    const ms = (ns: number) => Number((ns / 1e6).toFixed(3));
+    const merged = mergeReports([own, ...(await Promise.all(children.map((c) => c.report)))]);
     const referenceAfter = referenceBefore === null ? null : referenceRate(key.signer, options.reference);
-    io.stdout(
-      `${JSON.stringify({
-        bench: "engine",
-        store: target.kind,
-        processes: options.processes,
-        concurrency: options.concurrency,
-        seconds: Number(seconds.toFixed(3)),
-        decisions,
-        decisions_per_sec: Math.round(decisions / seconds),
-        p50_ms: ms(histogram.quantileNs(0.5)),
-        p99_ms: ms(histogram.quantileNs(0.99)),
-        max_ms: ms(histogram.maxNs),
-        // Steadier than decisions/s on a shared machine: CPU that other tenants take is not in it.
-        // The benchmark processes only (a PostgreSQL server's own CPU is not counted).
-        cpu_us_per_decision: Math.round(cpuUs / decisions),
-        // How fast this machine was around the run: a fixed workload, timed just before and just after.
-        machine_reference:
-          referenceBefore === null || referenceAfter === null
-            ? null
-            : {
-                workload: REFERENCE_WORKLOAD,
-                before_per_sec: Math.round(referenceBefore),
-                after_per_sec: Math.round(referenceAfter),
-              },
-        allow_ratio: floorTo(allowRatio, 4),
-        // Summed over the processes: for group commit, committed / commits is the mean batch size.
-        store_stats: storeStats,
-        // What computed the signatures: "libsodium" (sodium-native) or "node:crypto".
-        signer: key.signer.implementation ?? "custom",
-        node: process.version,
-      })}\n`,
-    );
+    const line = engineReport(options, target, merged, key.signer, {
+      before: referenceBefore,
+      after: referenceAfter,
+    });
+    io.stdout(`${line}\n`);
     return 0;
   } catch (err) {
     throw engineFailure(err, target.url) ?? err;

@@ -103,14 +103,11 @@ function spin(
   return { decisions, elapsedNs, checksum, batch };
 }
 
-export async function runBench(options: BenchOptions, io: Io): Promise<number> {
-  const paths = options.vectors && options.vectors.length > 0 ? options.vectors : defaultVectorFiles();
-  if (paths.length === 0) {
-    throw new CliError(
-      "bench decide: no vectors: pass --vectors FILE (the published fixtures were not found beside the repository)",
-      EXIT_BAD_INPUT,
-    );
-  }
+/** The vectors of every file, each checked against decide first: a wrong decide is not benchmarked. */
+async function loadCases(
+  paths: readonly string[],
+  io: Io,
+): Promise<{ cases: Case[]; vectors: Vector[]; referenceCases: ReferenceCase[] }> {
   const cases: Case[] = [];
   const vectors: Vector[] = [];
   const referenceCases: ReferenceCase[] = [];
@@ -137,7 +134,14 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
       });
     }
   }
+  return { cases, vectors, referenceCases };
+}
 
+/** One corpus's figures: warmed up, then measured in wall and CPU time. */
+type Measured = ReturnType<ReturnType<typeof measurer>>;
+
+/** Measures a corpus: a warm-up, then the measured run (with progress on a terminal). */
+function measurer(options: BenchOptions, io: Io) {
   let lastShown = 0;
   const progress = (phase: string, totalS: number) =>
     io.stderrIsTTY
@@ -150,7 +154,7 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
 
   const inputs: DecideInputs =
     options.hash === "pure" ? {} : { sha256Hex: nodeSha256Hex, sha256HexOfBytes: nodeSha256HexOfBytes };
-  const measure = (over: readonly Case[], label: string) => {
+  return (over: readonly Case[], label: string) => {
     lastShown = 0;
     const start: Spin = { decisions: 0, elapsedNs: 0, checksum: 0, batch: over.length };
     const warm = spin(
@@ -185,22 +189,38 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
       checksum: (measured.checksum >>> 0).toString(16).padStart(8, "0"),
     };
   };
+}
 
-  const compare = async (corpora: Record<string, readonly ReferenceCase[]>) => {
-    if (options.reference === undefined) return undefined;
-    if (io.stderrIsTTY) io.stderr("\r\x1b[Kleash bench decide: the reference (Python) …");
-    const result = await runReference(options.reference, options.python ?? DEFAULT_PYTHON, corpora, {
-      warmup: options.warmup,
-      seconds: options.seconds,
-    });
-    if (io.stderrIsTTY) io.stderr("\r\x1b[K");
-    warnOfMismatches(result, io);
-    return result;
-  };
+/** The reference over the same corpora in this run, when --reference was given. */
+async function compareWithReference(
+  options: BenchOptions,
+  io: Io,
+  corpora: Record<string, readonly ReferenceCase[]>,
+): Promise<ReferenceResult | undefined> {
+  if (options.reference === undefined) return undefined;
+  if (io.stderrIsTTY) io.stderr("\r\x1b[Kleash bench decide: the reference (Python) …");
+  const result = await runReference(options.reference, options.python ?? DEFAULT_PYTHON, corpora, {
+    warmup: options.warmup,
+    seconds: options.seconds,
+  });
+  if (io.stderrIsTTY) io.stderr("\r\x1b[K");
+  warnOfMismatches(result, io);
+  return result;
+}
 
+export async function runBench(options: BenchOptions, io: Io): Promise<number> {
+  const paths = options.vectors && options.vectors.length > 0 ? options.vectors : defaultVectorFiles();
+  if (paths.length === 0) {
+    throw new CliError(
+      "bench decide: no vectors: pass --vectors FILE (the published fixtures were not found beside the repository)",
+      EXIT_BAD_INPUT,
+    );
+  }
+  const { cases, vectors, referenceCases } = await loadCases(paths, io);
+  const measure = measurer(options, io);
   const published = measure(cases, "published");
   if (options.corpus !== "mixed") {
-    const reference = await compare({ published: referenceCases });
+    const reference = await compareWithReference(options, io, { published: referenceCases });
     const versus = reference && {
       reference,
       cpu_vs_reference: ratio(published.decisions_per_cpu_sec, reference.published),
@@ -210,15 +230,28 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
     );
     return 0;
   }
+  const report = await mixedReport(options, io, measure, { vectors, referenceCases, published });
+  io.stdout(`${JSON.stringify(report)}\n`);
+  return 0;
+}
+
+/** --corpus mixed: the mixed corpus measured after the published one, and both beside the reference. */
+async function mixedReport(
+  options: BenchOptions,
+  io: Io,
+  measure: ReturnType<typeof measurer>,
+  from: { vectors: Vector[]; referenceCases: ReferenceCase[]; published: Measured },
+) {
+  const { published, referenceCases } = from;
   let corpus: ReturnType<typeof mixedCorpus>;
   try {
-    corpus = mixedCorpus(vectors);
+    corpus = mixedCorpus(from.vectors);
   } catch (error) {
     throw new CliError(`bench decide: ${(error as Error).message}; not benchmarking a wrong decide`, 1);
   }
   const mixed = measure(corpus, "mixed");
   const reasons = reasonCounts(corpus);
-  const reference = await compare({
+  const reference = await compareWithReference(options, io, {
     published: referenceCases,
     mixed: corpus.map((c) => ({
       config: c.config,
@@ -244,7 +277,7 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
           (mixed.decisions_per_cpu_sec / REFERENCE_PUBLISHED_PER_S).toFixed(2),
         ),
       };
-  const report = {
+  return {
     bench: "decide",
     corpus: "mixed",
     hash: options.hash ?? "node",
@@ -259,8 +292,6 @@ export async function runBench(options: BenchOptions, io: Io): Promise<number> {
     ...versus,
     node: process.version,
   };
-  io.stdout(`${JSON.stringify(report)}\n`);
-  return 0;
 }
 
 const DEFAULT_PYTHON = "/usr/bin/python3";

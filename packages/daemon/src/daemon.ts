@@ -2,25 +2,10 @@
 // the optional HTTP probes, and a clean shutdown. Decisions are the engine's; framing is the transport's.
 
 import { readFileSync } from "node:fs";
-import { type Checkpoint, parseEntryBody, type Signer, verifyChain } from "@leash/chain";
-import type { ChainEntryRecord, Clock, Substrate } from "@leash/core";
-import {
-  createEngine,
-  type Engine,
-  findRollback,
-  openStore,
-  redactStoreUrl,
-  rollbackMessage,
-  systemClock,
-} from "@leash/engine";
-import {
-  type CheckpointStore,
-  compareSnapshots,
-  describeDifferences,
-  replayChain,
-  stateCheckpointStore,
-  storedParams,
-} from "@leash/recovery";
+import type { Signer } from "@leash/chain";
+import type { Clock, Substrate } from "@leash/core";
+import { createEngine, type Engine, openStore, redactStoreUrl, systemClock } from "@leash/engine";
+import { type CheckpointStore, stateCheckpointStore } from "@leash/recovery";
 import { DEFAULT_REPLAY_WINDOW_MS } from "@leash/wire";
 import { type Logger, pino } from "pino";
 import type { DaemonConfig } from "./config.js";
@@ -33,6 +18,7 @@ import { createMetrics, type DaemonMetrics } from "./metrics.js";
 import { OrganizationQuotaBook } from "./org-quotas.js";
 import { PolicyFile, type ReloadResult } from "./policy-file.js";
 import { defaultSocketPath } from "./socket-path.js";
+import { checkChain, checkStateTables } from "./startup-checks.js";
 import { TailFeed } from "./tail/feed.js";
 import { TailReader } from "./tail/reader.js";
 import { listenUnix, type UnixTransport } from "./unix-socket.js";
@@ -131,78 +117,50 @@ function daemonVersion(): string {
   }
 }
 
-async function* wholeChain(substrate: Substrate): AsyncGenerator<ChainEntryRecord> {
-  const batch = 5_000;
-  for (let from = 0; ; from += batch) {
-    const entries = await substrate.transaction((tx) => tx.chain.range(from, batch));
-    yield* entries;
-    if (entries.length < batch) return;
-  }
+/** What startDaemon has started so far: stopAll stops each, in order. */
+interface Started {
+  engine?: Engine;
+  transport?: UnixTransport;
+  http?: HttpEndpoint;
+  grpc?: GrpcTransport;
+  consoleServer?: ConsoleServer;
+  hitl?: HitlQueue;
+  tailFeed?: TailFeed;
+  sweeper?: NodeJS.Timeout;
+  /** False once the daemon closed the store: /readyz says so. */
+  storeOpen: boolean;
 }
 
-/**
- * Verifies the store's chain and checks `signer` is the key that must sign its next entry; a daemon
- * that appended to a broken chain, or with another key, would make every later receipt worthless.
- */
-async function checkChain(
+async function stopAll(
+  started: Started,
+  policy: PolicyFile | undefined,
   substrate: Substrate,
-  signer: Signer,
-  trusted: readonly string[],
-  checkpoints: CheckpointStore | null,
+  logger: Logger,
 ): Promise<void> {
-  let checkpoint: Checkpoint | null = null;
-  if (checkpoints !== null) {
-    checkpoint = await checkpoints.read();
-    const rollback = checkpoint === null ? null : await findRollback(substrate, checkpoint);
-    if (rollback !== null) throw new Error(rollbackMessage(rollback, checkpoints.location));
-  }
-  const result = await verifyChain(wholeChain(substrate), {
-    publicKeys: [signer.publicKeyHex, ...trusted],
-    ...(checkpoint === null ? {} : { checkpoint }),
-  });
-  if (!result.ok) {
-    throw new Error(
-      `the audit chain does not verify (${result.failure.kind} at seq ${result.failure.seq ?? "?"}): run \`leash verify\` and \`leash recover\``,
-    );
-  }
-  // What was verified is the head to compare the next start with, before anything is served.
-  if (checkpoints !== null && result.count > 0) {
-    await checkpoints.write({ count: result.count, head_hash: result.head_hash });
-  }
-  const head = await substrate.transaction(async (tx) => {
-    const h = await tx.chain.head();
-    return h === null ? null : (await tx.chain.range(h.seq, 1))[0];
-  });
-  if (head === undefined || head === null) return;
-  const body = parseEntryBody(head.body);
-  if (typeof body === "string")
-    throw new Error(`the audit chain's head (seq ${head.seq}) is unreadable: ${body}`);
-  const inForce = body.kind === "key_rotation" ? String(body.data.next_key_id) : body.key_id;
-  if (inForce !== signer.keyId) {
-    throw new Error(
-      `the signing key (key id ${signer.keyId}) is not the chain's key in force (key id ${inForce}): give that key, or hand over with \`leash key rotate\``,
-    );
-  }
+  clearInterval(started.sweeper);
+  policy?.close();
+  // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
+  started.hitl?.close();
+  started.tailFeed?.close();
+  await started.consoleServer?.close();
+  await Promise.all([started.transport?.close(), started.grpc?.close()]);
+  await started.http?.close();
+  // The last head this daemon signed, for the next start to compare the store with.
+  await started.engine
+    ?.close()
+    .catch((error: unknown) => logger.error({ err: error }, "writing the chain checkpoint failed"));
+  await substrate.close().catch(() => undefined);
 }
 
-/**
- * Replays the verified chain and compares the state tables with it: a daemon serving on a hand-edited
- * spent_usd or circuit flag would decide on a state its own chain contradicts (fail closed).
- */
-async function checkStateTables(substrate: Substrate): Promise<void> {
-  const replay = await replayChain(wholeChain(substrate), { params: storedParams(substrate) });
-  if (!replay.ok) {
-    const m = replay.mismatch!;
-    throw new Error(
-      `the audit chain does not replay: entry ${m.index} (seq ${m.seq}) records ${m.field} ${JSON.stringify(m.recorded)}, the entries before it give ${JSON.stringify(m.expected)}: run \`leash verify --replay\``,
-    );
-  }
-  const differences = await compareSnapshots(substrate, replay.projection);
-  if (differences.length > 0) {
-    throw new Error(
-      `the state tables disagree with the replayed chain: ${describeDifferences(differences)}: run \`leash recover --repair\``,
-    );
-  }
+/** What startDaemon resolved from its options before the store was opened. */
+interface DaemonScope {
+  readonly options: DaemonOptions;
+  readonly logger: Logger;
+  readonly clock: Clock;
+  readonly metrics: DaemonMetrics;
+  readonly substrate: Substrate;
+  readonly checkpoints: CheckpointStore | null;
+  readonly policy: PolicyFile | undefined;
 }
 
 export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
@@ -222,59 +180,25 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
   const policy =
     policyPath === undefined ? undefined : new PolicyFile(policyPath, logger, options.policyPublicKey);
   const substrate = await openStore(url);
-  let engine: Engine | undefined;
-  let transport: UnixTransport | undefined;
-  let http: HttpEndpoint | undefined;
-  let grpc: GrpcTransport | undefined;
-  let consoleServer: ConsoleServer | undefined;
-  let hitl: HitlQueue | undefined;
-  let tailFeed: TailFeed | undefined;
-  let sweeper: NodeJS.Timeout | undefined;
-  const cleanup = async () => {
-    clearInterval(sweeper);
-    policy?.close();
-    // Waiting agents are told first (they fail closed), so the transports' in-flight work can finish.
-    hitl?.close();
-    tailFeed?.close();
-    await consoleServer?.close();
-    await Promise.all([transport?.close(), grpc?.close()]);
-    await http?.close();
-    // The last head this daemon signed, for the next start to compare the store with.
-    await engine
-      ?.close()
-      .catch((error: unknown) => logger.error({ err: error }, "writing the chain checkpoint failed"));
-    await substrate.close().catch(() => undefined);
-  };
+  const scope: DaemonScope = { options, logger, clock, metrics, substrate, checkpoints, policy };
+  const started: Started = { storeOpen: true };
+  const cleanup = () => stopAll(started, policy, substrate, logger);
   try {
     await checkChain(substrate, signer, options.trustedPublicKeys ?? [], checkpoints);
     await checkStateTables(substrate);
-    engine = createEngine({
-      substrate,
-      signer,
-      clock,
-      reservationTtlMs: config.reservationTtlS * 1000,
-      ...(checkpoints === null
-        ? {}
-        : {
-            checkpointStore: checkpoints,
-            onCheckpointError: (error: unknown) =>
-              logger.error(
-                { err: error, checkpoint: checkpoints.location },
-                "writing the chain checkpoint failed",
-              ),
-          }),
-      ...(policy === undefined ? {} : { policy }),
-    });
+    const engine = buildEngine(scope);
+    started.engine = engine;
     if (policy !== undefined) {
       policy.watch();
       logger.info({ policy_file: policy.path, policy_hash: policy.current().hash }, "policy loaded");
     }
-    hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
+    const hitl = new HitlQueue({ engine, logger, nowNs: () => clock.nowNs() });
+    started.hitl = hitl;
     const feed = new TailFeed({
       substrate,
       onError: (error) => logger.warn({ err: error }, "looking for new chain entries failed"),
     });
-    tailFeed = feed;
+    started.tailFeed = feed;
     // An operator's answer (console) appends too: followers look at once.
     engine.onHitlEvent(() => feed.poke());
     const version = daemonVersion();
@@ -291,119 +215,15 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
       quotas,
       ...(options.hitlTimeoutS === undefined ? {} : { hitlTimeoutS: options.hitlTimeoutS }),
     });
-    transport = await listenUnix({
-      path: socketPath,
-      handler,
-      config,
-      quotas,
-      limits: config.limits.socket,
-      clock,
-      logger,
-      metrics,
-      ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
-      ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
-    });
-    if (options.grpc !== undefined) {
-      grpc = await listenGrpc({ ...options.grpc, handler, config, logger, quotas, metrics });
-    }
-    if (options.console !== undefined) {
-      consoleServer = await listenConsole({
-        ...options.console,
-        hitl,
-        logger,
-        daemonVersion: version,
-        nowNs: () => clock.nowNs(),
-      });
-    }
-    let storeOpen = true;
-    if (options.http !== undefined) {
-      http = await listenHttp({
-        listen: options.http,
-        registry: metrics.registry,
-        notReady: async () => {
-          if (!storeOpen) return "the store is closed";
-          try {
-            await substrate.transaction((tx) => tx.chain.head());
-            return null;
-          } catch (error) {
-            return `the store does not answer: ${error instanceof Error ? error.message : String(error)}`;
-          }
-        },
-      });
-    }
-    // Holds whose agent never sent its postExec are charged at their estimate about every half TTL (at
-    // most each 30 s): an ALLOWed call may have run.
-    const sweepMs = Math.min(30_000, Math.max(100, (config.reservationTtlS * 1000) / 2));
-    let sweeping = false;
-    const live = engine;
-    sweeper = setInterval(() => {
-      if (sweeping) return;
-      sweeping = true;
-      Promise.all([
-        live
-          .expireReservations()
-          .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds")),
-        // Requests opened by another daemon on the same store have no timer here.
-        hitl?.expireDue(),
-        forgetMessages(live, clock),
-      ])
-        .catch((error: unknown) => logger.warn({ err: error }, "charging expired holds failed"))
-        .finally(() => {
-          sweeping = false;
-        });
-    }, sweepMs);
-    sweeper.unref();
-
-    let resolveClosed: () => void = () => undefined;
-    const closed = new Promise<void>((resolve) => {
-      resolveClosed = resolve;
-    });
-    let closing: Promise<void> | undefined;
-    const onSignal = (signal: NodeJS.Signals) => {
-      logger.info({ signal }, "shutting down");
-      void daemon.close();
-    };
-    // SIGHUP reloads the policy file (validated first; a broken one keeps the version in force).
-    const onReload = () => {
-      policy?.reload();
-    };
-    const daemon: Daemon = {
-      address: transport.path,
-      httpAddress: http?.address ?? null,
-      grpcAddress: grpc?.address ?? null,
-      consoleUrl: consoleServer?.url ?? null,
-      hitl,
-      engine,
-      handler,
-      metrics,
-      reloadPolicy: () => policy?.reload() ?? null,
-      closed,
-      close() {
-        closing ??= (async () => {
-          if (options.handleSignals) {
-            process.off("SIGTERM", onSignal);
-            process.off("SIGINT", onSignal);
-            process.off("SIGHUP", onReload);
-          }
-          await cleanup();
-          storeOpen = false;
-          logger.info("daemon stopped");
-          resolveClosed();
-        })();
-        return closing;
-      },
-    };
-    if (options.handleSignals) {
-      process.on("SIGTERM", onSignal);
-      process.on("SIGINT", onSignal);
-      process.on("SIGHUP", onReload);
-    }
+    const transport = await startListeners(scope, started, { socketPath, handler, quotas, hitl, version });
+    started.sweeper = startSweeper(scope, engine, hitl);
+    const daemon = daemonHandle(scope, started, { engine, hitl, handler, transport, cleanup });
     logger.info(
       {
         socket: transport.path,
-        http: http?.address ?? null,
-        grpc: grpc?.address ?? null,
-        console: consoleServer?.url ?? null,
+        http: started.http?.address ?? null,
+        grpc: started.grpc?.address ?? null,
+        console: started.consoleServer?.url ?? null,
         store: redactStoreUrl(url),
         key_id: signer.keyId,
       },
@@ -414,4 +234,172 @@ export async function startDaemon(options: DaemonOptions): Promise<Daemon> {
     await cleanup();
     throw error;
   }
+}
+
+function buildEngine({ options, substrate, clock, checkpoints, policy, logger }: DaemonScope): Engine {
+  return createEngine({
+    substrate,
+    signer: options.signer,
+    clock,
+    reservationTtlMs: options.config.reservationTtlS * 1000,
+    ...(checkpoints === null
+      ? {}
+      : {
+          checkpointStore: checkpoints,
+          onCheckpointError: (error: unknown) =>
+            logger.error(
+              { err: error, checkpoint: checkpoints.location },
+              "writing the chain checkpoint failed",
+            ),
+        }),
+    ...(policy === undefined ? {} : { policy }),
+  });
+}
+
+/** The Unix socket, then (as asked for) gRPC, the console and the HTTP probes; each recorded in `started`. */
+async function startListeners(
+  scope: DaemonScope,
+  started: Started,
+  parts: {
+    readonly socketPath: string;
+    readonly handler: RequestHandler;
+    readonly quotas: OrganizationQuotaBook;
+    readonly hitl: HitlQueue;
+    readonly version: string;
+  },
+): Promise<UnixTransport> {
+  const { options, logger, clock, metrics, substrate } = scope;
+  const { config } = options;
+  const { handler, quotas } = parts;
+  const transport = await listenUnix({
+    path: parts.socketPath,
+    handler,
+    config,
+    quotas,
+    limits: config.limits.socket,
+    clock,
+    logger,
+    metrics,
+    ...(options.maxInFlight === undefined ? {} : { maxInFlight: options.maxInFlight }),
+    ...(options.maxLongPolls === undefined ? {} : { maxLongPolls: options.maxLongPolls }),
+  });
+  started.transport = transport;
+  if (options.grpc !== undefined) {
+    started.grpc = await listenGrpc({ ...options.grpc, handler, config, logger, quotas, metrics });
+  }
+  if (options.console !== undefined) {
+    started.consoleServer = await listenConsole({
+      ...options.console,
+      hitl: parts.hitl,
+      logger,
+      daemonVersion: parts.version,
+      nowNs: () => clock.nowNs(),
+    });
+  }
+  if (options.http !== undefined) {
+    started.http = await listenHttp({
+      listen: options.http,
+      registry: metrics.registry,
+      notReady: async () => {
+        if (!started.storeOpen) return "the store is closed";
+        try {
+          await substrate.transaction((tx) => tx.chain.head());
+          return null;
+        } catch (error) {
+          return `the store does not answer: ${error instanceof Error ? error.message : String(error)}`;
+        }
+      },
+    });
+  }
+  return transport;
+}
+
+/**
+ * Holds whose agent never sent its postExec are charged at their estimate about every half TTL (at
+ * most each 30 s): an ALLOWed call may have run.
+ */
+function startSweeper(
+  { options, clock, logger }: DaemonScope,
+  engine: Engine,
+  hitl: HitlQueue,
+): NodeJS.Timeout {
+  const sweepMs = Math.min(30_000, Math.max(100, (options.config.reservationTtlS * 1000) / 2));
+  let sweeping = false;
+  const sweeper = setInterval(() => {
+    if (sweeping) return;
+    sweeping = true;
+    Promise.all([
+      engine
+        .expireReservations()
+        .then((n) => n > 0 && logger.info({ expired: n }, "charged expired budget holds")),
+      // Requests opened by another daemon on the same store have no timer here.
+      hitl.expireDue(),
+      forgetMessages(engine, clock),
+    ])
+      .catch((error: unknown) => logger.warn({ err: error }, "charging expired holds failed"))
+      .finally(() => {
+        sweeping = false;
+      });
+  }, sweepMs);
+  sweeper.unref();
+  return sweeper;
+}
+
+/** The running daemon as its caller holds it; with handleSignals, SIGTERM/SIGINT close it and SIGHUP reloads. */
+function daemonHandle(
+  { options, logger, metrics, policy }: DaemonScope,
+  started: Started,
+  parts: {
+    readonly engine: Engine;
+    readonly hitl: HitlQueue;
+    readonly handler: RequestHandler;
+    readonly transport: UnixTransport;
+    readonly cleanup: () => Promise<void>;
+  },
+): Daemon {
+  let resolveClosed: () => void = () => undefined;
+  const closed = new Promise<void>((resolve) => {
+    resolveClosed = resolve;
+  });
+  let closing: Promise<void> | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, "shutting down");
+    void daemon.close();
+  };
+  // SIGHUP reloads the policy file (validated first; a broken one keeps the version in force).
+  const onReload = () => {
+    policy?.reload();
+  };
+  const daemon: Daemon = {
+    address: parts.transport.path,
+    httpAddress: started.http?.address ?? null,
+    grpcAddress: started.grpc?.address ?? null,
+    consoleUrl: started.consoleServer?.url ?? null,
+    hitl: parts.hitl,
+    engine: parts.engine,
+    handler: parts.handler,
+    metrics,
+    reloadPolicy: () => policy?.reload() ?? null,
+    closed,
+    close() {
+      closing ??= (async () => {
+        if (options.handleSignals) {
+          process.off("SIGTERM", onSignal);
+          process.off("SIGINT", onSignal);
+          process.off("SIGHUP", onReload);
+        }
+        await parts.cleanup();
+        started.storeOpen = false;
+        logger.info("daemon stopped");
+        resolveClosed();
+      })();
+      return closing;
+    },
+  };
+  if (options.handleSignals) {
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+    process.on("SIGHUP", onReload);
+  }
+  return daemon;
 }

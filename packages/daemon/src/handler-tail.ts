@@ -48,53 +48,66 @@ export interface TailDependencies {
 }
 
 export function createTailRequests(deps: TailDependencies): TailRequests {
-  const { options, config, metrics, logger, checkSession } = deps;
-  let tails = 0;
+  const slots = new TailSlots(deps);
+  return {
+    tailBatch: (request, context) => tailBatch(deps, slots, request, context),
+    streamTail: (request, context, send) => streamTail(deps, slots, request, context, send),
+  };
+}
 
-  /** The request's filter, checked: the organization is the caller's; a session must be one of its own. */
-  async function tailFilterOf(
-    request: TailRequest,
-    context: RequestContext,
-  ): Promise<{ tail: NonNullable<HandlerOptions["tail"]>; filter: TailFilter; afterSeq: number | null }> {
-    const tail = options.tail;
-    if (tail === undefined)
-      throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "tail_unavailable", "this daemon serves no tail");
-    const after = request.afterSeq;
-    if (after !== undefined && (after < -1n || after > BigInt(Number.MAX_SAFE_INTEGER))) {
-      throw new Refusal(
-        ErrorCode.INVALID_MESSAGE,
-        "invalid_after_seq",
-        "after_seq must be -1 or a chain seq",
-      );
-    }
-    if (
-      request.kinds.length > MAX_TAIL_KINDS ||
-      request.kinds.some((kind) => !/^[a-z][a-z0-9_]{0,63}$/.test(kind))
-    ) {
-      throw new Refusal(
-        ErrorCode.INVALID_MESSAGE,
-        "invalid_kinds",
-        `kinds must be at most ${MAX_TAIL_KINDS} entry kinds such as "decision"`,
-      );
-    }
-    if (request.sessionId !== "") await checkSession(request.sessionId, context.auth);
-    return {
-      tail,
-      filter: {
-        organizationId: context.auth.organizationId,
-        // A key bound to agents sees their sessions only (session ids are how one touches a session).
-        agents:
-          config.organizations.get(context.auth.organizationId)?.keyAgents.get(context.auth.keyId) ?? null,
-        sessionId: request.sessionId === "" ? null : request.sessionId,
-        kinds: request.kinds.length === 0 ? null : new Set(request.kinds),
-      },
-      afterSeq: after === undefined ? null : Number(after),
-    };
+type Tail = NonNullable<HandlerOptions["tail"]>;
+
+/** The request's filter, checked: the organization is the caller's; a session must be one of its own. */
+async function tailFilterOf(
+  deps: TailDependencies,
+  request: TailRequest,
+  context: RequestContext,
+): Promise<{ tail: Tail; filter: TailFilter; afterSeq: number | null }> {
+  const tail = deps.options.tail;
+  if (tail === undefined)
+    throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "tail_unavailable", "this daemon serves no tail");
+  const after = request.afterSeq;
+  if (after !== undefined && (after < -1n || after > BigInt(Number.MAX_SAFE_INTEGER))) {
+    throw new Refusal(ErrorCode.INVALID_MESSAGE, "invalid_after_seq", "after_seq must be -1 or a chain seq");
+  }
+  if (
+    request.kinds.length > MAX_TAIL_KINDS ||
+    request.kinds.some((kind) => !/^[a-z][a-z0-9_]{0,63}$/.test(kind))
+  ) {
+    throw new Refusal(
+      ErrorCode.INVALID_MESSAGE,
+      "invalid_kinds",
+      `kinds must be at most ${MAX_TAIL_KINDS} entry kinds such as "decision"`,
+    );
+  }
+  if (request.sessionId !== "") await deps.checkSession(request.sessionId, context.auth);
+  return {
+    tail,
+    filter: {
+      organizationId: context.auth.organizationId,
+      // A key bound to agents sees their sessions only (session ids are how one touches a session).
+      agents:
+        deps.config.organizations.get(context.auth.organizationId)?.keyAgents.get(context.auth.keyId) ?? null,
+      sessionId: request.sessionId === "" ? null : request.sessionId,
+      kinds: request.kinds.length === 0 ? null : new Set(request.kinds),
+    },
+    afterSeq: after === undefined ? null : Number(after),
+  };
+}
+
+/** The tails open at once: MAX_TAILS for the daemon, and each organization's quota. */
+class TailSlots {
+  #tails = 0;
+  readonly #deps: TailDependencies;
+
+  constructor(deps: TailDependencies) {
+    this.#deps = deps;
   }
 
   /** Runs `fn` holding one of the MAX_TAILS slots and one of its organization's. */
-  async function withTailSlot<T>(org: string, fn: () => Promise<T>): Promise<T> {
-    if (tails >= MAX_TAILS) {
+  async with<T>(org: string, fn: () => Promise<T>): Promise<T> {
+    const { metrics, options } = this.#deps;
+    if (this.#tails >= MAX_TAILS) {
       metrics.rateLimited.inc();
       throw new Refusal(ErrorCode.RATE_LIMITED, "too_many_tails", `more than ${MAX_TAILS} tails at once`);
     }
@@ -108,86 +121,103 @@ export function createTailRequests(deps: TailDependencies): TailRequests {
         `organization ${org} has ${quotas.quotas.tails} tails open`,
       );
     }
-    tails++;
+    this.#tails++;
     try {
       return await fn();
     } finally {
-      tails--;
+      this.#tails--;
       quotas?.releaseTail(org);
     }
   }
+}
 
-  const shuttingDown = () =>
-    new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "shutting_down", "the daemon is shutting down");
+const shuttingDown = () =>
+  new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "shutting_down", "the daemon is shutting down");
 
-  /** The socket's tail_entries: one batch; with follow, waits (bounded) until there is something to send. */
-  async function tailBatch(request: TailRequest, context: RequestContext): Promise<Payload> {
-    const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-    return withTailSlot(context.auth.organizationId, async () => {
-      const signal = context.signal;
-      let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
-      const maxEvents =
-        request.limit === 0 ? SOCKET_TAIL_EVENTS : Math.min(request.limit, SOCKET_TAIL_EVENTS);
-      const waitMs = Math.min(request.waitMs === 0 ? DEFAULT_TAIL_WAIT_MS : request.waitMs, MAX_TAIL_WAIT_MS);
-      const deadline = Date.now() + waitMs;
-      for (;;) {
-        const page = await tail.reader.page(after, filter, { maxEvents, maxBytes: TAIL_BYTES });
-        if (page.afterSeq >= 0) tail.feed.observe(page.afterSeq);
-        after = page.afterSeq;
-        const left = deadline - Date.now();
-        if (page.events.length > 0 || page.more || !request.follow || left <= 0) {
-          return {
-            case: "tailBatch",
-            value: create(TailBatchSchema, { events: page.events, afterSeq: BigInt(after), more: page.more }),
-          };
-        }
-        const why = await tail.feed.wait(after, signal, left);
-        if (why === "closed") throw shuttingDown();
-        if (why === "aborted")
-          throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "cancelled", "the caller went away");
+/** The socket's tail_entries: one batch; with follow, waits (bounded) until there is something to send. */
+async function tailBatch(
+  deps: TailDependencies,
+  slots: TailSlots,
+  request: TailRequest,
+  context: RequestContext,
+): Promise<Payload> {
+  const { tail, filter, afterSeq } = await tailFilterOf(deps, request, context);
+  return slots.with(context.auth.organizationId, async () => {
+    const signal = context.signal;
+    let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
+    const maxEvents = request.limit === 0 ? SOCKET_TAIL_EVENTS : Math.min(request.limit, SOCKET_TAIL_EVENTS);
+    const waitMs = Math.min(request.waitMs === 0 ? DEFAULT_TAIL_WAIT_MS : request.waitMs, MAX_TAIL_WAIT_MS);
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const page = await tail.reader.page(after, filter, { maxEvents, maxBytes: TAIL_BYTES });
+      if (page.afterSeq >= 0) tail.feed.observe(page.afterSeq);
+      after = page.afterSeq;
+      const left = deadline - Date.now();
+      if (page.events.length > 0 || page.more || !request.follow || left <= 0) {
+        return {
+          case: "tailBatch",
+          value: create(TailBatchSchema, { events: page.events, afterSeq: BigInt(after), more: page.more }),
+        };
       }
-    });
-  }
-
-  async function streamTail(
-    request: TailRequest,
-    context: RequestContext,
-    send: (event: TailEvent) => void | Promise<void>,
-  ): Promise<ErrorMessage | null> {
-    try {
-      const { tail, filter, afterSeq } = await tailFilterOf(request, context);
-      return await withTailSlot(context.auth.organizationId, async () => {
-        const signal = context.signal;
-        let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
-        let left = request.limit === 0 ? Number.POSITIVE_INFINITY : request.limit;
-        for (;;) {
-          if (signal?.aborted) return null;
-          const page = await tail.reader.page(after, filter, {
-            maxEvents: Math.min(left, SOCKET_TAIL_EVENTS),
-            maxBytes: TAIL_BYTES,
-          });
-          for (const event of page.events) {
-            if (signal?.aborted) return null;
-            await send(event);
-          }
-          left -= page.events.length;
-          after = page.afterSeq;
-          if (after >= 0) tail.feed.observe(after);
-          if (left <= 0) return null;
-          if (page.more) continue;
-          if (!request.follow) return null;
-          const why = await tail.feed.wait(after, signal, STREAM_RECHECK_MS);
-          if (why === "closed") throw shuttingDown();
-          if (why === "aborted") return null;
-        }
-      });
-    } catch (error) {
-      const known = answerFor(error);
-      if (known === undefined)
-        logger.warn({ rpc: "TailEntries", err: error }, "request failed inside the daemon");
-      return (known ?? errorPayload(new Error("internal"))).value as ErrorMessage;
+      const why = await tail.feed.wait(after, signal, left);
+      if (why === "closed") throw shuttingDown();
+      if (why === "aborted")
+        throw new Refusal(ErrorCode.DAEMON_UNAVAILABLE, "cancelled", "the caller went away");
     }
-  }
+  });
+}
 
-  return { tailBatch, streamTail };
+/** gRPC's TailEntries stream (RequestHandler.streamTail): never throws. */
+async function streamTail(
+  deps: TailDependencies,
+  slots: TailSlots,
+  request: TailRequest,
+  context: RequestContext,
+  send: (event: TailEvent) => void | Promise<void>,
+): Promise<ErrorMessage | null> {
+  try {
+    const { tail, filter, afterSeq } = await tailFilterOf(deps, request, context);
+    return await slots.with(context.auth.organizationId, () =>
+      follow(tail, filter, afterSeq, request, context, send),
+    );
+  } catch (error) {
+    const known = answerFor(error);
+    if (known === undefined)
+      deps.logger.warn({ rpc: "TailEntries", err: error }, "request failed inside the daemon");
+    return (known ?? errorPayload(new Error("internal"))).value as ErrorMessage;
+  }
+}
+
+/** Sends the stream's events until its limit, its end (without follow), an abort or the daemon's close. */
+async function follow(
+  tail: Tail,
+  filter: TailFilter,
+  afterSeq: number | null,
+  request: TailRequest,
+  context: RequestContext,
+  send: (event: TailEvent) => void | Promise<void>,
+): Promise<null> {
+  const signal = context.signal;
+  let after = afterSeq ?? (await tail.reader.startBefore(request.last, filter, signal));
+  let left = request.limit === 0 ? Number.POSITIVE_INFINITY : request.limit;
+  for (;;) {
+    if (signal?.aborted) return null;
+    const page = await tail.reader.page(after, filter, {
+      maxEvents: Math.min(left, SOCKET_TAIL_EVENTS),
+      maxBytes: TAIL_BYTES,
+    });
+    for (const event of page.events) {
+      if (signal?.aborted) return null;
+      await send(event);
+    }
+    left -= page.events.length;
+    after = page.afterSeq;
+    if (after >= 0) tail.feed.observe(after);
+    if (left <= 0) return null;
+    if (page.more) continue;
+    if (!request.follow) return null;
+    const why = await tail.feed.wait(after, signal, STREAM_RECHECK_MS);
+    if (why === "closed") throw shuttingDown();
+    if (why === "aborted") return null;
+  }
 }

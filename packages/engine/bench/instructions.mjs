@@ -1,13 +1,13 @@
 // Machine instructions per engine decision, counted by valgrind's callgrind (not a test): a cost figure that
-// does not move with this shared machine's speed, which swings by 2× from hour to hour and ±25 % run to run.
+// does not move with a shared machine's speed, which other tenants change from hour to hour and run to run.
 //
 // It runs the same fixed workload twice under callgrind, DECISIONS and 3 × DECISIONS evaluate() calls (the
 // ALLOW path with a budget hold that `leash bench engine` measures, fixed clock and rng), and divides the
 // difference of the two totals by the difference of the counts: start-up, imports and JIT warm-up cancel
 // out. Node runs with --single-threaded (no concurrent compiler or GC threads) and fixed hash and random
-// seeds, so that the same build counts within ~1 % from run to run however busy the machine is (what is
-// left comes from garbage collection and random ids); a checkout at another path may count ~1 % apart,
-// so between two builds only differences of a few per cent mean anything. Counts are instructions, not time: a change
+// seeds, so that the same build counts nearly alike from run to run however busy the machine is (what
+// varies comes from garbage collection and random ids, and a checkout at another path counts a little
+// apart): between two builds only differences of a few per cent mean anything. Counts are instructions, not time: a change
 // that saves instructions but stalls on memory or I/O (or the reverse) shows here only in part.
 //
 // It also reports how many of those instructions V8's optimizing compiler spent (compiler_*): it is

@@ -1,7 +1,7 @@
 // Turning a recovery report into a decision (assertRecovered) and into text for people (formatReport).
 // It finds nothing itself: everything here reads the report recover() returned.
 import { RecoveryError } from "./errors.js";
-import type { RecoveryReport } from "./recover.js";
+import type { RecoveryReport } from "./recover-report.js";
 
 /**
  * Returns the report when the store may be served, and throws otherwise: a daemon calls this before

@@ -1,29 +1,20 @@
 // The HITL web console (spec §6.3): an HTTP server for the one static page and the control WebSocket,
 // which carries JSON-encoded @leash/wire ConsoleRequest / ConsoleEvent messages. Operators only:
 // every byte past the login form needs a console token; the queue and answers are hitl/queue.ts's.
-import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import { create, fromJsonString, toJsonString } from "@bufbuild/protobuf";
-import {
-  type ConsoleEvent,
-  ConsoleEventSchema,
-  type ConsoleRequest,
-  ConsoleRequestSchema,
-  ErrorCode,
-  ErrorSchema,
-  HitlStatus,
-  MAX_FRAME_BYTES,
-} from "@leash/wire";
+import { MAX_FRAME_BYTES } from "@leash/wire";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import { isLoopback } from "../grpc.js";
-import { hitlErrorPayload } from "../handler.js";
-import { HitlError } from "../hitl/errors.js";
 import type { HitlQueue } from "../hitl/queue.js";
 import { parseHostPort } from "../http.js";
-import { ConsoleConfigError, type ConsoleToken, covers, type Operator, operatorOf } from "./tokens.js";
+import { broadcastUpdates, connected } from "./control.js";
+import { COOKIE, ConsoleLogins, LOGIN_TTL_MS } from "./logins.js";
+import { ConsoleConfigError, type ConsoleToken, type Operator, operatorOf } from "./tokens.js";
+
+export { LOGINS_PER_TOKEN } from "./logins.js";
 
 export interface ConsoleOptions {
   /** "HOST:PORT"; port 0 picks a free one. */
@@ -52,11 +43,7 @@ export interface ConsoleServer {
 }
 
 export const CONTROL_PATH = "/v1/control";
-const COOKIE = "leash_console";
 const LOGIN_MAX_BYTES = 4096;
-const LOGIN_TTL_MS = 12 * 3600_000;
-/** Browser sessions one token may hold; its oldest is signed out past that (never another token's). */
-export const LOGINS_PER_TOKEN = 16;
 const ASSETS: Record<string, { file: string; type: string }> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
   "/console.js": { file: "console.js", type: "text/javascript; charset=utf-8" },
@@ -82,19 +69,6 @@ const LOGIN_PAGE = (message: string) => `<!doctype html>
 <input id="token" name="token" type="password" autocomplete="off" required autofocus>
 <button type="submit">Sign in</button></form></main></body></html>`;
 
-function cookieOf(request: IncomingMessage): string | undefined {
-  for (const part of (request.headers.cookie ?? "").split(";")) {
-    const [name, ...rest] = part.trim().split("=");
-    if (name === COOKIE) return rest.join("=");
-  }
-  return undefined;
-}
-
-function bearerOf(request: IncomingMessage): string | undefined {
-  const header = request.headers.authorization;
-  return header?.startsWith("Bearer ") ? header.slice(7).trim() : undefined;
-}
-
 /** Same origin: a browser's Origin must name this very host (scheme http, the Host header's authority). */
 function sameOrigin(request: IncomingMessage): boolean {
   const origin = request.headers.origin;
@@ -102,7 +76,8 @@ function sameOrigin(request: IncomingMessage): boolean {
   return origin === `http://${request.headers.host ?? ""}`;
 }
 
-export async function listenConsole(options: ConsoleServerOptions): Promise<ConsoleServer> {
+/** The address to listen on, refused unless it is loopback (or insecure was asked for) and tokens exist. */
+function listenAddress(options: ConsoleOptions): { host: string; port: number } {
   let host: string;
   let port: number;
   try {
@@ -125,235 +100,108 @@ export async function listenConsole(options: ConsoleServerOptions): Promise<Cons
       "the console needs at least one token (--console-tokens FILE)",
     );
   }
+  return { host, port };
+}
+
+function send(res: ServerResponse, status: number, type: string, body: string | Buffer, extra = {}) {
+  res.writeHead(status, { ...HEADERS, "Content-Type": type, ...extra });
+  res.end(body);
+}
+
+/** What the HTTP routes need: the tokens, the signed-in browsers and the log. */
+interface HttpScope {
+  readonly tokens: readonly ConsoleToken[];
+  readonly logins: ConsoleLogins;
+  readonly logger: Logger;
+}
+
+/** POST /login: a token in a form; a valid one gets a sign-in cookie and a redirect to the page. */
+async function login(scope: HttpScope, req: IncomingMessage, res: ServerResponse) {
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > LOGIN_MAX_BYTES) return send(res, 413, "text/plain", "too large");
+    chunks.push(chunk as Buffer);
+  }
+  const token = new URLSearchParams(Buffer.concat(chunks).toString("utf8")).get("token") ?? "";
+  const operator = operatorOf(scope.tokens, token.trim());
+  if (operator === null) {
+    scope.logger.warn({ remote: req.socket.remoteAddress }, "console sign-in refused");
+    return send(res, 401, "text/html; charset=utf-8", LOGIN_PAGE("That token is not valid."));
+  }
+  const id = scope.logins.add(operator);
+  scope.logger.info({ operator: operator.id }, "console sign-in");
+  res.writeHead(303, {
+    ...HEADERS,
+    Location: "/",
+    "Set-Cookie": `${COOKIE}=${id}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${LOGIN_TTL_MS / 1000}`,
+  });
+  res.end();
+}
+
+async function onRequest(scope: HttpScope, req: IncomingMessage, res: ServerResponse) {
+  const path = new URL(req.url ?? "/", "http://console").pathname;
+  if (path === "/login" && req.method === "POST") {
+    if (!sameOrigin(req)) return send(res, 403, "text/plain", "cross-origin sign-in refused");
+    return login(scope, req, res);
+  }
+  const asset = ASSETS[path];
+  if (req.method !== "GET" && req.method !== "HEAD")
+    return send(res, 405, "text/plain", "method not allowed");
+  // The stylesheet carries no data; the login page needs it.
+  if (path !== "/console.css" && scope.logins.operatorFor(req) === null) {
+    return send(res, 401, "text/html; charset=utf-8", LOGIN_PAGE("Sign in with your console token."), {
+      "WWW-Authenticate": 'Bearer realm="leash-console"',
+    });
+  }
+  if (asset === undefined) return send(res, 404, "text/plain", "not found");
+  const body = await readFile(new URL(asset.file, ASSET_DIR));
+  return send(res, 200, asset.type, body);
+}
+
+const refuseUpgrade = (socket: Duplex, status: string) => {
+  socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+};
+
+/** The operator an upgrade to the control socket speaks for; null once it was refused. */
+function upgradeOperator(scope: HttpScope, req: IncomingMessage, socket: Duplex): Operator | null {
+  const path = new URL(req.url ?? "/", "http://console").pathname;
+  if (path !== CONTROL_PATH) {
+    refuseUpgrade(socket, "404 Not Found");
+    return null;
+  }
+  if (!sameOrigin(req)) {
+    scope.logger.warn({ origin: req.headers.origin }, "console upgrade from another origin refused");
+    refuseUpgrade(socket, "403 Forbidden");
+    return null;
+  }
+  const operator = scope.logins.operatorFor(req);
+  if (operator === null) refuseUpgrade(socket, "401 Unauthorized");
+  return operator;
+}
+
+export async function listenConsole(options: ConsoleServerOptions): Promise<ConsoleServer> {
+  const { host, port } = listenAddress(options);
   const { hitl, logger } = options;
-  /** Signed-in browsers: a random id in an HttpOnly cookie → the token's operator (the raw token is not kept). */
-  const logins = new Map<string, { operator: Operator; until: number }>();
-  /** Each token's signed-in session ids, oldest first: a token's sign-ins evict only its own. */
-  const loginsOf = new Map<string, string[]>();
+  const scope: HttpScope = { tokens: options.tokens, logins: new ConsoleLogins(options.tokens), logger };
   /** Open control sockets and whose token each is (updates go only to the organizations it covers). */
   const sockets = new Map<WebSocket, Operator>();
-
-  function addLogin(operator: Operator): string {
-    const now = Date.now();
-    const mine = (loginsOf.get(operator.token) ?? []).filter((id) => {
-      const login = logins.get(id);
-      if (login !== undefined && login.until >= now) return true;
-      logins.delete(id);
-      return false;
-    });
-    while (mine.length >= LOGINS_PER_TOKEN) logins.delete(mine.shift()!);
-    const id = randomBytes(32).toString("base64url");
-    logins.set(id, { operator, until: now + LOGIN_TTL_MS });
-    mine.push(id);
-    loginsOf.set(operator.token, mine);
-    return id;
-  }
-
-  function operatorFor(request: IncomingMessage): Operator | null {
-    const bearer = bearerOf(request);
-    if (bearer !== undefined) return operatorOf(options.tokens, bearer);
-    const id = cookieOf(request);
-    const login = id === undefined ? undefined : logins.get(id);
-    if (login === undefined) return null;
-    if (login.until < Date.now()) {
-      logins.delete(id!);
-      return null;
-    }
-    return login.operator;
-  }
-
-  function send(res: ServerResponse, status: number, type: string, body: string | Buffer, extra = {}) {
-    res.writeHead(status, { ...HEADERS, "Content-Type": type, ...extra });
-    res.end(body);
-  }
-
-  async function login(req: IncomingMessage, res: ServerResponse) {
-    let size = 0;
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) {
-      size += (chunk as Buffer).length;
-      if (size > LOGIN_MAX_BYTES) return send(res, 413, "text/plain", "too large");
-      chunks.push(chunk as Buffer);
-    }
-    const token = new URLSearchParams(Buffer.concat(chunks).toString("utf8")).get("token") ?? "";
-    const operator = operatorOf(options.tokens, token.trim());
-    if (operator === null) {
-      logger.warn({ remote: req.socket.remoteAddress }, "console sign-in refused");
-      return send(res, 401, "text/html; charset=utf-8", LOGIN_PAGE("That token is not valid."));
-    }
-    const id = addLogin(operator);
-    logger.info({ operator: operator.id }, "console sign-in");
-    res.writeHead(303, {
-      ...HEADERS,
-      Location: "/",
-      "Set-Cookie": `${COOKIE}=${id}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${LOGIN_TTL_MS / 1000}`,
-    });
-    res.end();
-  }
-
-  async function onRequest(req: IncomingMessage, res: ServerResponse) {
-    const path = new URL(req.url ?? "/", "http://console").pathname;
-    if (path === "/login" && req.method === "POST") {
-      if (!sameOrigin(req)) return send(res, 403, "text/plain", "cross-origin sign-in refused");
-      return login(req, res);
-    }
-    const asset = ASSETS[path];
-    if (req.method !== "GET" && req.method !== "HEAD")
-      return send(res, 405, "text/plain", "method not allowed");
-    // The stylesheet carries no data; the login page needs it.
-    if (path !== "/console.css" && operatorFor(req) === null) {
-      return send(res, 401, "text/html; charset=utf-8", LOGIN_PAGE("Sign in with your console token."), {
-        "WWW-Authenticate": 'Bearer realm="leash-console"',
-      });
-    }
-    if (asset === undefined) return send(res, 404, "text/plain", "not found");
-    const body = await readFile(new URL(asset.file, ASSET_DIR));
-    return send(res, 200, asset.type, body);
-  }
-
+  const control = { hitl, logger, daemonVersion: options.daemonVersion, nowNs: options.nowNs, sockets };
   const server: Server = createServer((req, res) => {
-    onRequest(req, res).catch((error: unknown) => {
+    onRequest(scope, req, res).catch((error: unknown) => {
       logger.warn({ err: error }, "console request failed");
       if (!res.headersSent) send(res, 500, "text/plain", "internal error");
       else res.destroy();
     });
   });
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES });
-
-  const refuseUpgrade = (socket: Duplex, status: string) => {
-    socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
-  };
-
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const path = new URL(req.url ?? "/", "http://console").pathname;
-    if (path !== CONTROL_PATH) return refuseUpgrade(socket, "404 Not Found");
-    if (!sameOrigin(req)) {
-      logger.warn({ origin: req.headers.origin }, "console upgrade from another origin refused");
-      return refuseUpgrade(socket, "403 Forbidden");
-    }
-    const operator = operatorFor(req);
-    if (operator === null) return refuseUpgrade(socket, "401 Unauthorized");
-    wss.handleUpgrade(req, socket, head, (ws) => connected(ws, operator));
+    const operator = upgradeOperator(scope, req, socket);
+    if (operator === null) return;
+    wss.handleUpgrade(req, socket, head, (ws) => connected(control, ws, operator));
   });
-
-  const sendEvent = (ws: WebSocket, event: ConsoleEvent) => {
-    if (ws.readyState === ws.OPEN) ws.send(toJsonString(ConsoleEventSchema, event));
-  };
-  const errorEvent = (correlationId: string, code: ErrorCode, detail: string, message: string) =>
-    create(ConsoleEventSchema, {
-      correlationId,
-      event: { case: "error", value: create(ErrorSchema, { code, detail, message }) },
-    });
-
-  async function answerRequest(request: ConsoleRequest, operator: Operator): Promise<ConsoleEvent> {
-    const id = request.correlationId;
-    switch (request.request.case) {
-      case "list": {
-        const { sessionId, status } = request.request.value;
-        const requests = (await hitl.list({ sessionId, status })).filter((r) =>
-          covers(operator, r.organizationId),
-        );
-        return create(ConsoleEventSchema, {
-          correlationId: id,
-          event: { case: "list", value: { requests } },
-        });
-      }
-      case "get": {
-        const view = await hitl.get(request.request.value.requestId);
-        // Another organization's request is answered as one that does not exist.
-        if (view === null || !covers(operator, view.organizationId))
-          throw new HitlError("hitl_request_not_found", "no such HITL request");
-        return create(ConsoleEventSchema, { correlationId: id, event: { case: "request", value: view } });
-      }
-      case "answer": {
-        if (operator.readonly) {
-          throw new HitlError(
-            "hitl_read_only",
-            `operator ${operator.id} has a read-only token: it cannot answer`,
-          );
-        }
-        const { requestId, decision } = request.request.value;
-        const target = await hitl.get(requestId);
-        if (target === null || !covers(operator, target.organizationId))
-          throw new HitlError("hitl_request_not_found", "no such HITL request");
-        // The operator is the token's identity, whatever the page says.
-        const view = await hitl.answer(requestId, decision, operator.id);
-        return create(ConsoleEventSchema, { correlationId: id, event: { case: "request", value: view } });
-      }
-      default:
-        return errorEvent(id, ErrorCode.INVALID_MESSAGE, "not_a_request", "the message names no request");
-    }
-  }
-
-  function connected(ws: WebSocket, operator: Operator) {
-    sockets.set(ws, operator);
-    logger.info({ operator: operator.id, readonly: operator.readonly }, "console connected");
-    sendEvent(
-      ws,
-      create(ConsoleEventSchema, {
-        event: {
-          case: "hello",
-          value: {
-            operatorId: operator.id,
-            readonly: operator.readonly,
-            daemonVersion: options.daemonVersion,
-            daemonTimeNs: BigInt(Math.trunc(options.nowNs())),
-          },
-        },
-      }),
-    );
-    void hitl
-      .list({ status: HitlStatus.HITL_STATUS_UNSPECIFIED })
-      .then((all) => {
-        const requests = all.filter((r) => covers(operator, r.organizationId));
-        sendEvent(ws, create(ConsoleEventSchema, { event: { case: "list", value: { requests } } }));
-      })
-      .catch((error: unknown) => logger.warn({ err: error }, "console: listing requests failed"));
-    ws.on("message", (data, isBinary) => {
-      if (isBinary) {
-        return sendEvent(
-          ws,
-          errorEvent("", ErrorCode.INVALID_MESSAGE, "binary_frame", "send text frames (JSON)"),
-        );
-      }
-      let request: ConsoleRequest;
-      try {
-        request = fromJsonString(ConsoleRequestSchema, data.toString());
-      } catch (error) {
-        return sendEvent(
-          ws,
-          errorEvent(
-            "",
-            ErrorCode.INVALID_MESSAGE,
-            "invalid_json",
-            `not a ConsoleRequest: ${(error as Error).message}`,
-          ),
-        );
-      }
-      answerRequest(request, operator)
-        .then((event) => sendEvent(ws, event))
-        .catch((error: unknown) => {
-          if (HitlError.isInstance(error)) {
-            const e = hitlErrorPayload(error).value;
-            return sendEvent(ws, errorEvent(request.correlationId, e.code, e.detail, e.message));
-          }
-          logger.warn({ err: error }, "console request failed inside the daemon");
-          sendEvent(
-            ws,
-            errorEvent(request.correlationId, ErrorCode.DAEMON_UNAVAILABLE, "internal", "internal error"),
-          );
-        });
-    });
-    ws.on("close", () => sockets.delete(ws));
-    ws.on("error", () => sockets.delete(ws));
-  }
-
-  const unsubscribe = hitl.subscribe((kind, view) => {
-    const event = create(ConsoleEventSchema, {
-      event: { case: "update", value: { request: view, final: kind !== "opened" } },
-    });
-    for (const [ws, operator] of sockets) if (covers(operator, view.organizationId)) sendEvent(ws, event);
-  });
+  const unsubscribe = broadcastUpdates(hitl, sockets);
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
