@@ -224,7 +224,8 @@ describe.each(STORE_KINDS)("leash recover on %s", (kind) => {
     const repaired = await recoverCmd("--repair", "--key-file", A.file);
     expect(repaired.stderr).toBe("");
     expect(repaired.code).toBe(0);
-    expect(repaired.stdout).toContain("rewrote 1 snapshot value(s) from the replayed chain");
+    // The edit shows twice, as the field and as the row's digest (which its entry signed): both rewritten.
+    expect(repaired.stdout).toContain("rewrote 2 snapshot value(s) from the replayed chain");
     expect(JSON.parse((await L(["session", "show", s])).stdout).budget_remaining_usd).toBe("0.5");
     const verified = await L(["verify", "--replay", "--pubkey", A.pubHex]);
     expect(verified.code).toBe(0);
