@@ -11,6 +11,7 @@ import {
   type SessionRecord,
   type Substrate,
   SubstrateError,
+  type SubstrateTx,
 } from "@leash/core";
 import { enqueueEntry } from "@leash/outbox";
 import { withAllotments } from "./escrow-check.js";
@@ -95,14 +96,7 @@ export async function compareSnapshots(
   projection: Projection,
 ): Promise<SnapshotDifference[]> {
   const out: SnapshotDifference[] = [];
-  const diff = (
-    table: SnapshotTable,
-    id: string,
-    field: string,
-    snapshot: unknown,
-    replayed: unknown,
-    repairable = true,
-  ) =>
+  const diff: Diff = (table, id, field, snapshot, replayed, repairable = true) =>
     out.push({
       table,
       id,
@@ -117,108 +111,12 @@ export async function compareSnapshots(
     const headSeq = (await tx.chain.head())?.seq ?? null;
     const beyondHead = (atSeq: number | null | undefined): boolean =>
       atSeq !== null && atSeq !== undefined && (headSeq === null || atSeq > headSeq);
-    const stored = new Map((await tx.sessions.list()).map((s) => [s.session_id, s]));
-    for (const [id, row] of stored) {
-      if (beyondHead(row.at_seq)) {
-        diff("sessions", id, "at_seq", row.at_seq, headSeq, projection.sessions.has(id));
-      }
-    }
-    for (const [id, replayed] of projection.sessions) {
-      const row = stored.get(id);
-      if (row === undefined) {
-        diff("sessions", id, "row", null, "present");
-        continue;
-      }
-      stamped.push({ table: "sessions", id, row });
-      for (const field of SESSION_FIELDS) {
-        if (field === "state") {
-          // Field by field, so the report names the edited one (circuit_tripped, total_calls, …).
-          const keys = new Set([...Object.keys(row.state), ...Object.keys(replayed.state)]);
-          for (const key of keys) {
-            const a = (row.state as Record<string, unknown>)[key];
-            const b = (replayed.state as Record<string, unknown>)[key];
-            if (!same(a ?? null, b ?? null)) diff("sessions", id, `state.${key}`, a ?? null, b ?? null);
-          }
-        } else if (!same(row[field], replayed[field])) {
-          diff("sessions", id, field, row[field], replayed[field]);
-        }
-      }
-    }
-    for (const id of stored.keys()) {
-      if (!projection.sessions.has(id)) diff("sessions", id, "row", "present", null, false);
-    }
-
-    // The nonce column is the entries' own: the port cannot rewrite it, so a difference there (an
-    // edited or cleared column) is reported and left to the operator, never repaired.
-    for (let from = 0; from < projection.folded; ) {
-      const page = await tx.chain.range(from, Math.min(CHAIN_PAGE, projection.folded - from));
-      for (const entry of page) {
-        const stored = entry.nonce ?? null;
-        const replayed = projection.spent.get(entry.seq) ?? null;
-        if (stored === null ? replayed !== null : replayed === null || !sameNonce(stored, replayed)) {
-          diff("chain", String(entry.seq), "nonce", stored, replayed, false);
-        }
-      }
-      if (page.length === 0) break;
-      from = page[page.length - 1]!.seq + 1;
-    }
-    for (const [sessionId, nonces] of projection.nonces) {
-      for (const nonce of nonces.values()) {
-        if (!(await tx.nonces.has(sessionId, nonce))) {
-          diff("nonces", JSON.stringify([sessionId, nonce]), "row", null, "present", false);
-        }
-      }
-      const count = await tx.nonces.count(sessionId);
-      if (count > nonces.size) diff("nonces", sessionId, "count", count, nonces.size, false);
-    }
-    for (const id of projection.sessions.keys()) {
-      if (!projection.nonces.has(id)) {
-        const count = await tx.nonces.count(id);
-        if (count > 0) diff("nonces", id, "count", count, 0, false);
-      }
-    }
-
-    for (const [id, replayed] of projection.ledger.accounts) {
-      const accountRow = await tx.budgets.getAccount(id);
-      if (accountRow === null) {
-        diff("budget_accounts", id, "row", null, "present");
-        continue;
-      }
-      // A shared account in escrow: its spending is split between its row and its shards' allotments.
-      const shares = (await tx.allotments?.list(id)) ?? [];
-      const row = withAllotments(accountRow, shares);
-      // Not repaired in place: the row holds only part of the spending (report it, fail closed).
-      const repairable = shares.length === 0;
-      if (repairable) stamped.push({ table: "budget_accounts", id, row: accountRow });
-      if (beyondHead(row.at_seq)) diff("budget_accounts", id, "at_seq", row.at_seq, headSeq);
-      for (const field of ["spent_usd", "reserved_usd", "limit_usd"] as const) {
-        if (!sameMoney(row[field], replayed[field]))
-          diff("budget_accounts", id, field, row[field], replayed[field], repairable);
-      }
-      if (row.parent_id !== replayed.parent_id)
-        diff("budget_accounts", id, "parent_id", row.parent_id, replayed.parent_id);
-      if (row.scope !== replayed.scope) diff("budget_accounts", id, "scope", row.scope, replayed.scope);
-    }
-
-    const holds = new Map((await tx.budgets.listReservations({})).map((r) => [r.reservation_id, r]));
-    for (const [id, replayed] of projection.ledger.reservations) {
-      const row = holds.get(id);
-      if (row === undefined) {
-        diff("reservations", id, "row", null, "present");
-        continue;
-      }
-      stamped.push({ table: "reservations", id, row });
-      for (const field of RESERVATION_FIELDS) {
-        if (!same(row[field], replayed[field])) diff("reservations", id, field, row[field], replayed[field]);
-      }
-      for (const field of ["amount_usd", "actual_usd"] as const) {
-        if (!sameMoney(row[field], replayed[field]))
-          diff("reservations", id, field, row[field], replayed[field]);
-      }
-    }
-    for (const id of holds.keys()) {
-      if (!projection.ledger.reservations.has(id)) diff("reservations", id, "row", "present", null, false);
-    }
+    const step: CompareStep = { tx, projection, diff, stamped, headSeq, beyondHead };
+    await compareSessions(step);
+    await compareNonceColumn(step);
+    await compareNonceStore(step);
+    await compareAccounts(step);
+    await compareReservations(step);
     for (const row of await tx.hitl.list({})) {
       const replayed = projection.hitl.has(row.request_id);
       if (replayed) stamped.push({ table: "hitl_requests", id: row.request_id, row });
@@ -228,6 +126,145 @@ export async function compareSnapshots(
     }
   });
   return out;
+}
+
+/** Records one difference (repairable unless told). */
+type Diff = (
+  table: SnapshotTable,
+  id: string,
+  field: string,
+  snapshot: unknown,
+  replayed: unknown,
+  repairable?: boolean,
+) => void;
+
+/** What each step of the comparison reads and adds to, inside the one transaction. */
+interface CompareStep {
+  tx: SubstrateTx;
+  projection: Projection;
+  diff: Diff;
+  /** Rows the replay can rebuild; each step adds the ones it compared. */
+  stamped: StampedRow[];
+  headSeq: number | null;
+  /** A stamp beyond the chain's head (entries the chain no longer has). */
+  beyondHead: (atSeq: number | null | undefined) => boolean;
+}
+
+async function compareSessions({ tx, projection, diff, stamped, headSeq, beyondHead }: CompareStep) {
+  const stored = new Map((await tx.sessions.list()).map((s) => [s.session_id, s]));
+  for (const [id, row] of stored) {
+    if (beyondHead(row.at_seq)) {
+      diff("sessions", id, "at_seq", row.at_seq, headSeq, projection.sessions.has(id));
+    }
+  }
+  for (const [id, replayed] of projection.sessions) {
+    const row = stored.get(id);
+    if (row === undefined) {
+      diff("sessions", id, "row", null, "present");
+      continue;
+    }
+    stamped.push({ table: "sessions", id, row });
+    for (const field of SESSION_FIELDS) {
+      if (field === "state") {
+        // Field by field, so the report names the edited one (circuit_tripped, total_calls, …).
+        const keys = new Set([...Object.keys(row.state), ...Object.keys(replayed.state)]);
+        for (const key of keys) {
+          const a = (row.state as Record<string, unknown>)[key];
+          const b = (replayed.state as Record<string, unknown>)[key];
+          if (!same(a ?? null, b ?? null)) diff("sessions", id, `state.${key}`, a ?? null, b ?? null);
+        }
+      } else if (!same(row[field], replayed[field])) {
+        diff("sessions", id, field, row[field], replayed[field]);
+      }
+    }
+  }
+  for (const id of stored.keys()) {
+    if (!projection.sessions.has(id)) diff("sessions", id, "row", "present", null, false);
+  }
+}
+
+/**
+ * The nonce column is the entries' own: the port cannot rewrite it, so a difference there (an
+ * edited or cleared column) is reported and left to the operator, never repaired.
+ */
+async function compareNonceColumn({ tx, projection, diff }: CompareStep) {
+  for (let from = 0; from < projection.folded; ) {
+    const page = await tx.chain.range(from, Math.min(CHAIN_PAGE, projection.folded - from));
+    for (const entry of page) {
+      const stored = entry.nonce ?? null;
+      const replayed = projection.spent.get(entry.seq) ?? null;
+      if (stored === null ? replayed !== null : replayed === null || !sameNonce(stored, replayed)) {
+        diff("chain", String(entry.seq), "nonce", stored, replayed, false);
+      }
+    }
+    if (page.length === 0) break;
+    from = page[page.length - 1]!.seq + 1;
+  }
+}
+
+/** What NonceStore answers against the nonces the replay spent: reported, never repaired. */
+async function compareNonceStore({ tx, projection, diff }: CompareStep) {
+  for (const [sessionId, nonces] of projection.nonces) {
+    for (const nonce of nonces.values()) {
+      if (!(await tx.nonces.has(sessionId, nonce))) {
+        diff("nonces", JSON.stringify([sessionId, nonce]), "row", null, "present", false);
+      }
+    }
+    const count = await tx.nonces.count(sessionId);
+    if (count > nonces.size) diff("nonces", sessionId, "count", count, nonces.size, false);
+  }
+  for (const id of projection.sessions.keys()) {
+    if (!projection.nonces.has(id)) {
+      const count = await tx.nonces.count(id);
+      if (count > 0) diff("nonces", id, "count", count, 0, false);
+    }
+  }
+}
+
+async function compareAccounts({ tx, projection, diff, stamped, headSeq, beyondHead }: CompareStep) {
+  for (const [id, replayed] of projection.ledger.accounts) {
+    const accountRow = await tx.budgets.getAccount(id);
+    if (accountRow === null) {
+      diff("budget_accounts", id, "row", null, "present");
+      continue;
+    }
+    // A shared account in escrow: its spending is split between its row and its shards' allotments.
+    const shares = (await tx.allotments?.list(id)) ?? [];
+    const row = withAllotments(accountRow, shares);
+    // Not repaired in place: the row holds only part of the spending (report it, fail closed).
+    const repairable = shares.length === 0;
+    if (repairable) stamped.push({ table: "budget_accounts", id, row: accountRow });
+    if (beyondHead(row.at_seq)) diff("budget_accounts", id, "at_seq", row.at_seq, headSeq);
+    for (const field of ["spent_usd", "reserved_usd", "limit_usd"] as const) {
+      if (!sameMoney(row[field], replayed[field]))
+        diff("budget_accounts", id, field, row[field], replayed[field], repairable);
+    }
+    if (row.parent_id !== replayed.parent_id)
+      diff("budget_accounts", id, "parent_id", row.parent_id, replayed.parent_id);
+    if (row.scope !== replayed.scope) diff("budget_accounts", id, "scope", row.scope, replayed.scope);
+  }
+}
+
+async function compareReservations({ tx, projection, diff, stamped }: CompareStep) {
+  const holds = new Map((await tx.budgets.listReservations({})).map((r) => [r.reservation_id, r]));
+  for (const [id, replayed] of projection.ledger.reservations) {
+    const row = holds.get(id);
+    if (row === undefined) {
+      diff("reservations", id, "row", null, "present");
+      continue;
+    }
+    stamped.push({ table: "reservations", id, row });
+    for (const field of RESERVATION_FIELDS) {
+      if (!same(row[field], replayed[field])) diff("reservations", id, field, row[field], replayed[field]);
+    }
+    for (const field of ["amount_usd", "actual_usd"] as const) {
+      if (!sameMoney(row[field], replayed[field]))
+        diff("reservations", id, field, row[field], replayed[field]);
+    }
+  }
+  for (const id of holds.keys()) {
+    if (!projection.ledger.reservations.has(id)) diff("reservations", id, "row", "present", null, false);
+  }
 }
 
 /** One line for a report: the first difference, and how many more. */
@@ -266,61 +303,13 @@ export async function repairSnapshots(
     }
     // The seq the repair entry takes: every rewritten row names it, and it names their digests.
     const atSeq = replay.head === null ? 0 : replay.head.seq + 1;
-    const rewritten: StampedRow[] = [];
-    const sessions = new Set(repaired.filter((d) => d.table === "sessions").map((d) => d.id));
-    for (const id of sessions) {
-      const replayed = projection.sessions.get(id)!;
-      const row = await tx.sessions.get(id);
-      const next: SessionRecord =
-        row === null
-          ? { ...replayed, at_seq: atSeq }
-          : {
-              ...row,
-              status: replayed.status,
-              config: replayed.config,
-              state: replayed.state,
-              call_count: replayed.call_count,
-              at_seq: atSeq,
-            };
-      if (row === null) await tx.sessions.insert(next);
-      else await tx.sessions.update(next);
-      rewritten.push({ table: "sessions", id, row: next });
-    }
-    for (const id of new Set(repaired.filter((d) => d.table === "budget_accounts").map((d) => d.id))) {
-      const replayed = projection.ledger.accounts.get(id)!;
-      const row = await tx.budgets.getAccount(id);
-      const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
-      const next =
-        row === null
-          ? { ...replayed, at_seq: atSeq }
-          : {
-              ...row,
-              limit_usd,
-              spent_usd,
-              reserved_usd,
-              parent_id,
-              scope,
-              updated_ns: Math.max(row.updated_ns, nowNs),
-              at_seq: atSeq,
-            };
-      if (row === null) await tx.budgets.insertAccount(next);
-      else await tx.budgets.updateAccount(next);
-      rewritten.push({ table: "budget_accounts", id, row: next });
-    }
-    for (const id of new Set(repaired.filter((d) => d.table === "reservations").map((d) => d.id))) {
-      const replayed: Reservation = { ...projection.ledger.reservations.get(id)!, at_seq: atSeq };
-      const row = await tx.budgets.getReservation(id);
-      if (row === null) await tx.budgets.insertReservation(replayed);
-      else await tx.budgets.updateReservation(replayed);
-      rewritten.push({ table: "reservations", id, row: replayed });
-    }
-    for (const id of new Set(repaired.filter((d) => d.table === "hitl_requests").map((d) => d.id))) {
-      const row = await tx.hitl.get(id);
-      if (row === null) continue;
-      const next = { ...row, ...hitlAnswer(projection.hitl.get(id)!), at_seq: atSeq };
-      await tx.hitl.update(next);
-      rewritten.push({ table: "hitl_requests", id, row: next });
-    }
+    const ids = (table: SnapshotTable) => new Set(repaired.filter((d) => d.table === table).map((d) => d.id));
+    const rewritten: StampedRow[] = [
+      ...(await rewriteSessions(tx, projection, ids("sessions"), atSeq)),
+      ...(await rewriteAccounts(tx, projection, ids("budget_accounts"), atSeq, nowNs)),
+      ...(await rewriteReservations(tx, projection, ids("reservations"), atSeq)),
+      ...(await rewriteHitl(tx, projection, ids("hitl_requests"), atSeq)),
+    ];
     const entry = await appendEntry(tx, {
       kind: "snapshot_repaired",
       data: {
@@ -337,6 +326,101 @@ export async function repairSnapshots(
     return entry.seq;
   });
   return { repaired, left, entry_seq: seq };
+}
+
+async function rewriteSessions(
+  tx: SubstrateTx,
+  projection: Projection,
+  ids: ReadonlySet<string>,
+  atSeq: number,
+): Promise<StampedRow[]> {
+  const rewritten: StampedRow[] = [];
+  for (const id of ids) {
+    const replayed = projection.sessions.get(id)!;
+    const row = await tx.sessions.get(id);
+    const next: SessionRecord =
+      row === null
+        ? { ...replayed, at_seq: atSeq }
+        : {
+            ...row,
+            status: replayed.status,
+            config: replayed.config,
+            state: replayed.state,
+            call_count: replayed.call_count,
+            at_seq: atSeq,
+          };
+    if (row === null) await tx.sessions.insert(next);
+    else await tx.sessions.update(next);
+    rewritten.push({ table: "sessions", id, row: next });
+  }
+  return rewritten;
+}
+
+async function rewriteAccounts(
+  tx: SubstrateTx,
+  projection: Projection,
+  ids: ReadonlySet<string>,
+  atSeq: number,
+  nowNs: number,
+): Promise<StampedRow[]> {
+  const rewritten: StampedRow[] = [];
+  for (const id of ids) {
+    const replayed = projection.ledger.accounts.get(id)!;
+    const row = await tx.budgets.getAccount(id);
+    const { limit_usd, spent_usd, reserved_usd, parent_id, scope } = replayed;
+    const next =
+      row === null
+        ? { ...replayed, at_seq: atSeq }
+        : {
+            ...row,
+            limit_usd,
+            spent_usd,
+            reserved_usd,
+            parent_id,
+            scope,
+            updated_ns: Math.max(row.updated_ns, nowNs),
+            at_seq: atSeq,
+          };
+    if (row === null) await tx.budgets.insertAccount(next);
+    else await tx.budgets.updateAccount(next);
+    rewritten.push({ table: "budget_accounts", id, row: next });
+  }
+  return rewritten;
+}
+
+async function rewriteReservations(
+  tx: SubstrateTx,
+  projection: Projection,
+  ids: ReadonlySet<string>,
+  atSeq: number,
+): Promise<StampedRow[]> {
+  const rewritten: StampedRow[] = [];
+  for (const id of ids) {
+    const replayed: Reservation = { ...projection.ledger.reservations.get(id)!, at_seq: atSeq };
+    const row = await tx.budgets.getReservation(id);
+    if (row === null) await tx.budgets.insertReservation(replayed);
+    else await tx.budgets.updateReservation(replayed);
+    rewritten.push({ table: "reservations", id, row: replayed });
+  }
+  return rewritten;
+}
+
+/** A request the store no longer has is not recreated (the operator's view is not chain state). */
+async function rewriteHitl(
+  tx: SubstrateTx,
+  projection: Projection,
+  ids: ReadonlySet<string>,
+  atSeq: number,
+): Promise<StampedRow[]> {
+  const rewritten: StampedRow[] = [];
+  for (const id of ids) {
+    const row = await tx.hitl.get(id);
+    if (row === null) continue;
+    const next = { ...row, ...hitlAnswer(projection.hitl.get(id)!), at_seq: atSeq };
+    await tx.hitl.update(next);
+    rewritten.push({ table: "hitl_requests", id, row: next });
+  }
+  return rewritten;
 }
 
 /**

@@ -449,23 +449,9 @@ class MemoryTransaction {
           created_ns: item.created_ns,
         });
       },
-      claim: async ({ relayId, limit, nowNs, leaseNs }) => {
+      claim: async (options) => {
         this.#live();
-        // The sum is taken as a double here, as in every substrate, so all of them store the same lease end.
-        const leaseUntil = nowNs + leaseNs;
-        const free = [...table.values()]
-          .filter((i) => i.status === "PENDING" && (i.lease_until_ns === null || i.lease_until_ns <= nowNs))
-          .sort(bySeq);
-        return limited(free, limit).map((item) => {
-          const claimed: OutboxItem = {
-            ...item,
-            claimed_by: relayId,
-            lease_until_ns: leaseUntil,
-            attempts: item.attempts + 1,
-          };
-          table.set(outboxKey(item.seq), claimed);
-          return copy(claimed);
-        });
+        return claimOutbox(table, options);
       },
       ack: async (relayId, seqs) => {
         this.#live();
@@ -493,26 +479,7 @@ class MemoryTransaction {
       },
       requeue: async (options) => {
         this.#live();
-        const { seqs, nowNs } = requeueSelection(options);
-        const prefix = `requeued at ${BigInt(nowNs).toString()}: `;
-        const dead =
-          seqs === "all"
-            ? [...table.values()].filter((i) => i.status === "DEAD")
-            : [...new Set(seqs)].flatMap((seq) => {
-                const item = table.get(outboxKey(seq));
-                return item?.status === "DEAD" ? [item] : [];
-              });
-        for (const item of dead) {
-          table.set(outboxKey(item.seq), {
-            ...item,
-            status: "PENDING",
-            attempts: 0,
-            claimed_by: null,
-            lease_until_ns: null,
-            last_error: `${prefix}${item.last_error ?? NO_ERROR_RECORDED}`,
-          });
-        }
-        return dead.length;
+        return requeueOutbox(table, options);
       },
       list: async (filter) => {
         this.#live();
@@ -565,6 +532,55 @@ function requeueSelection(options: { seqs?: number[]; all?: boolean; nowNs: numb
     throw new RangeError(`nowNs must be an integer, got ${String(options.nowNs)}`);
   }
   return { seqs: all ? "all" : (options.seqs as number[]), nowNs: options.nowNs };
+}
+
+/** OutboxStore.claim on the outbox table: the free PENDING items, oldest first, leased to `relayId`. */
+function claimOutbox(
+  table: OverlayTable<OutboxItem>,
+  { relayId, limit, nowNs, leaseNs }: Parameters<OutboxStore["claim"]>[0],
+): OutboxItem[] {
+  // The sum is taken as a double here, as in every substrate, so all of them store the same lease end.
+  const leaseUntil = nowNs + leaseNs;
+  const free = [...table.values()]
+    .filter((i) => i.status === "PENDING" && (i.lease_until_ns === null || i.lease_until_ns <= nowNs))
+    .sort(bySeq);
+  return limited(free, limit).map((item) => {
+    const claimed: OutboxItem = {
+      ...item,
+      claimed_by: relayId,
+      lease_until_ns: leaseUntil,
+      attempts: item.attempts + 1,
+    };
+    table.set(outboxKey(item.seq), claimed);
+    return copy(claimed);
+  });
+}
+
+/** OutboxStore.requeue on the outbox table: DEAD items PENDING again, their reason kept. */
+function requeueOutbox(
+  table: OverlayTable<OutboxItem>,
+  options: Parameters<OutboxStore["requeue"]>[0],
+): number {
+  const { seqs, nowNs } = requeueSelection(options);
+  const prefix = `requeued at ${BigInt(nowNs).toString()}: `;
+  const dead =
+    seqs === "all"
+      ? [...table.values()].filter((i) => i.status === "DEAD")
+      : [...new Set(seqs)].flatMap((seq) => {
+          const item = table.get(outboxKey(seq));
+          return item?.status === "DEAD" ? [item] : [];
+        });
+  for (const item of dead) {
+    table.set(outboxKey(item.seq), {
+      ...item,
+      status: "PENDING",
+      attempts: 0,
+      claimed_by: null,
+      lease_until_ns: null,
+      last_error: `${prefix}${item.last_error ?? NO_ERROR_RECORDED}`,
+    });
+  }
+  return dead.length;
 }
 
 function bySeq(a: OutboxItem, b: OutboxItem): number {

@@ -105,133 +105,164 @@ export function buildStatements(t: TableNames) {
       // (schema, table, id) hashed to 64 bits; a collision only makes two keys wait for each other.
       lock: statement("keys.lock", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
     },
-    sessions: {
-      get: statement(
-        "sessions.get",
-        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE session_id = $1 FOR UPDATE`,
-      ),
-      insert: insert(
-        "sessions.insert",
-        t.sessions,
-        SESSION_COLUMNS,
-        params(11).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
-        "$12",
-      ),
-      // No last_heartbeat_ns: only touch writes it (SessionStore.update).
-      update: statement(
-        "sessions.update",
-        `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
+    sessions: sessionStatements(t),
+    nonces: nonceStatements(t),
+    accounts: accountStatements(t),
+    reservations: reservationStatements(t),
+    hitl: hitlStatements(t),
+    chain: chainStatements(t),
+    outbox: outboxStatements(t),
+  };
+}
+
+/** The statements of SessionStore. */
+function sessionStatements(t: TableNames) {
+  return {
+    get: statement(
+      "sessions.get",
+      `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE session_id = $1 FOR UPDATE`,
+    ),
+    insert: insert(
+      "sessions.insert",
+      t.sessions,
+      SESSION_COLUMNS,
+      params(11).map((p, i) => (i === 4 || i === 5 ? `${p}::jsonb` : p)),
+      "$12",
+    ),
+    // No last_heartbeat_ns: only touch writes it (SessionStore.update).
+    update: statement(
+      "sessions.update",
+      `UPDATE ${t.sessions} SET agent_id = $2, organization_id = $3, status = $4, config = $5::jsonb, state = $6::jsonb,
 call_count = $7, created_ns = $8, updated_ns = $9, at_seq = $10 WHERE session_id = $1`,
-      ),
-      touch: statement(
-        "sessions.touch",
-        `UPDATE ${t.sessions} SET last_heartbeat_ns = $2 WHERE session_id = $1`,
-      ),
-      list: statement(
-        "sessions.list",
-        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} ORDER BY created_ns, session_id LIMIT $1`,
-      ),
-      listByStatus: statement(
-        "sessions.list(status)",
-        `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE status = $1 ORDER BY created_ns, session_id LIMIT $2`,
-      ),
-    },
-    // Spent nonces: the chain's nonce column (its partial unique index) and the nonce table of
-    // schema versions 1–6, read-only since version 7. Both hold a nonce as its JSON text (codec.ts).
-    nonces: {
-      // No column (rowCount says whether it exists): nothing for pg to parse but the row count.
-      has: statement(
-        "nonces.has",
-        `SELECT FROM ${t.chain} WHERE session_id = $1 AND nonce = $2
+    ),
+    touch: statement(
+      "sessions.touch",
+      `UPDATE ${t.sessions} SET last_heartbeat_ns = $2 WHERE session_id = $1`,
+    ),
+    list: statement(
+      "sessions.list",
+      `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} ORDER BY created_ns, session_id LIMIT $1`,
+    ),
+    listByStatus: statement(
+      "sessions.list(status)",
+      `SELECT ${SESSION_COLUMNS} FROM ${t.sessions} WHERE status = $1 ORDER BY created_ns, session_id LIMIT $2`,
+    ),
+  };
+}
+
+// Spent nonces: the chain's nonce column (its partial unique index) and the nonce table of
+// schema versions 1–6, read-only since version 7. Both hold a nonce as its JSON text (codec.ts).
+function nonceStatements(t: TableNames) {
+  return {
+    // No column (rowCount says whether it exists): nothing for pg to parse but the row count.
+    has: statement(
+      "nonces.has",
+      `SELECT FROM ${t.chain} WHERE session_id = $1 AND nonce = $2
 UNION ALL SELECT FROM ${t.nonces} WHERE session_id = $1 AND nonce_json = $2`,
-      ),
-      // The positions (1-based) of the spent pairs among those given, each probed by both indexes.
-      // Scalar subqueries (each unique index gives at most one row), not EXISTS: PostgreSQL may plan
-      // an EXISTS under OR as a hashed subplan, a scan of the whole chain, when the table was small
-      // as the statement was first planned, and a prepared statement keeps that plan.
-      hasEach: statement(
-        "nonces.hasEach",
-        `SELECT u.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(session_id, nonce, i)
+    ),
+    // The positions (1-based) of the spent pairs among those given, each probed by both indexes.
+    // Scalar subqueries (each unique index gives at most one row), not EXISTS: PostgreSQL may plan
+    // an EXISTS under OR as a hashed subplan, a scan of the whole chain, when the table was small
+    // as the statement was first planned, and a prepared statement keeps that plan.
+    hasEach: statement(
+      "nonces.hasEach",
+      `SELECT u.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(session_id, nonce, i)
 WHERE (SELECT c.seq FROM ${t.chain} AS c WHERE c.session_id = u.session_id AND c.nonce = u.nonce) IS NOT NULL
   OR (SELECT 1 FROM ${t.nonces} AS n WHERE n.session_id = u.session_id AND n.nonce_json = u.nonce) IS NOT NULL`,
-      ),
-      count: statement(
-        "nonces.count",
-        `SELECT (SELECT count(*) FROM ${t.chain} WHERE session_id = $1 AND nonce IS NOT NULL)
+    ),
+    count: statement(
+      "nonces.count",
+      `SELECT (SELECT count(*) FROM ${t.chain} WHERE session_id = $1 AND nonce IS NOT NULL)
   + (SELECT count(*) FROM ${t.nonces} WHERE session_id = $1) AS count`,
-      ),
-    },
-    accounts: {
-      get: statement(
-        "accounts.get",
-        `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
-      ),
-      insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(9), "$10"),
-      update: statement(
-        "accounts.update",
-        `UPDATE ${t.accounts} SET scope = $2, parent_id = $3, limit_usd = $4, spent_usd = $5, reserved_usd = $6,
+    ),
+  };
+}
+
+/** The statements of BudgetStore (accounts). */
+function accountStatements(t: TableNames) {
+  return {
+    get: statement(
+      "accounts.get",
+      `SELECT ${ACCOUNT_COLUMNS} FROM ${t.accounts} WHERE account_id = $1 FOR UPDATE`,
+    ),
+    insert: insert("accounts.insert", t.accounts, ACCOUNT_COLUMNS, params(9), "$10"),
+    update: statement(
+      "accounts.update",
+      `UPDATE ${t.accounts} SET scope = $2, parent_id = $3, limit_usd = $4, spent_usd = $5, reserved_usd = $6,
 created_ns = $7, updated_ns = $8, at_seq = $9 WHERE account_id = $1`,
-      ),
-    },
-    reservations: {
-      get: statement(
-        "reservations.get",
-        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE reservation_id = $1 FOR UPDATE`,
-      ),
-      insert: insert(
-        "reservations.insert",
-        t.reservations,
-        RESERVATION_COLUMNS,
-        params(12).map((p, i) => (i === 1 ? `${p}::text[]` : p)),
-        "$13",
-      ),
-      update: statement(
-        "reservations.update",
-        `UPDATE ${t.reservations} SET account_ids = $2::text[], session_id = $3, call_number = $4, amount_usd = $5,
+    ),
+  };
+}
+
+/** The statements of BudgetStore (reservations). */
+function reservationStatements(t: TableNames) {
+  return {
+    get: statement(
+      "reservations.get",
+      `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE reservation_id = $1 FOR UPDATE`,
+    ),
+    insert: insert(
+      "reservations.insert",
+      t.reservations,
+      RESERVATION_COLUMNS,
+      params(12).map((p, i) => (i === 1 ? `${p}::text[]` : p)),
+      "$13",
+    ),
+    update: statement(
+      "reservations.update",
+      `UPDATE ${t.reservations} SET account_ids = $2::text[], session_id = $3, call_number = $4, amount_usd = $5,
 actual_usd = $6, status = $7, idempotency_key = $8, created_ns = $9, expires_ns = $10, resolved_ns = $11,
 at_seq = $12 WHERE reservation_id = $1`,
-      ),
-      listExpired: statement(
-        "reservations.listExpired",
-        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE status = 'PENDING' AND expires_ns <= $1
+    ),
+    listExpired: statement(
+      "reservations.listExpired",
+      `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations} WHERE status = 'PENDING' AND expires_ns <= $1
 ORDER BY expires_ns, created_ns, reservation_id LIMIT $2`,
-      ),
-      list: filtered(
-        "reservations.list",
-        `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations}`,
-        "created_ns, reservation_id",
-        ["session_id", "status"],
-      ),
-    },
-    hitl: {
-      get: statement("hitl.get", `SELECT ${HITL_COLUMNS} FROM ${t.hitl} WHERE request_id = $1 FOR UPDATE`),
-      insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(23), "$24"),
-      update: statement(
-        "hitl.update",
-        `UPDATE ${t.hitl} SET session_id = $2, call_number = $3, tool_name = $4, nonce_json = $5, args_digest = $6,
+    ),
+    list: filtered(
+      "reservations.list",
+      `SELECT ${RESERVATION_COLUMNS} FROM ${t.reservations}`,
+      "created_ns, reservation_id",
+      ["session_id", "status"],
+    ),
+  };
+}
+
+/** The statements of HitlStore. */
+function hitlStatements(t: TableNames) {
+  return {
+    get: statement("hitl.get", `SELECT ${HITL_COLUMNS} FROM ${t.hitl} WHERE request_id = $1 FOR UPDATE`),
+    insert: insert("hitl.insert", t.hitl, HITL_COLUMNS, params(23), "$24"),
+    update: statement(
+      "hitl.update",
+      `UPDATE ${t.hitl} SET session_id = $2, call_number = $3, tool_name = $4, nonce_json = $5, args_digest = $6,
 reason = $7, status = $8, decision = $9, operator_id = $10, successor_nonce_json = $11, successor_args_digest = $12,
 created_ns = $13, decided_ns = $14, params_json = $15, budget_spent_usd = $16, budget_limit_usd = $17,
 budget_remaining_usd = $18, policy_id = $19, expires_ns = $20, comment = $21, successor_params_json = $22,
 at_seq = $23 WHERE request_id = $1`,
-      ),
-      list: filtered("hitl.list", `SELECT ${HITL_COLUMNS} FROM ${t.hitl}`, "created_ns, request_id", [
-        "session_id",
-        "status",
-      ]),
-    },
-    chain: {
-      // The head row, locked until the transaction ends: of two transactions that want to append,
-      // the second waits here and then reads the head the first one left.
-      head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
-      // One round trip: lock the head (already held when the caller read head() first), insert only
-      // the next seq, and move the head only when the insert happened. An earlier seq, a later one,
-      // a taken entry_id or a spent nonce (the unique index, or a row of the read-only nonce table)
-      // inserts nothing and moves nothing, without an error that would abort the caller's
-      // transaction; the answer says which (heads = 0: the head row is missing; spent, asked only
-      // when nothing moved, whether the nonce is found spent).
-      append: statement(
-        "chain.append",
-        `WITH head AS (
+    ),
+    list: filtered("hitl.list", `SELECT ${HITL_COLUMNS} FROM ${t.hitl}`, "created_ns, request_id", [
+      "session_id",
+      "status",
+    ]),
+  };
+}
+
+/** The statements of ChainStore. */
+function chainStatements(t: TableNames) {
+  return {
+    // The head row, locked until the transaction ends: of two transactions that want to append,
+    // the second waits here and then reads the head the first one left.
+    head: statement("chain.head", `SELECT seq, entry_hash FROM ${t.chainHead} WHERE id = 1 FOR UPDATE`),
+    // One round trip: lock the head (already held when the caller read head() first), insert only
+    // the next seq, and move the head only when the insert happened. An earlier seq, a later one,
+    // a taken entry_id or a spent nonce (the unique index, or a row of the read-only nonce table)
+    // inserts nothing and moves nothing, without an error that would abort the caller's
+    // transaction; the answer says which (heads = 0: the head row is missing; spent, asked only
+    // when nothing moved, whether the nonce is found spent).
+    append: statement(
+      "chain.append",
+      `WITH head AS (
   SELECT seq FROM ${t.chainHead} WHERE id = 1 FOR UPDATE
 ), added AS (
   INSERT INTO ${t.chain} (${CHAIN_COLUMNS})
@@ -251,76 +282,76 @@ SELECT (SELECT count(*) FROM head) AS heads, (SELECT seq FROM head) AS head_seq,
     EXISTS (SELECT FROM ${t.chain} AS c WHERE c.session_id = $9 AND c.nonce = $11)
     OR EXISTS (SELECT FROM ${t.nonces} AS n WHERE n.session_id = $9 AND n.nonce_json = $11)
   END AS spent`,
-      ),
-      range: statement(
-        "chain.range",
-        `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,
-      ),
-      count: statement("chain.count", `SELECT count(*) AS count FROM ${t.chain}`),
-      // A digest already stored keeps its text: the same params of another entry are the same text.
-      putParams: statement(
-        "chain.putParams",
-        `INSERT INTO ${t.params} (hash, text) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
-      ),
-      params: statement("chain.params", `SELECT hash, text FROM ${t.params} WHERE hash = ANY($1::text[])`),
-    },
-    outbox: {
-      // No key lock as for the other inserts: nothing reads an absent outbox item under lock, and
-      // ON CONFLICT makes a concurrent duplicate wait for the first one's outcome.
-      enqueue: statement(
-        "outbox.enqueue",
-        `INSERT INTO ${t.outbox} (seq, entry_id, session_id, status, attempts, created_ns)
+    ),
+    range: statement(
+      "chain.range",
+      `SELECT ${CHAIN_COLUMNS} FROM ${t.chain} WHERE seq >= $1 ORDER BY seq LIMIT $2`,
+    ),
+    count: statement("chain.count", `SELECT count(*) AS count FROM ${t.chain}`),
+    // A digest already stored keeps its text: the same params of another entry are the same text.
+    putParams: statement(
+      "chain.putParams",
+      `INSERT INTO ${t.params} (hash, text) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+    ),
+    params: statement("chain.params", `SELECT hash, text FROM ${t.params} WHERE hash = ANY($1::text[])`),
+  };
+}
+
+/** The statements of OutboxStore. */
+function outboxStatements(t: TableNames) {
+  return {
+    // No key lock as for the other inserts: nothing reads an absent outbox item under lock, and
+    // ON CONFLICT makes a concurrent duplicate wait for the first one's outcome.
+    enqueue: statement(
+      "outbox.enqueue",
+      `INSERT INTO ${t.outbox} (seq, entry_id, session_id, status, attempts, created_ns)
 VALUES ($1, $2, $3, 'PENDING', 0, $4) ON CONFLICT DO NOTHING`,
-      ),
-      // SKIP LOCKED: rows another relay is claiming (or acking) right now are passed over rather
-      // than waited for, and once that relay commits they carry a live lease and no longer qualify.
-      claim: statement(
-        "outbox.claim",
-        `UPDATE ${t.outbox} SET claimed_by = $1, lease_until_ns = $2, attempts = attempts + 1
+    ),
+    // SKIP LOCKED: rows another relay is claiming (or acking) right now are passed over rather
+    // than waited for, and once that relay commits they carry a live lease and no longer qualify.
+    claim: statement(
+      "outbox.claim",
+      `UPDATE ${t.outbox} SET claimed_by = $1, lease_until_ns = $2, attempts = attempts + 1
 WHERE seq IN (
   SELECT seq FROM ${t.outbox}
   WHERE status = 'PENDING' AND (lease_until_ns IS NULL OR lease_until_ns <= $3)
   ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED)
 RETURNING ${OUTBOX_COLUMNS}`,
-      ),
-      ack: statement(
-        "outbox.ack",
-        `UPDATE ${t.outbox} SET status = 'DELIVERED', lease_until_ns = NULL
+    ),
+    ack: statement(
+      "outbox.ack",
+      `UPDATE ${t.outbox} SET status = 'DELIVERED', lease_until_ns = NULL
 WHERE seq = ANY($2::bigint[]) AND status = 'PENDING' AND claimed_by = $1`,
-      ),
-      // Released at once: backoff is the relay's to decide, not the store's.
-      retry: statement(
-        "outbox.fail(retry)",
-        `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3
+    ),
+    // Released at once: backoff is the relay's to decide, not the store's.
+    retry: statement(
+      "outbox.fail(retry)",
+      `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3
 WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
-      ),
-      // A lease given back untried: the claim's attempt is taken back (OutboxStore.fail, `unsent`).
-      release: statement(
-        "outbox.fail(unsent)",
-        `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3,
+    ),
+    // A lease given back untried: the claim's attempt is taken back (OutboxStore.fail, `unsent`).
+    release: statement(
+      "outbox.fail(unsent)",
+      `UPDATE ${t.outbox} SET claimed_by = NULL, lease_until_ns = NULL, last_error = $3,
   attempts = GREATEST(attempts - 1, 0)
 WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
-      ),
-      dead: statement(
-        "outbox.fail(dead)",
-        `UPDATE ${t.outbox} SET status = 'DEAD', lease_until_ns = NULL, last_error = $3
+    ),
+    dead: statement(
+      "outbox.fail(dead)",
+      `UPDATE ${t.outbox} SET status = 'DEAD', lease_until_ns = NULL, last_error = $3
 WHERE seq = $2 AND status = 'PENDING' AND claimed_by = $1`,
-      ),
-      // $1 is the "requeued at <nowNs>: " prefix, built by the store so every substrate prints it alike.
-      requeueAll: statement(
-        "outbox.requeue(all)",
-        `UPDATE ${t.outbox} SET ${REQUEUED} WHERE status = 'DEAD'`,
-      ),
-      requeueSeqs: statement(
-        "outbox.requeue(seqs)",
-        `UPDATE ${t.outbox} SET ${REQUEUED} WHERE seq = ANY($2::bigint[]) AND status = 'DEAD'`,
-      ),
-      list: statement("outbox.list", `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} ORDER BY seq LIMIT $1`),
-      listByStatus: statement(
-        "outbox.list(status)",
-        `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} WHERE status = $1 ORDER BY seq LIMIT $2`,
-      ),
-      counts: statement("outbox.counts", `SELECT status, count(*) AS count FROM ${t.outbox} GROUP BY status`),
-    },
+    ),
+    // $1 is the "requeued at <nowNs>: " prefix, built by the store so every substrate prints it alike.
+    requeueAll: statement("outbox.requeue(all)", `UPDATE ${t.outbox} SET ${REQUEUED} WHERE status = 'DEAD'`),
+    requeueSeqs: statement(
+      "outbox.requeue(seqs)",
+      `UPDATE ${t.outbox} SET ${REQUEUED} WHERE seq = ANY($2::bigint[]) AND status = 'DEAD'`,
+    ),
+    list: statement("outbox.list", `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} ORDER BY seq LIMIT $1`),
+    listByStatus: statement(
+      "outbox.list(status)",
+      `SELECT ${OUTBOX_COLUMNS} FROM ${t.outbox} WHERE status = $1 ORDER BY seq LIMIT $2`,
+    ),
+    counts: statement("outbox.counts", `SELECT status, count(*) AS count FROM ${t.outbox} GROUP BY status`),
   };
 }

@@ -31,6 +31,9 @@ interface ConnectionJob {
 
 type Job = TxJob | ConnectionJob;
 
+/** A transaction of the open batch that succeeded: it resolves with its value once the batch commits. */
+type Done = { job: TxJob; value: unknown };
+
 /** Counters for tests and benchmarks: how much group commit saved. */
 export interface SqliteSubstrateStats {
   /** Transactions whose function resolved and whose COMMIT succeeded. */
@@ -365,78 +368,17 @@ export class SqliteSubstrate implements Substrate {
    * resolve together after the one COMMIT, or all reject if it fails.
    */
   async #runBatch(): Promise<void> {
-    let current = this.#queue[0]?.kind === "tx" ? (this.#queue.shift() as TxJob) : undefined;
-    try {
-      if (current === undefined) throw new Error("no transaction queued");
-      this.#ensureSchema();
-    } catch (error) {
-      this.#rows.clear();
-      this.#rollback.run();
-      if (current !== undefined) {
-        this.#stats.rolledBack++;
-        current.reject(toSubstrateError(error, "transaction"));
-      }
-      return;
-    }
-
+    let current = this.#firstOfBatch();
+    if (current === undefined) return;
     const startedAt = performance.now();
-    const done: Array<{ job: TxJob; value: unknown }> = [];
+    const done: Done[] = [];
     const guarded = this.#grouped && this.#guardedBatches > 0;
     if (this.#guardedBatches > 0) this.#guardedBatches--;
     let size = 0;
     try {
       while (current !== undefined) {
         size++;
-        if (guarded) this.#savepoint.run();
-        const tx = new SqliteTx(this.#statements, this.#rows);
-        let failed = false;
-        let outcome: unknown;
-        try {
-          outcome = await current.fn(tx);
-        } catch (error) {
-          failed = true;
-          outcome = error;
-        } finally {
-          tx.finish();
-        }
-        // Whatever it cached may be about to roll back (or a failed statement may have left the
-        // connection in doubt): start the next transaction from the file.
-        if (failed || !this.#db.inTransaction) this.#rows.clear();
-        if (!this.#db.inTransaction) {
-          // SQLite rolled the whole transaction back itself (SQLITE_FULL, SQLITE_IOERR …): every
-          // write of the batch is gone, including those of transactions that already succeeded.
-          this.#stats.rolledBack += done.length + 1;
-          current.reject(failed ? outcome : new SubstrateError("io", "SQLite rolled the transaction back"));
-          current = undefined;
-          const lost = new SubstrateError("io", "SQLite rolled back a transaction sharing this commit", {
-            cause: outcome,
-          });
-          for (const { job } of done.splice(0)) job.reject(lost);
-          return;
-        }
-        if (failed && !guarded && tx.wrote) {
-          // No savepoint to return to: undo the batch; those before it in the batch run again, guarded.
-          this.#rollback.run();
-          this.#stats.rolledBack++;
-          current.reject(outcome);
-          if (done.length > 0) {
-            this.#stats.reruns += done.length;
-            this.#queue.unshift(...done.map(({ job }) => job));
-            this.#guardedBatches = GUARDED_BATCHES_AFTER_UNDO;
-          }
-          return;
-        }
-        if (failed) {
-          if (guarded) {
-            this.#rollbackTo.run();
-            this.#release.run();
-          }
-          this.#stats.rolledBack++;
-          current.reject(outcome);
-        } else {
-          if (guarded) this.#release.run();
-          done.push({ job: current, value: outcome });
-        }
+        if (!(await this.#runInBatch(current, guarded, done))) return;
         current = this.#nextForBatch(size, startedAt);
       }
       if (done.length === 0) {
@@ -445,21 +387,105 @@ export class SqliteSubstrate implements Substrate {
       }
       this.#commit.run();
     } catch (error) {
-      // A SAVEPOINT, RELEASE or the COMMIT failed: nothing of this batch is committed.
-      this.#rows.clear();
-      const failure = toSubstrateError(error, "COMMIT");
-      if (this.#db.open && this.#db.inTransaction) {
-        try {
-          this.#rollback.run();
-        } catch {
-          // The connection is failing already; the callers below learn it from `failure`.
-        }
-      }
-      const lost = current === undefined ? done : [...done, { job: current, value: undefined }];
-      this.#stats.rolledBack += lost.length;
-      for (const { job } of lost) job.reject(failure);
+      this.#loseBatch(error, current, done);
       return;
     }
+    this.#settleCommitted(done, size);
+  }
+
+  /** The transaction at the head of the queue, once the schema is checked; undefined (it is settled) if not. */
+  #firstOfBatch(): TxJob | undefined {
+    const current = this.#queue[0]?.kind === "tx" ? (this.#queue.shift() as TxJob) : undefined;
+    try {
+      if (current === undefined) throw new Error("no transaction queued");
+      this.#ensureSchema();
+      return current;
+    } catch (error) {
+      this.#rows.clear();
+      this.#rollback.run();
+      if (current !== undefined) {
+        this.#stats.rolledBack++;
+        current.reject(toSubstrateError(error, "transaction"));
+      }
+      return undefined;
+    }
+  }
+
+  /**
+   * Runs one transaction of the batch, in its savepoint when guarded: false when the batch is over
+   * (undone, its transactions settled or queued again). A failing SAVEPOINT or RELEASE throws.
+   */
+  async #runInBatch(current: TxJob, guarded: boolean, done: Done[]): Promise<boolean> {
+    if (guarded) this.#savepoint.run();
+    const tx = new SqliteTx(this.#statements, this.#rows);
+    let failed = false;
+    let outcome: unknown;
+    try {
+      outcome = await current.fn(tx);
+    } catch (error) {
+      failed = true;
+      outcome = error;
+    } finally {
+      tx.finish();
+    }
+    // Whatever it cached may be about to roll back (or a failed statement may have left the
+    // connection in doubt): start the next transaction from the file.
+    if (failed || !this.#db.inTransaction) this.#rows.clear();
+    if (!this.#db.inTransaction) {
+      // SQLite rolled the whole transaction back itself (SQLITE_FULL, SQLITE_IOERR …): every
+      // write of the batch is gone, including those of transactions that already succeeded.
+      this.#stats.rolledBack += done.length + 1;
+      current.reject(failed ? outcome : new SubstrateError("io", "SQLite rolled the transaction back"));
+      const lost = new SubstrateError("io", "SQLite rolled back a transaction sharing this commit", {
+        cause: outcome,
+      });
+      for (const { job } of done.splice(0)) job.reject(lost);
+      return false;
+    }
+    if (failed && !guarded && tx.wrote) {
+      // No savepoint to return to: undo the batch; those before it in the batch run again, guarded.
+      this.#rollback.run();
+      this.#stats.rolledBack++;
+      current.reject(outcome);
+      if (done.length > 0) {
+        this.#stats.reruns += done.length;
+        this.#queue.unshift(...done.map(({ job }) => job));
+        this.#guardedBatches = GUARDED_BATCHES_AFTER_UNDO;
+      }
+      return false;
+    }
+    if (failed) {
+      if (guarded) {
+        this.#rollbackTo.run();
+        this.#release.run();
+      }
+      this.#stats.rolledBack++;
+      current.reject(outcome);
+    } else {
+      if (guarded) this.#release.run();
+      done.push({ job: current, value: outcome });
+    }
+    return true;
+  }
+
+  /** A SAVEPOINT, RELEASE or the COMMIT failed: nothing of this batch is committed. */
+  #loseBatch(error: unknown, current: TxJob | undefined, done: readonly Done[]): void {
+    this.#rows.clear();
+    const failure = toSubstrateError(error, "COMMIT");
+    if (this.#db.open && this.#db.inTransaction) {
+      try {
+        this.#rollback.run();
+      } catch {
+        // The connection is failing already; the callers below learn it from `failure`.
+      }
+    }
+    const lost = current === undefined ? done : [...done, { job: current, value: undefined }];
+    this.#stats.rolledBack += lost.length;
+    for (const { job } of lost) job.reject(failure);
+  }
+
+  /** After the COMMIT: the counters, and the callers told once the batch is durable. */
+  #settleCommitted(done: readonly Done[], size: number): void {
     this.#stats.commits++;
     this.#stats.committed += done.length;
     if (this.#checkpointer === null && this.#stats.commits >= CHECKPOINTER_AFTER_COMMITS)
