@@ -498,7 +498,7 @@ describe.each(STORE_KINDS)("the signed audit chain on %s", (kind) => {
     expectOneLineError(old.stderr);
     expect(old.stderr).toContain(`key id ${B.keyId}`);
     const next = await evaluate(s, "2", B);
-    expect(next.code).toBe(0);
+    expect(next.code, next.stdout + next.stderr).toBe(0);
     const receipt = json(next).receipt;
     expect((await leash(["receipt", "verify", receipt, "--pubkey", B.pubHex])).code).toBe(0);
     const both = await leash(["receipt", "verify", receipt, "--pubkey", A.pubHex, "--pubkey", B.pubHex]);

@@ -128,6 +128,26 @@ export class ChainTrust {
     return this.#backend.verify(signingInputOf(entry), Buffer.from(entry.signature, "base64url"), key);
   }
 
+  /**
+   * What a row's stamping entry must be for the row to be served (state-auth.ts): signed by a known key,
+   * or, before the entry this engine's trust starts from (a checkpoint or a key rotation), well formed and
+   * signed by a key the engine was not given. Such a prefix is vouched for only by the hash links ending
+   * at that anchor, which this engine does not walk, as it does not walk the prefix itself: an engine
+   * given the earlier public keys too checks those rows' entries as it checks every other.
+   */
+  vouchesForStamp(entry: ChainEntryRecord): boolean {
+    if (this.signedByKnownKey(entry)) return true;
+    const from = this.report?.from_seq ?? 0;
+    if (entry.seq >= from || this.#known.has(entry.key_id)) return false;
+    if (this.#backend.sha256Hex(entry.body) !== entry.entry_hash) return false;
+    try {
+      const body = JSON.parse(entry.body) as { seq?: unknown; key_id?: unknown };
+      return body.seq === entry.seq && body.key_id === entry.key_id;
+    } catch {
+      return false;
+    }
+  }
+
   /** True once the chain verified (and was not refused since): calls may go straight to the store. */
   get trusted(): boolean {
     return this.#tip !== null && this.#refused === null;

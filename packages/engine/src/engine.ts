@@ -365,7 +365,12 @@ export function createEngine(options: EngineOptions): Engine {
    * COMMIT. The auditor and the projection learn of the transaction only once it has committed
    * (the last try, after a substrate's retries).
    */
-  const projection = new Projection(new StateAuth(signedByKnownKey, (tx) => auditor.checkChain(tx)));
+  const projection = new Projection(
+    new StateAuth(
+      (entry) => trust.vouchesForStamp(entry),
+      (tx) => auditor.checkChain(tx),
+    ),
+  );
   async function inProjection<T>(fn: (ptx: ProjectionTx) => Promise<T>, judged?: () => void): Promise<T> {
     // Nothing reaches the store before its chain verified (fail closed; see ChainTrust).
     if (!trust.trusted) await trust.ready();
