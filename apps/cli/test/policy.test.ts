@@ -13,20 +13,23 @@ beforeAll(() => {
   expect(existsSync(CLI_BIN), "run `npx tsc --build` first: these tests run dist/bin.js").toBe(true);
 });
 
+/** Each case spawns the CLI a few times: on a loaded host a node start alone can take seconds. */
+const SPAWNS = { timeout: 30_000 };
+
 function leashBin(args: string[], input?: string) {
   const r = spawnSync(process.execPath, [CLI_BIN, ...args], { encoding: "utf8", input, timeout: 30_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
 describe("leash policy check", () => {
-  it("prints the policy, its rule count and hash, exit 0", () => {
+  it("prints the policy, its rule count and hash, exit 0", SPAWNS, () => {
     const r = leashBin(["policy", "check", join(EXAMPLES, "payments-hitl.yaml")]);
     expect(r.stderr).toBe("");
     expect(r.stdout).toMatch(/payments-hitl\.yaml: ok: policy payments, 3 rules, sha256 [0-9a-f]{64}\n$/);
     expect(r.code).toBe(0);
   });
 
-  it("--json prints the canonical document and the hash of it", () => {
+  it("--json prints the canonical document and the hash of it", SPAWNS, () => {
     const r = leashBin(["policy", "check", "--json", join(EXAMPLES, "filesystem-allowlist.yaml")]);
     const out = JSON.parse(r.stdout);
     expect(out).toMatchObject({
@@ -37,7 +40,7 @@ describe("leash policy check", () => {
     expect(out.hash).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it("exits 2 with one line naming the field for a schema error", () => {
+  it("exits 2 with one line naming the field for a schema error", SPAWNS, () => {
     const file = scratch.write(
       "bad-action.yaml",
       "version: 1\nname: p\nrules:\n  - { name: r, action: block }\n",
@@ -48,7 +51,7 @@ describe("leash policy check", () => {
     expect(r.stderr).toBe(`leash: error: ${file}: rules[0].action: must be one of allow, deny, hitl\n`);
   });
 
-  it("exits 2 naming the expression's field and column for a CEL type error", () => {
+  it("exits 2 naming the expression's field and column for a CEL type error", SPAWNS, () => {
     const file = scratch.write(
       "bad-when.yaml",
       'version: 1\nname: p\nrules:\n  - { name: r, when: "session.callz > 1", action: hitl }\n',
@@ -60,7 +63,7 @@ describe("leash policy check", () => {
     );
   });
 
-  it("reads stdin for `-`, and refuses an oversized file before reading it", () => {
+  it("reads stdin for `-`, and refuses an oversized file before reading it", SPAWNS, () => {
     const ok = leashBin(["policy", "check", "-"], '{"version":1,"name":"p","rules":[]}');
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/^<stdin>: ok: policy p, 0 rules/);
@@ -72,7 +75,7 @@ describe("leash policy check", () => {
 });
 
 describe("leash policy schema", () => {
-  it("prints the JSON Schema a policy is validated with", () => {
+  it("prints the JSON Schema a policy is validated with", SPAWNS, () => {
     const r = leashBin(["policy", "schema"]);
     expect(r.code).toBe(0);
     const schema = JSON.parse(r.stdout);
@@ -98,7 +101,7 @@ describe("leash policy test", () => {
     },
   );
 
-  it("exits 1 on a mismatch and prints a diff of each failing case", () => {
+  it("exits 1 on a mismatch and prints a diff of each failing case", SPAWNS, () => {
     const cases = scratch.write(
       "wrong.cases.yaml",
       `cases:
@@ -134,7 +137,7 @@ describe("leash policy test", () => {
     );
   });
 
-  it("exits 2 when the policy or the cases file does not load", () => {
+  it("exits 2 when the policy or the cases file does not load", SPAWNS, () => {
     const bad = scratch.write("bad.yaml", "version: 1\nname: p\n");
     const r = leashBin(["policy", "test", bad, join(EXAMPLES, "rate-and-budget.cases.yaml")]);
     expect(r.code).toBe(2);
