@@ -10,73 +10,49 @@ import {
   chargeExpired,
   ensureAccount,
   type Money,
-  moneyString,
-  planHold,
   type SettleResult,
   settle,
   toMoney,
 } from "@leash/budget-guard";
 import { type Checkpoint, compactJws, keyRotationData, type Signer } from "@leash/chain";
 import {
-  type BudgetAccount,
-  type Call,
   type ChainEntryRecord,
   canonicalHash,
-  canonicalizationError,
   canonicalJson,
-  type Decision,
-  decide,
-  denyProbability,
-  feedback,
   type HitlRequest,
   type Nonce,
-  type PendingRequest,
-  type PendingTransition,
   type Reservation,
-  recordHumanDecision,
-  resetCircuit,
   type SessionRecord,
-  type State,
   type Substrate,
   type SubstrateTx,
 } from "@leash/core";
 import { validateConfig } from "@leash/core/schema";
+import {
+  type AnswerCommand,
+  type AnswerReply,
+  DEFAULT_HOLD_TTL_NS,
+  type ExpireReply,
+  holdId,
+  type MarkStaleCommand,
+  malformedInput,
+  type RegisterCommand,
+  recordableErrorText,
+} from "@leash/machine";
 import { systemClock } from "@leash/outbox";
 import type { CompiledPolicy } from "@leash/policy";
-import { budgetEnabled, ensureSessionAccount, guardAccountId, sessionAccountId } from "./accounts.js";
-import { Auditor, type ChainHead } from "./audit.js";
+import { budgetEnabled, guardAccountId, sessionAccountId } from "./accounts.js";
+import { Auditor } from "./audit.js";
 import { Batcher, type Outcome } from "./batcher.js";
-import {
-  malformedInput,
-  outranksEstimate,
-  recordableErrorText,
-  recordableEstimate,
-  resolveEstimate,
-} from "./call-input.js";
 import { ChainTrust, ChainUnverifiedError, trustedKeyMap } from "./chain-trust.js";
 import { CheckpointWriter, checkpointIntervalOf } from "./checkpoint-writer.js";
-import { countsOnly } from "./count-only.js";
-import { LeashAlreadyDecided, LeashError, LeashHitlExpired } from "./errors.js";
+import { LeashError } from "./errors.js";
 import { expiryEntryData } from "./expiry-entry.js";
-import {
-  bindToPausedTool,
-  boundRequest,
-  boundRequestId,
-  consumedTransitionOf,
-  type EngineDecision,
-  HITL_TIMEOUT,
-  hasTransition,
-  PARAMS_HASH_MISMATCH,
-  pausedOf,
-  releasesApproval,
-  timedOut,
-} from "./hitl-binding.js";
+import { checkSessionId, type EvaluateContext, type Evaluated, evaluateCall } from "./flow/evaluate-call.js";
+import { envOf, runCommand } from "./flow/run.js";
 import { HitlEvents } from "./hitl-events.js";
-import { hitlExpiresNs, hitlView, isDue, storedStatus, TIMEOUT_OPERATOR } from "./hitl-view.js";
+import { hitlView, isDue, storedStatus } from "./hitl-view.js";
 import { MAX_RESERVATION_TTL_S } from "./limits.js";
 import { decideOnce, messagePairs, recordedAfterConflict } from "./message-ids.js";
-import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
-import { estimateWithPolicy, judgeByPolicy, policyFields } from "./policy-layer.js";
 import {
   type CounterLayer,
   chainRange,
@@ -85,17 +61,8 @@ import {
   publishedData,
 } from "./policy-runtime.js";
 import { Projection, type ProjectionTx } from "./projection.js";
-import { repeatSeen } from "./repeat-seen.js";
-import {
-  canonicalParamsText,
-  nodeSha256Hex,
-  nodeSha256HexOfBytes,
-  paramsBlobOf,
-  replayInputs,
-} from "./replay-inputs.js";
 import { checkHitlAnswer, checkResumeRequest } from "./resume-input.js";
-import { runSteps, type Steps, type StepsResult } from "./steps.js";
-import { denyListed } from "./tool-policy.js";
+import { runSteps } from "./steps.js";
 import {
   callIdOf,
   defined,
@@ -114,7 +81,6 @@ import type {
   HitlEvent,
   HitlListFilter,
   HitlRequestView,
-  HumanDecision,
   PostExecRequest,
   PostExecResult,
   RegisterRequest,
@@ -123,28 +89,11 @@ import type {
   WaitForHitlOptions,
 } from "./types.js";
 
+/** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
+const NUMBER_TEXT = { numberText: true } as const;
+
 /** The default clock: epoch nanoseconds that never go backwards within the process. */
 export { systemClock };
-
-const reservationId = (sessionId: string, callNumber: number) => `${sessionId}#${callNumber}`;
-
-/** A verdict as the engine returns it: decide()'s, or one of the engine's own reasons. */
-type Verdicted = EngineDecision;
-
-const MALFORMED: Verdicted = { verdict: "DENY", reason: "policy_violation:malformed_input" };
-const OVERRUN: Verdicted = { verdict: "DENY", reason: "budget_overrun" };
-
-/** State as stored: seen nonces are the chain entries' (NonceStore), not the session row's. */
-function storable(state: State): State {
-  const { seen_nonces: _omit, ...rest } = state;
-  return rest;
-}
-
-/** State without its remaining budget: feedback then leaves that field to the caller. */
-function withoutRemaining(state: State): State {
-  const { budget_remaining_usd: _omit, ...rest } = state;
-  return rest;
-}
 
 /** The nonces a batch's calls carry, asked of the store together before the first is judged. */
 function noncesOf(
@@ -164,7 +113,7 @@ function noncesOf(
  * internal one at the first ALLOW (an expiry past 2^63 ns overflows the stores' integer columns).
  */
 function reservationTtlNs(ms: number | undefined): number {
-  if (ms === undefined) return 300_000 * 1e6;
+  if (ms === undefined) return DEFAULT_HOLD_TTL_NS;
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0 || ms > MAX_RESERVATION_TTL_S * 1000) {
     throw new LeashError(
       "invalid_argument",
@@ -213,22 +162,7 @@ async function settleOnce(
   }
 }
 
-/** An unanswered request of the session is past its expiry: evaluate records the expiry first. */
-function dueInState(state: State, nowNs: number): boolean {
-  const paused = pausedOf(state);
-  return (
-    paused !== null &&
-    paused.expired !== true &&
-    typeof paused.expires_ns === "number" &&
-    paused.expires_ns <= nowNs &&
-    (state.pending_transition === null || state.pending_transition === undefined)
-  );
-}
-
 const DEFAULT_HITL_POLL_MS = 500;
-
-/** Params read with their number texts (the CLI's) keep them in the stored JSON, as their digest does. */
-const NUMBER_TEXT = { numberText: true } as const;
 
 /** The most calls one evaluate transaction judges (batcher.ts). */
 const DEFAULT_MAX_BATCH = 64;
@@ -326,6 +260,8 @@ export function createEngine(options: EngineOptions): Engine {
     );
   }
   const events = new HitlEvents();
+  /** The Env of one command at `nowNs` (flow/run.ts): the rng and a new id drawn once if it needs them. */
+  const envAt = (nowNs: number) => envOf(nowNs, rng, newId, ttlNs);
   // The operator's policy layer (policy-layer.ts), when one is configured.
   const policies = options.policy === undefined ? null : new EnginePolicies(options.policy);
   if (options.signer === undefined) {
@@ -354,6 +290,14 @@ export function createEngine(options: EngineOptions): Engine {
           options.onCheckpointError,
         );
   const auditor = new Auditor(options.signer, trust);
+  const evalContext: EvaluateContext = {
+    nowNs: () => clock.nowNs(),
+    rng,
+    newId,
+    holdTtlNs: ttlNs,
+    auditor,
+    policies,
+  };
   const signedByKnownKey = (entry: ChainEntryRecord) => trust.signedByKnownKey(entry);
   const tracing = new EngineTracing(options.tracer);
   /**
@@ -402,7 +346,6 @@ export function createEngine(options: EngineOptions): Engine {
    * anything fails alone; one that fails after fails the batch (the batcher then runs each call on
    * its own).
    */
-  type Evaluated = StepsResult<ReturnType<typeof evaluateSteps>>;
   type Waiting = { request: EvaluateRequest; malformed: string | null; policy?: CompiledPolicy };
   function evaluateBatch(items: readonly Waiting[], judged: () => void): Promise<Outcome<Evaluated>[]> {
     // The policy counters this batch adds count once it commits (each try of the transaction afresh).
@@ -427,7 +370,7 @@ export function createEngine(options: EngineOptions): Engine {
             decideOnce(
               ptx,
               request,
-              () => evaluateSteps(ptx, request, malformed, policy, layer),
+              () => evaluateCall(evalContext, ptx, request, malformed, policy, layer),
               signedByKnownKey,
             ),
           );
@@ -500,139 +443,12 @@ export function createEngine(options: EngineOptions): Engine {
     );
   }
 
-  function checkSessionId(sessionId: unknown): asserts sessionId is string {
-    if (typeof sessionId !== "string" || sessionId === "") {
-      throw new LeashError("invalid_argument", "session_id must be a non-empty string");
-    }
-  }
-
-  /** The account chain (the account, then its ancestors) when the projection holds all of it; else undefined. */
-  function accountsInMemory(tx: ProjectionTx, accountId: string): BudgetAccount[] | undefined {
-    const chain: BudgetAccount[] = [];
-    for (let id: string | null = accountId; id !== null; ) {
-      const at = id;
-      // A cycle is accountChain's to report.
-      if (chain.some((account) => account.account_id === at)) return undefined;
-      const account = tx.accountRows.peek(at);
-      if (account === undefined) return undefined;
-      chain.push(account);
-      id = account.parent_id;
-    }
-    return chain;
-  }
-
   async function loadSession(tx: SubstrateTx, sessionId: string): Promise<SessionRecord> {
     checkSessionId(sessionId);
     const session = await tx.sessions.get(sessionId);
     if (session === null)
       throw new LeashError("session_not_found", `unknown session ${JSON.stringify(sessionId)}`);
     return session;
-  }
-
-  /**
-   * Marks the request whose approval `state` released as used, and only that one. A state written
-   * before requests were named in it consumes every decided request of the session instead.
-   */
-  async function consumeApproval(tx: SubstrateTx, sessionId: string, state: State): Promise<void> {
-    const id = boundRequestId(state);
-    const rows = id === null ? await tx.hitl.list({ sessionId, status: "DECIDED" }) : [await tx.hitl.get(id)];
-    for (const row of rows) {
-      if (row !== null && row.session_id === sessionId && row.status === "DECIDED") {
-        await tx.hitl.update({ ...row, status: "CONSUMED" });
-      }
-    }
-  }
-
-  /**
-   * The request a human's answer lands on: the session's open (PENDING) one, or the one named, if it
-   * is that one. Read under the session row's lock, so two answers at once find it one after the
-   * other: the second sees the first's answer and is told so (LeashAlreadyDecided).
-   */
-  async function answeredRequest(
-    tx: SubstrateTx,
-    session: SessionRecord,
-    requestId?: string,
-  ): Promise<HitlRequest> {
-    const sessionId = session.session_id;
-    const pending = await tx.hitl.list({ sessionId, status: "PENDING" });
-    const open = pending.sort((a, b) => b.call_number - a.call_number)[0];
-    if (requestId !== undefined) {
-      const named = await tx.hitl.get(requestId);
-      if (named === null || named.session_id !== sessionId) {
-        throw new LeashError(
-          "no_pending_request",
-          `session ${sessionId} has no request ${JSON.stringify(requestId)}`,
-        );
-      }
-      if (named.status === "EXPIRED") throw new LeashHitlExpired(named);
-      if (named.status !== "PENDING") throw new LeashAlreadyDecided(named);
-      if (named.request_id !== open?.request_id) {
-        throw new LeashError(
-          "invalid_argument",
-          `request ${named.request_id} of session ${sessionId} was superseded by request ${open?.request_id} (call ${open?.call_number})`,
-        );
-      }
-      return named;
-    }
-    if (open !== undefined) return open;
-    // The state names the last request a human answered until its answer is used (or reset).
-    const lastId = boundRequestId(session.state);
-    const last = lastId === null ? null : await tx.hitl.get(lastId);
-    if (last !== null && last.session_id === sessionId) {
-      throw last.status === "EXPIRED" ? new LeashHitlExpired(last) : new LeashAlreadyDecided(last);
-    }
-    throw new LeashError("no_pending_request", `session ${sessionId} has no call awaiting a human`);
-  }
-
-  /**
-   * Records that request `requestId` of `session` (locked by the caller) expired unanswered, when it
-   * is still PENDING and past its expiry: the row, the session's paused call (so its next attempt is
-   * told hitl_timeout) and a hitl_expired entry by "system:timeout". Returns the session as it now is.
-   */
-  async function expireIn(
-    tx: SubstrateTx,
-    session: SessionRecord,
-    requestId: string,
-    nowNs: number,
-    expired: HitlEvent[],
-  ): Promise<SessionRecord> {
-    const row = await tx.hitl.get(requestId);
-    if (row === null || row.session_id !== session.session_id || !isDue(row, nowNs)) return session;
-    const closed: HitlRequest = {
-      ...row,
-      status: "EXPIRED",
-      operator_id: TIMEOUT_OPERATOR,
-      decided_ns: nowNs,
-    };
-    await tx.hitl.update(closed);
-    let next = session;
-    const paused = pausedOf(session.state);
-    if (paused !== null && paused.request_id === row.request_id) {
-      next = {
-        ...session,
-        state: { ...session.state, pending_request: { ...paused, expired: true } as PendingRequest },
-        updated_ns: nowNs,
-      };
-      await tx.sessions.update(next);
-    }
-    await auditor.record(
-      tx,
-      "hitl_expired",
-      {
-        session_id: session.session_id,
-        request_id: row.request_id,
-        call_number: row.call_number,
-        tool_name: row.tool_name,
-        nonce: row.nonce,
-        args_digest: row.args_digest,
-        operator_id: TIMEOUT_OPERATOR,
-        expires_ns: row.expires_ns,
-        now_ns: nowNs,
-      },
-      nowNs,
-    );
-    expired.push({ type: "hitl_expired", request: hitlView(closed) });
-    return next;
   }
 
   /** Expires the due requests among `rows`, one transaction per session; returns the events. */
@@ -649,10 +465,13 @@ export function createEngine(options: EngineOptions): Engine {
     for (const [sessionId, ids] of bySession) {
       const done = await transaction(async (tx) => {
         const found: HitlEvent[] = [];
-        let session = await tx.sessions.get(sessionId);
-        if (session === null) return found;
+        if ((await tx.sessions.get(sessionId)) === null) return found;
         const at = clock.nowNs();
-        for (const id of ids) session = await expireIn(tx, session, id, at, found);
+        for (const requestId of ids) {
+          const command = { kind: "expire", sessionId, requestId } as const;
+          const { reply } = await runCommand<ExpireReply>(tx, auditor, command, envAt(at));
+          if (reply.closed !== null) found.push({ type: "hitl_expired", request: hitlView(reply.closed) });
+        }
         return found;
       });
       for (const event of done) events.emit(event);
@@ -670,81 +489,12 @@ export function createEngine(options: EngineOptions): Engine {
     return row;
   }
 
-  /** Writes a human's answer on `open` (the session's open request, locked with its session). */
-  async function answerIn(
-    tx: SubstrateTx,
-    session: SessionRecord,
-    open: HitlRequest,
-    answer: {
-      decision: HumanDecision;
-      operator_id: string;
-      successor?: { nonce: Nonce; args_digest: string } | undefined;
-      successor_params_json?: string | null;
-      comment?: string | null;
-    },
-  ): Promise<{ next: SessionRecord; decided: HitlRequest; entry: ChainEntryRecord }> {
-    const nowNs = clock.nowNs();
-    const state = recordHumanDecision(
-      { ...session.state, pending_request: boundRequest(open) },
-      answer.decision,
-      answer.successor && { nonce: answer.successor.nonce, argsDigest: answer.successor.args_digest },
-    );
-    // Every answer closes its request, defer and escalate too: the agent's next attempt then asks
-    // again as a new request, so no request can take two answers.
-    const decided: HitlRequest = {
-      ...open,
-      status: "DECIDED",
-      decision: answer.decision,
-      operator_id: answer.operator_id,
-      successor_nonce: answer.successor?.nonce ?? null,
-      successor_args_digest: answer.successor?.args_digest ?? null,
-      successor_params_json: answer.successor_params_json ?? null,
-      comment: answer.comment ?? null,
-      decided_ns: nowNs,
-    };
-    await tx.hitl.update(decided);
-    const next: SessionRecord = {
-      ...session,
-      status: state.status ?? session.status,
-      state: storable(state),
-      updated_ns: nowNs,
-    };
-    await tx.sessions.update(next);
-    const entry = await auditor.record(
-      tx,
-      "hitl_decision",
-      {
-        session_id: session.session_id,
-        request_id: open.request_id,
-        call_number: open.call_number,
-        tool_name: open.tool_name,
-        decision: answer.decision,
-        operator_id: answer.operator_id,
-        nonce: open.nonce,
-        args_digest: open.args_digest,
-        successor: answer.successor ?? null,
-        ...(answer.comment ? { comment: answer.comment } : {}),
-      },
-      nowNs,
-    );
-    return { next, decided, entry };
-  }
-
   /** Expires the due requests of one session (of every session without one). */
   async function expireSession(sessionId?: string): Promise<HitlEvent[]> {
     const pending = await substrate.transaction((tx) =>
       tx.hitl.list(sessionId === undefined ? { status: "PENDING" } : { sessionId, status: "PENDING" }),
     );
     return expireRows(pending);
-  }
-
-  /** The approval (or modify successor) that released `nonce` and was used, as a consumed transition. */
-  async function consumedTransition(
-    tx: SubstrateTx,
-    sessionId: string,
-    nonce: Nonce,
-  ): Promise<PendingTransition | null> {
-    return consumedTransitionOf(await tx.hitl.list({ sessionId, status: "CONSUMED" }), nonce);
   }
 
   async function remainingOf(tx: SubstrateTx, session: SessionRecord): Promise<string | null> {
@@ -762,339 +512,6 @@ export function createEngine(options: EngineOptions): Engine {
       state: session.state,
       call_count: session.call_count,
       budget_remaining_usd: await remainingOf(tx, session),
-    };
-  }
-
-  /**
-   * The verdict and the entry that records it; the receipt is made from the entry after COMMIT.
-   * A step function (steps.ts): it yields where it needs the store, and runs synchronously, from
-   * decide to signed entry, when the projection holds the session, its accounts, the head and the
-   * nonce (the batch read them first), as it does for all but a batch's cold paths.
-   */
-  function* evaluateSteps(
-    tx: ProjectionTx,
-    request: EvaluateRequest,
-    malformed: string | null,
-    policy?: CompiledPolicy,
-    layer?: CounterLayer,
-  ): Steps<{ result: Omit<EvaluateResult, "receipt">; entry: ChainEntryRecord; hitl: HitlEvent[] }> {
-    checkSessionId(request.session_id); // before any statement names it
-    // A malformed call is denied without its tool name or nonce reaching a store or the chain.
-    const nonce = malformed === null ? request.nonce : undefined;
-    const hasNonce = nonce !== undefined && nonce !== null;
-    const loaded: SessionRecord =
-      tx.sessionRows.peek(request.session_id) ?? (yield loadSession(tx, request.session_id));
-    // The nonce lookup needs no lock of its own: the session row's lock orders its calls.
-    const seen: boolean = !hasNonce
-      ? false
-      : (tx.spentNow(request.session_id, nonce) ?? (yield tx.nonces.has(request.session_id, nonce)));
-    const { config } = loaded;
-    const nowNs = clock.nowNs();
-    const hitlEvents: HitlEvent[] = [];
-    // A request past its expiry is closed before this call is judged (lazily: nothing else watches the clock).
-    const session: SessionRecord = dueInState(loaded.state, nowNs)
-      ? yield expireIn(tx, loaded, pausedOf(loaded.state)!.request_id, nowNs, hitlEvents)
-      : loaded;
-    // The budget the decision sees is the chain's live remaining, read under the transaction's locks.
-    const accountId = budgetEnabled(config) ? sessionAccountId(config, session) : null;
-    // Under a budget every call needs a valid estimate (its own or the config's default for its tool);
-    // decide() is shown the exact hold as a number, the ledger judges the hold itself.
-    const estimate =
-      accountId === null || malformed !== null
-        ? null
-        : resolveEstimate(
-            config,
-            request.tool_name,
-            estimateWithPolicy(policy, request.tool_name, session, request.estimated_cost_usd),
-          );
-    const call: Call = {
-      tool_name: malformed === null ? request.tool_name : "",
-      params: request.params,
-      nonce,
-      estimated_cost_usd:
-        estimate === null
-          ? (request.estimated_cost_usd as number | undefined)
-          : !estimate.ok
-            ? undefined
-            : estimate.hold === null
-              ? Number.POSITIVE_INFINITY
-              : estimate.hold.toNumber(),
-    };
-    const state: State = { ...session.state, seen_nonces: seen && hasNonce ? [nonce] : [] };
-    // A re-dispatch of an approval already used: decide() is shown that approval as consumed, so rule 3
-    // answers duplicate_resume_no_effect (spec §3.6). Looked up only for a nonce already seen.
-    const replayed: PendingTransition | null =
-      seen && hasNonce && malformed === null && !hasTransition(state)
-        ? yield consumedTransition(tx, session.session_id, nonce)
-        : null;
-    if (replayed !== null) state.pending_transition = replayed;
-    let remainingBefore: Money | null = null;
-    // Read (and on PostgreSQL locked) once: the same rows serve the decision and the hold below;
-    // the chain head is read with them (after them, in lock order) for the entry this call writes.
-    let accounts: readonly BudgetAccount[] | undefined;
-    if (accountId !== null) accounts = accountsInMemory(tx, accountId) ?? (yield accountChain(tx, accountId));
-    const known = tx.headNow();
-    const head: ChainHead | null = known !== undefined ? known : yield tx.chain.head();
-    if (accountId !== null) {
-      remainingBefore = chainAvailable(accounts!);
-      state.budget_initial_usd = config.budget_usd;
-      state.budget_remaining_usd = remainingBefore.toNumber();
-    }
-    const previousError = recordableErrorText(request.previous_error);
-    const rngValue =
-      denyProbability(config as Record<string, unknown>, state as Record<string, unknown>) > 0 ? rng() : null;
-    // An approval decide() releases must also be spent by the paused tool (hitl-binding.ts).
-    let decision: Verdicted =
-      malformed === null
-        ? bindToPausedTool(
-            decide(config, state, call, {
-              nowNs,
-              rng: rngValue ?? undefined,
-              ...(previousError === undefined ? {} : { errorText: previousError }),
-              sha256Hex: nodeSha256Hex,
-              sha256HexOfBytes: nodeSha256HexOfBytes,
-            }),
-            state,
-            call,
-          )
-        : MALFORMED;
-    // A tool in the config's denied_tools never runs (tool-policy.ts).
-    if (malformed === null) decision = denyListed(decision, config, call);
-    if (estimate !== null && !estimate.ok && !outranksEstimate(decision)) {
-      decision = { verdict: "DENY", reason: estimate.reason };
-    }
-    // The paused call's request expired unanswered: its next attempt is told so, unless denied anyway.
-    if (malformed === null && decision.verdict !== "DENY" && timedOut(state, call)) decision = HITL_TIMEOUT;
-    const paramsValue = call.params ?? {};
-    // The canonical text is kept for the entry (replay re-runs decide() on it); its digest is the hash.
-    const paramsText = canonicalizationError(paramsValue) === null ? canonicalParamsText(paramsValue) : null;
-    const paramsHash = paramsText === null ? null : nodeSha256Hex(paramsText);
-    const expectedHash = request.expected_params_hash;
-    if (expectedHash !== undefined && expectedHash !== null && expectedHash !== paramsHash) {
-      decision = PARAMS_HASH_MISMATCH;
-    }
-    // Params over the guard's cap are refused whatever else was decided, and never stored (params-cap.ts).
-    const tooLarge = oversizedBytes(paramsText, maxParamsBytes(config));
-    if (tooLarge !== null) decision = PARAMS_TOO_LARGE;
-    // Large params are stored once by digest beside the chain, not in every entry (params-cap.ts).
-    const blob = paramsBlobOf(paramsText, paramsHash, tooLarge);
-    // The operator's policy, after every SP/1.0 and engine check allowed, before the hold (README).
-    const judged =
-      policy === undefined || layer === undefined
-        ? null
-        : judgeByPolicy({
-            policy,
-            decision,
-            malformed: malformed !== null,
-            session,
-            state,
-            toolName: call.tool_name,
-            paramsHash,
-            paramsText,
-            estimate: call.estimated_cost_usd,
-            budget:
-              remainingBefore === null
-                ? null
-                : { limit_usd: Number(config.budget_usd), remaining_usd: remainingBefore.toNumber() },
-            nowNs,
-            counters: policies!.view(layer, session.organization_id),
-          });
-    if (judged !== null) decision = judged.decision;
-    const callNumber = session.call_count + 1;
-    const repeatCount = repeatSeen(state, call.tool_name);
-
-    let reservation_id: string | null = null;
-    let remainingAfter = remainingBefore;
-    // Spent on ALLOW (even one the ledger then turns into a DENY, as replay folds it): the decision
-    // entry carries it in its indexed nonce column, whose append fails the whole transaction with
-    // "conflict" should it be spent after all (fail closed: verdict and entry roll back together).
-    let spends: { nonce: Nonce } | undefined;
-    if (decision.verdict === "ALLOW") {
-      if (hasNonce) spends = { nonce };
-      if (accountId !== null && estimate?.ok === true && estimate.hold === null) {
-        decision = OVERRUN; // beyond the money range: more than any budget holds
-      } else if (accountId !== null && estimate?.ok === true && estimate.hold !== null) {
-        // reserve() with its writes held in the projection (call numbers only grow, so the hold id
-        // is new, as reserve's `fresh` says): no store call of its own.
-        const held = planHold(accounts!, {
-          reservation_id: reservationId(session.session_id, callNumber),
-          account_id: accountId,
-          session_id: session.session_id,
-          call_number: callNumber,
-          amount_usd: estimate.hold,
-          nowNs,
-          ttlNs,
-        });
-        // decide() judged a float snapshot; the exact ledger has the last word (fail closed).
-        if (held.ok) {
-          for (const account of held.charged) tx.accountRows.update(account.account_id, account);
-          tx.holdNow(held.reservation);
-          reservation_id = held.reservation.reservation_id;
-          remainingAfter = held.result.availableAfter;
-        } else {
-          decision = { verdict: "DENY", reason: held.code };
-        }
-      }
-    }
-
-    // With a ledger, the remaining budget written below is the ledger's, so feedback is not asked
-    // for its own float estimate of it (exact decimal work whose result would be overwritten).
-    // A tool mismatch, a digest mismatch or a denied tool changes nothing but the call count
-    // (count-only.ts): the circuit stays closed and an approval unspent, for the paused call itself.
-    let next = countsOnly(decision)
-      ? state
-      : feedback(config, accountId === null ? state : withoutRemaining(state), call, decision as Decision, {
-          nowNs,
-          paramsHash,
-        });
-    // The timeout is told once: the session then no longer waits on that request (the DENY trips
-    // the circuit, as a human's reject does).
-    if (decision === HITL_TIMEOUT) next = { ...next, pending_request: null, status: "ACTIVE" };
-    // The consumed approval was shown to decide() for this call only; the session keeps none.
-    if (replayed !== null) next = { ...next, pending_transition: session.state.pending_transition ?? null };
-    let opened: HitlRequest | null = null;
-    if (decision.verdict === "HITL") {
-      const account = accounts?.[0];
-      const request: HitlRequest = {
-        request_id: newId(),
-        session_id: session.session_id,
-        call_number: callNumber,
-        tool_name: call.tool_name,
-        nonce: hasNonce ? nonce : null,
-        args_digest: paramsHash,
-        reason: (decision as Decision).reason, // decide()'s, or a policy rule's (policy_hitl:rule:<name>)
-        status: "PENDING",
-        decision: null,
-        operator_id: null,
-        successor_nonce: null,
-        successor_args_digest: null,
-        created_ns: nowNs,
-        decided_ns: null,
-        // What the operator judges: the exact params (canonical JSON, so the digest can be checked
-        // by eye or by tool), the budget as it stood, and which policy paused the call.
-        params_json: paramsHash === null ? null : canonicalJson(paramsValue, NUMBER_TEXT),
-        budget_spent_usd: account === undefined ? null : account.spent_usd,
-        budget_limit_usd: account === undefined ? null : account.limit_usd,
-        budget_remaining_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
-        policy_id: canonicalHash(config),
-        expires_ns: hitlExpiresNs(config, nowNs),
-        comment: null,
-        successor_params_json: null,
-      };
-      yield tx.hitl.insert(request);
-      opened = request;
-      // The state names the request, so the human's answer and its use are tied to this one.
-      next = { ...next, pending_request: boundRequest(request) };
-    }
-    if (releasesApproval(decision)) yield consumeApproval(tx, session.session_id, state);
-
-    const remaining = remainingAfter === null ? null : remainingAfter.toFixed();
-    const estimateUsd = estimate?.ok === true && estimate.hold !== null ? moneyString(estimate.hold) : null;
-    tx.sessionRows.update(session.session_id, {
-      ...session,
-      status: next.status ?? session.status,
-      state: storable({
-        ...next,
-        budget_remaining_usd: remaining === null ? next.budget_remaining_usd : Number(remaining),
-      }),
-      call_count: callNumber,
-      updated_ns: nowNs,
-    });
-    const entry: ChainEntryRecord = yield auditor.recordNow(
-      tx,
-      "decision",
-      {
-        session_id: session.session_id,
-        agent_id: session.agent_id,
-        organization_id: session.organization_id,
-        call_number: callNumber,
-        tool_name: malformed === null ? call.tool_name : null,
-        params_hash: paramsHash,
-        nonce: hasNonce ? nonce : null,
-        estimated_cost_usd: recordableEstimate(request.estimated_cost_usd),
-        // The hold the call asked for (its own estimate or its config's default), exact.
-        estimate_usd: estimateUsd,
-        ...(malformed !== null
-          ? { input_problem: malformed }
-          : estimate?.ok === false
-            ? { input_problem: estimate.problem }
-            : {}),
-        verdict: decision.verdict,
-        reason: decision.reason,
-        budget_before_usd: remainingBefore === null ? null : remainingBefore.toFixed(),
-        budget_after_usd: remaining,
-        reservation_id,
-        // The random number probabilistic denial consumed; absent when it did not run.
-        ...(rngValue === null ? {} : { rng: rngValue }),
-        // An input decide() saw (error amplification), so replay sees it too; absent when not given.
-        ...(previousError === undefined ? {} : { previous_error: previousError }),
-        // Inputs and outcome only: the state decide() saw is the fold of the entries before this
-        // one (replay re-derives it), so it is not copied here; the config is in session_registered.
-        now_ns: nowNs,
-        // The policy version in force, and what it judged (policy-layer.ts); absent without a policy.
-        ...(policy === undefined ? {} : policyFields(policy.hash, judged?.record ?? null)),
-        ...replayInputs({
-          paramsText,
-          paramsBytes: tooLarge,
-          paramsBlob: blob !== null,
-          expectedHash,
-          hitlRequestId: decision.verdict === "HITL" ? boundRequestId(next) : null,
-          holdTtlNs: reservation_id === null ? null : ttlNs,
-        }),
-      },
-      nowNs,
-      head,
-      blob === null ? spends : { ...spends, params: blob },
-    );
-    if (opened !== null) {
-      // Its own entry, so the relay delivers it (a webhook can post it to a chat channel). The params
-      // stay in the store: the chain carries their digest only, as decision entries do.
-      yield auditor.recordNow(
-        tx,
-        "hitl_request",
-        {
-          session_id: opened.session_id,
-          request_id: opened.request_id,
-          call_number: opened.call_number,
-          tool_name: opened.tool_name,
-          nonce: opened.nonce,
-          args_digest: opened.args_digest,
-          reason: opened.reason,
-          budget_spent_usd: opened.budget_spent_usd,
-          budget_limit_usd: opened.budget_limit_usd,
-          budget_remaining_usd: opened.budget_remaining_usd,
-          policy_id: opened.policy_id,
-          created_ns: opened.created_ns,
-          expires_ns: opened.expires_ns,
-        },
-        nowNs,
-        { seq: entry.seq, entry_hash: entry.entry_hash },
-      );
-      hitlEvents.push({ type: "hitl_request", request: hitlView(opened) });
-    }
-    // Last, once nothing can fail: an allowed call's policy counters, counted when the batch commits.
-    if (judged?.record != null && decision.verdict === "ALLOW") {
-      policies!.stage(layer!, session.organization_id, judged.record, nowNs, entry);
-    }
-    return {
-      result: {
-        session_id: session.session_id,
-        call_number: callNumber,
-        verdict: decision.verdict,
-        reason: decision.reason,
-        budget_remaining_usd: remaining,
-        reservation_id,
-        estimate_usd: estimateUsd,
-        rng: rngValue,
-        params_hash: paramsHash,
-        repeat_count: repeatCount,
-        entry_seq: entry.seq,
-        entry_hash: entry.entry_hash,
-        ...(opened === null ? {} : { hitl_request_id: opened.request_id }),
-        ...(policy === undefined ? {} : { policy_hash: policy.hash, policy: judged?.record ?? null }),
-      },
-      entry,
-      hitl: hitlEvents,
     };
   }
 
@@ -1133,7 +550,7 @@ export function createEngine(options: EngineOptions): Engine {
           late: false,
         };
       }
-      const id = reservationId(session.session_id, callNumber);
+      const id = holdId(session.session_id, callNumber);
       const hold = await tx.budgets.getReservation(id);
       if (hold === null) throw neverAllowed(session.session_id, callNumber);
       const settled = await settleOnce(tx, hold, actual, nowNs, request.idempotency_key ?? `postexec:${id}`);
@@ -1202,18 +619,32 @@ export function createEngine(options: EngineOptions): Engine {
     return expireSession(request.session_id)
       .then(() =>
         transaction(async (tx) => {
-          const session = await loadSession(tx, request.session_id);
-          const open = await answeredRequest(tx, session, request.request_id);
-          const { next, decided, entry } = await answerIn(tx, session, open, request);
+          checkSessionId(request.session_id);
+          const command: AnswerCommand = {
+            kind: "answer",
+            sessionId: request.session_id,
+            requestId: request.request_id,
+            decision: request.decision,
+            operatorId: request.operator_id,
+            successor: request.successor,
+            comment: (request as { comment?: string | null }).comment,
+          };
+          const { reply, entries } = await runCommand<AnswerReply>(
+            tx,
+            auditor,
+            command,
+            envAt(clock.nowNs()),
+          );
+          const { session: next, decided } = reply;
           if (span.recording) {
             span.set(
               defined({
-                "gen_ai.tool.name": open.tool_name,
-                "gen_ai.tool.call.id": callIdOf(undefined, open.nonce),
+                "gen_ai.tool.name": decided.tool_name,
+                "gen_ai.tool.call.id": callIdOf(undefined, decided.nonce),
                 "leash.hitl.decision": request.decision,
-                "leash.hitl.request_id": open.request_id,
-                "leash.call_number": open.call_number,
-                "leash.chain.seq": entry.seq,
+                "leash.hitl.request_id": decided.request_id,
+                "leash.call_number": decided.call_number,
+                "leash.chain.seq": entries[0]!.seq,
               }),
             );
           }
@@ -1237,39 +668,20 @@ export function createEngine(options: EngineOptions): Engine {
         throw new LeashError("invalid_argument", "agent_id must be a non-empty string");
       }
       return transaction(async (tx) => {
-        const nowNs = clock.nowNs();
-        const ids = {
-          session_id: request.session_id ?? newId(),
-          agent_id: request.agent_id,
-          organization_id: request.organization_id ?? "default",
-        };
-        const existing = await tx.sessions.get(ids.session_id);
-        if (existing !== null) {
-          if (existing.agent_id !== ids.agent_id) {
-            throw new LeashError("session_exists", `session ${ids.session_id} belongs to another agent`);
-          }
-          return view(tx, existing); // resuming a session keeps its config and state
-        }
-        await ensureSessionAccount(tx, config.value, ids, nowNs);
-        const record: SessionRecord = {
-          ...ids,
-          status: "ACTIVE",
+        const command: RegisterCommand = {
+          kind: "register",
+          sessionId: request.session_id ?? null,
+          agentId: request.agent_id,
+          organizationId: request.organization_id ?? "default",
           config: config.value,
-          state: {
-            circuit_tripped: false,
-            total_calls: 0,
-            session_started_ns: nowNs,
-            ...(budgetEnabled(config.value) ? { budget_initial_usd: config.value.budget_usd } : {}),
-          },
-          call_count: 0,
-          created_ns: nowNs,
-          updated_ns: nowNs,
-          last_heartbeat_ns: nowNs,
-          at_seq: null,
         };
-        await tx.sessions.insert(record);
-        await auditor.record(tx, "session_registered", { ...ids, config: config.value }, nowNs);
-        return view(tx, record);
+        const { reply } = await runCommand<{ session: SessionRecord }>(
+          tx,
+          auditor,
+          command,
+          envAt(clock.nowNs()),
+        );
+        return view(tx, reply.session);
       });
     },
 
@@ -1374,18 +786,17 @@ export function createEngine(options: EngineOptions): Engine {
           ? undefined
           : { nonce: answer.successorNonce ?? newId(), args_digest: canonicalHash(checked.params) };
       const decided = await transaction(async (tx) => {
-        const session = await loadSession(tx, found.session_id);
-        const open = await answeredRequest(tx, session, requestId);
-        return (
-          await answerIn(tx, session, open, {
-            decision: checked.decision,
-            operator_id: checked.operator_id,
-            successor,
-            successor_params_json:
-              checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
-            comment: checked.comment,
-          })
-        ).decided;
+        const command: AnswerCommand = {
+          kind: "answer",
+          sessionId: found.session_id,
+          requestId,
+          decision: checked.decision,
+          operatorId: checked.operator_id,
+          successor,
+          successorParamsJson: checked.params === null ? null : canonicalJson(checked.params, NUMBER_TEXT),
+          comment: checked.comment,
+        };
+        return (await runCommand<AnswerReply>(tx, auditor, command, envAt(clock.nowNs()))).reply.decided;
       });
       const answered = hitlView(decided);
       events.emit({ type: "hitl_decided", request: answered });
@@ -1473,73 +884,33 @@ export function createEngine(options: EngineOptions): Engine {
         );
       }
       return transaction(async (tx) => {
-        const session = await loadSession(tx, sessionId);
-        const state = resetCircuit(session.state);
-        const nowNs = clock.nowNs();
-        const next: SessionRecord = {
-          ...session,
-          status: state.status ?? "ACTIVE",
-          state,
-          updated_ns: nowNs,
-        };
-        await tx.sessions.update(next);
-        await auditor.record(
-          tx,
-          "circuit_reset",
-          {
-            session_id: session.session_id,
-            operator_id: operatorId,
-            trip_reason: session.state.circuit_trip_reason ?? null,
-          },
-          nowNs,
-        );
-        return view(tx, next);
+        checkSessionId(sessionId);
+        const command = { kind: "reset", sessionId, operatorId } as const;
+        const { reply } = await runCommand<SessionRecord>(tx, auditor, command, envAt(clock.nowNs()));
+        return view(tx, reply);
       });
     },
 
     heartbeat(sessionId) {
       return transaction(async (tx) => {
-        const session = await loadSession(tx, sessionId);
-        const nowNs = clock.nowNs();
-        // Liveness only, no chain entry: touch writes the heartbeat and nothing else, so it never
-        // overwrites a session row another writer holds in memory (SessionStore.touch).
-        await tx.sessions.touch(session.session_id, nowNs);
-        if (session.status !== "STALE") return;
-        // Coming back from STALE is a state change, so it is audited like going stale was.
-        await tx.sessions.update({
-          ...session,
-          status: session.state.status === "PAUSED" ? "PAUSED" : "ACTIVE",
-        });
-        await auditor.record(tx, "session_revived", { session_id: session.session_id }, nowNs);
+        checkSessionId(sessionId);
+        await runCommand(tx, auditor, { kind: "heartbeat", sessionId }, envAt(clock.nowNs()));
       });
     },
 
     markStale(sessionId, options) {
       return transaction(async (tx) => {
-        const session = await loadSession(tx, sessionId);
-        if (session.status !== "ACTIVE" && session.status !== "PAUSED") return null;
-        const nowNs = clock.nowNs();
-        const lastSeen = session.last_heartbeat_ns ?? session.created_ns;
-        if (nowNs - lastSeen <= options.staleAfterNs) return null; // a heartbeat landed meanwhile
-        await tx.sessions.update({ ...session, status: "STALE", updated_ns: nowNs });
-        const entry = await auditor.record(
-          tx,
-          "session_stale",
-          {
-            session_id: session.session_id,
-            agent_id: session.agent_id,
-            organization_id: session.organization_id,
-            previous_status: session.status,
-            last_heartbeat_ns: session.last_heartbeat_ns,
-            last_seen_ns: lastSeen,
-            heartbeat_interval_ms: options.heartbeatIntervalMs ?? null,
-            missed_heartbeats: options.missedHeartbeats ?? null,
-            now_ns: nowNs,
-            reason: "heartbeat_timeout",
-          },
-          nowNs,
-        );
-        return { entry_seq: entry.seq, entry_hash: entry.entry_hash };
+        checkSessionId(sessionId);
+        const command: MarkStaleCommand = {
+          kind: "mark_stale",
+          sessionId,
+          staleAfterNs: options.staleAfterNs,
+          heartbeatIntervalMs: options.heartbeatIntervalMs ?? null,
+          missedHeartbeats: options.missedHeartbeats ?? null,
+        };
+        const { entries } = await runCommand(tx, auditor, command, envAt(clock.nowNs()));
+        const entry = entries[0];
+        return entry === undefined ? null : { entry_seq: entry.seq, entry_hash: entry.entry_hash };
       });
     },
 
