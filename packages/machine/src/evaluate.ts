@@ -5,9 +5,7 @@ import { chainAvailable, type Money, moneyString, planHold } from "@leash/budget
 import {
   type BudgetAccount,
   type Call,
-  canonicalHash,
   canonicalizationError,
-  canonicalJson,
   type Decision,
   decide as decideSp,
   denyProbability,
@@ -21,7 +19,7 @@ import { budgetEnabled, sessionAccountId } from "./accounts.js";
 import { outranksEstimate, recordableErrorText, recordableEstimate, resolveEstimate } from "./call-input.js";
 import { holdId } from "./constants.js";
 import { countsOnly } from "./count-only.js";
-import { dueInState, expireRequest, hitlExpiresNs, storable } from "./hitl.js";
+import { dueInState, expireRequest, storable } from "./hitl.js";
 import {
   bindToPausedTool,
   boundRequest,
@@ -34,6 +32,7 @@ import {
   releasesApproval,
   timedOut,
 } from "./hitl-binding.js";
+import { openRequest, requestEntry } from "./hitl-open.js";
 import { maxParamsBytes, oversizedBytes, PARAMS_TOO_LARGE } from "./params-cap.js";
 import { type EngineDecision, MALFORMED, OVERRUN } from "./reasons.js";
 import { repeatSeen } from "./repeat-seen.js";
@@ -48,7 +47,7 @@ import { denyListed } from "./tool-policy.js";
 import type { Env, EvaluateCommand, Key, MachineError, MachineEvent, Outcome, StateView } from "./types.js";
 
 /** Params read with their number texts keep them in the stored JSON, as their digest does. */
-const NUMBER_TEXT = { numberText: true } as const;
+const _NUMBER_TEXT = { numberText: true } as const;
 
 export interface EvaluateReply {
   readonly session: SessionRecord;
@@ -285,45 +284,6 @@ function hold(g: Gathered, j: Judged, env: Env, callNumber: number) {
   return { decision, reservation, charged, remainingAfter };
 }
 
-/** The HITL request a paused call opens: what the operator judges, and when it stops waiting. */
-function openRequest(
-  cmd: EvaluateCommand,
-  g: Gathered,
-  j: Judged,
-  reason: string,
-  callNumber: number,
-  env: Env,
-): HitlRequest {
-  const account = g.accounts?.[0];
-  const { session } = g;
-  return {
-    request_id: env.newId(),
-    session_id: session.session_id,
-    call_number: callNumber,
-    tool_name: j.call.tool_name,
-    nonce: cmd.nonce ?? null,
-    args_digest: j.params.hash,
-    reason: reason as HitlRequest["reason"], // decide()'s, or a policy rule's (policy_hitl:rule:<name>)
-    status: "PENDING",
-    decision: null,
-    operator_id: null,
-    successor_nonce: null,
-    successor_args_digest: null,
-    created_ns: env.nowNs,
-    decided_ns: null,
-    // The exact params (canonical JSON, so the digest can be checked), the budget as it stood, the policy.
-    params_json:
-      j.params.hash === null || j.params.text === null ? null : canonicalJson(cmd.params ?? {}, NUMBER_TEXT),
-    budget_spent_usd: account === undefined ? null : account.spent_usd,
-    budget_limit_usd: account === undefined ? null : account.limit_usd,
-    budget_remaining_usd: g.remainingBefore === null ? null : g.remainingBefore.toFixed(),
-    policy_id: canonicalHash(session.config),
-    expires_ns: hitlExpiresNs(session.config, env.nowNs),
-    comment: null,
-    successor_params_json: null,
-  };
-}
-
 /** The approvals a released call used: the request the state names, or (older states) every decided one. */
 function consumedRows(view: StateView, sessionId: string, state: State): HitlRequest[] | { missing: Key[] } {
   const id = boundRequestId(state);
@@ -393,7 +353,21 @@ export function evaluate(view: StateView, cmd: EvaluateCommand, env: Env): Outco
   const events: MachineEvent[] = [...g.before];
   let opened: HitlRequest | null = null;
   if (decision.verdict === "HITL") {
-    opened = openRequest(cmd, g, j, decision.reason, callNumber, env);
+    opened = openRequest(
+      {
+        session,
+        callNumber,
+        toolName: j.call.tool_name,
+        nonce: cmd.nonce ?? null,
+        params: cmd.params,
+        paramsText: j.params.text,
+        paramsHash: j.params.hash,
+        reason: decision.reason,
+        account: g.accounts?.[0],
+        remainingBefore: g.remainingBefore === null ? null : g.remainingBefore.toFixed(),
+      },
+      env,
+    );
     events.push({ type: "hitl", row: opened, insert: true });
     // The state names the request, so the human's answer and its use are tied to this one.
     next = { ...next, pending_request: boundRequest(opened) };
@@ -497,28 +471,5 @@ function decisionEntry(
     data,
     ...(spends === undefined ? {} : { spends }),
     ...(blob === null ? {} : { blob }),
-  };
-}
-
-/** The HITL request's own entry, so the relay delivers it; the params stay in the store (digest only). */
-function requestEntry(opened: HitlRequest): MachineEvent {
-  return {
-    type: "entry",
-    kind: "hitl_request",
-    data: {
-      session_id: opened.session_id,
-      request_id: opened.request_id,
-      call_number: opened.call_number,
-      tool_name: opened.tool_name,
-      nonce: opened.nonce,
-      args_digest: opened.args_digest,
-      reason: opened.reason,
-      budget_spent_usd: opened.budget_spent_usd,
-      budget_limit_usd: opened.budget_limit_usd,
-      budget_remaining_usd: opened.budget_remaining_usd,
-      policy_id: opened.policy_id,
-      created_ns: opened.created_ns,
-      expires_ns: opened.expires_ns,
-    },
   };
 }

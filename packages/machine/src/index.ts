@@ -70,5 +70,6 @@ export {
   replayInputs,
 } from "./replay-inputs.js";
 export { heartbeat, markStale, register, reset, sessionOf } from "./sessions.js";
+export { postExecEvents, type SettledCall } from "./settlement.js";
 export { denyListed, TOOL_DENIED } from "./tool-policy.js";
 export type * from "./types.js";

@@ -22,7 +22,8 @@ import type { CheckpointStore } from "./checkpoint.js";
 import { RecoveryError, type RecoveryErrorCode } from "./errors.js";
 import { checkAllotments, describeViolation, type EscrowCheck } from "./escrow-check.js";
 import { checkOutbox, reenqueueMissing, releaseLeases } from "./outbox-check.js";
-import { type ReplayMismatch, replayChain, storedParams } from "./replay/replay.js";
+import type { ReplayMismatch } from "./replay/replay.js";
+import { replayChain, storedParams } from "./replay/replay-chain.js";
 import { recordRollbackAccepted } from "./rollback.js";
 import {
   compareSnapshots,

@@ -81,9 +81,8 @@ export function* evaluateCall(
   const command = commandOf(ctx, request, malformed, policy, layer);
   const env = envOf(ctx.nowNs(), ctx.rng, ctx.newId, ctx.holdTtlNs);
   const view = new TxView(tx);
-  const { events, reply }: { events: readonly unknown[]; reply: EvaluateReply } =
-    yield* decided<EvaluateReply>(view, command, env);
-  const entries: ChainEntryRecord[] = yield* applied(tx, ctx.auditor, events as never, env.nowNs, tx);
+  const { events, reply } = yield* decided<EvaluateReply>(view, command, env);
+  const entries = yield* applied(tx, ctx.auditor, events, env.nowNs, tx);
   const entry = entries.find((e) => e.kind === "decision")!;
   const hitl: HitlEvent[] = [];
   if (reply.expired !== null) hitl.push({ type: "hitl_expired", request: hitlView(reply.expired) });

@@ -26,7 +26,7 @@ import {
   type RecordedParams,
 } from "@leash/machine";
 import { type CompiledPolicy, EMPTY_STATE, type PolicyState } from "@leash/policy";
-import { expectEntry, expectEqual, expectPolicyRecord, Mismatch } from "./diff.js";
+import { expectEntry, expectEqual, expectPolicyRecord, FIRST, Mismatch } from "./diff.js";
 import type { FoldView } from "./fold-view.js";
 
 type Data = Record<string, unknown>;
@@ -154,16 +154,8 @@ function skipped(data: Data): Set<string> {
   return skip;
 }
 
-const OUTCOME = [
-  "call_number",
-  "rng",
-  "verdict",
-  "reason",
-  "reservation_id",
-  "budget_before_usd",
-  "budget_after_usd",
-  "estimate_usd",
-];
+/** What an entry folded on its recorded verdict is still checked for: the outcome, not the inputs. */
+const OUTCOME = FIRST.filter((field) => field !== "params_hash" && field !== "params_bytes");
 
 /**
  * Folds one decision entry. Returns whether its verdict was re-derived (false: folded on the recorded

@@ -107,7 +107,7 @@ export function expectPolicyRecord(hash: string, judged: PolicyRecord | null, da
 }
 
 /** The fields an entry's outcome is compared in first: the first that differs is the one reported. */
-const FIRST = [
+export const FIRST = [
   "call_number",
   "params_hash",
   "rng",

@@ -4,14 +4,12 @@
 import {
   accountChain,
   chainAvailable,
-  chainOverLimit,
   chargeExpired,
   ensureAccount,
   expire,
   settle,
-  toMoney,
 } from "@leash/budget-guard";
-import type { ChainEntryRecord, Nonce, SessionRecord, State, Substrate } from "@leash/core";
+import type { ChainEntryRecord, Nonce, SessionRecord, State } from "@leash/core";
 import { guardAccountId, POLICY_PUBLISHED, sessionAccountId } from "@leash/engine";
 import {
   type AnswerCommand,
@@ -21,11 +19,12 @@ import {
   type Env,
   type MachineEvent,
   type Outcome,
+  postExecEvents,
 } from "@leash/machine";
 import { type CompiledPolicy, loadPolicy, type PolicyState } from "@leash/policy";
 import { ReplayLedger } from "./budget-ledger.js";
 import { type DecisionFold, foldDecision, UNNAMED } from "./decision.js";
-import { type DiffOptions, expectEntry, expectEqual, Mismatch, recordedForm } from "./diff.js";
+import { type DiffOptions, expectEntry, expectEqual, Mismatch } from "./diff.js";
 import { FoldView, type Projection } from "./fold-view.js";
 
 export { nonceKey, recordedForm, sameRecorded } from "./diff.js";
@@ -67,6 +66,9 @@ export interface ReplayResult {
 }
 
 type Data = Record<string, unknown>;
+
+/** What a post_exec entry records of its settlement (entries before these fields are not re-derived). */
+const SETTLED = ["estimated_usd", "overrun_usd", "budget_after_usd", "late", "over_limit_usd"];
 
 /** A hitl_expired entry's `now_ns` is its own time, which the fold takes from the entry. */
 const NOW = new Set(["now_ns"]);
@@ -334,22 +336,18 @@ export class ChainReplayer {
     });
     expectEqual("replayed", false, settled.replayed);
     const accounts = await accountChain(ledger, sessionAccountId(session.config, session));
-    const remaining = chainAvailable(accounts).toFixed();
-    expectEqual("estimated_usd", settled.amount_usd.toFixed(), data.estimated_usd);
-    expectEqual("overrun_usd", settled.overrun_usd.toFixed(), data.overrun_usd);
-    expectEqual("budget_after_usd", remaining, data.budget_after_usd);
-    expectEqual("late", settled.late, data.late);
-    expectEqual("over_limit_usd", chainOverLimit(accounts).toFixed(), data.over_limit_usd);
-    const spent = toMoney(session.state.budget_spent_usd ?? 0).plus(toMoney(data.actual_usd as string));
-    this.#put({
-      ...session,
-      state: {
-        ...session.state,
-        budget_spent_usd: spent.toNumber(),
-        budget_remaining_usd: Number(remaining),
-      },
-      updated_ns: nowNs,
+    const { events } = postExecEvents({
+      session,
+      callNumber: data.call_number as number,
+      hold,
+      settled,
+      accounts,
+      success: data.success as boolean | undefined,
+      errorMessage: data.error_message,
+      nowNs,
     });
+    expectEntry((events[0] as { data: Data }).data, data, { only: SETTLED });
+    await this.#view.apply(0, events);
   }
 
   /** An unanswered request expired: its row closes and the paused call is marked for hitl_timeout. */
@@ -459,65 +457,8 @@ export class ChainReplayer {
   }
 }
 
-interface ParsedBody {
+export interface ParsedBody {
   seq: number;
   timestamp_ns: string;
   data: Data;
-}
-
-/** The params a store keeps by digest (ChainStore.params), read in a transaction of their own. */
-export function storedParams(substrate: Substrate): ParamsSource {
-  return (hashes) => substrate.transaction((tx) => tx.chain.params(hashes));
-}
-
-/**
- * Replays `entries` (a whole chain, from seq 0) and stops at the first entry whose recorded verdict,
- * state or amounts do not follow from the entries before it. A body that does not parse is reported
- * the same way (verifyChain says why).
- */
-export async function replayChain(
-  entries: Iterable<ChainEntryRecord> | AsyncIterable<ChainEntryRecord>,
-  options: ReplayOptions = {},
-): Promise<ReplayResult> {
-  const replayer = new ChainReplayer(options);
-  const kinds: Record<string, number> = {};
-  let index = 0;
-  let head: ReplayResult["head"] = null;
-  let mismatch: ReplayMismatch | null = null;
-  for await (const entry of entries) {
-    let body: ParsedBody | null = null;
-    try {
-      body = JSON.parse(entry.body) as ParsedBody;
-      kinds[entry.kind] = (kinds[entry.kind] ?? 0) + 1;
-      await replayer.applyEntry(index, entry, body);
-    } catch (error) {
-      const data = body?.data;
-      mismatch = {
-        index,
-        seq: entry.seq,
-        kind: entry.kind,
-        session_id: typeof data?.session_id === "string" ? data.session_id : entry.session_id,
-        field: error instanceof Mismatch ? error.field : "entry",
-        expected: error instanceof Mismatch ? recordedForm(error.expected) : null,
-        recorded: error instanceof Mismatch ? error.recorded : null,
-        message: error instanceof Error ? error.message : String(error),
-      };
-      index++;
-      head = { seq: entry.seq, entry_hash: entry.entry_hash };
-      break;
-    }
-    index++;
-    head = { seq: entry.seq, entry_hash: entry.entry_hash };
-  }
-  return {
-    ok: mismatch === null,
-    count: index,
-    proved_from: replayer.provedFrom,
-    verdicts_checked: replayer.verdictsChecked,
-    mismatch,
-    head,
-    projection: replayer.projection,
-    kinds,
-    unknown_kinds: [...replayer.unknownKinds],
-  };
 }
