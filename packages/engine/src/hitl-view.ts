@@ -1,5 +1,5 @@
 // HITL requests as operators see them, and the facts about their expiry: pure functions over rows.
-// It reads and writes no store; engine.ts decides when a request expires and records it.
+// It reads and writes no store; flow/hitl.ts decides when a request expires (the machine records it).
 import type { HitlRequest, HitlRequestStatus } from "@leash/core";
 import { LeashError } from "./errors.js";
 import type { HitlRequestView, HitlStatus, HumanDecision } from "./types.js";
