@@ -350,7 +350,7 @@ export function evaluate(view: StateView, cmd: EvaluateCommand, env: Env): Outco
   const held = hold(g, j, env, callNumber);
   const decision = held.decision;
   let next = nextState(cmd, g, j, decision, env.nowNs);
-  const events: MachineEvent[] = [...g.before];
+  const events = g.before; // a fresh array of this call's
   let opened: HitlRequest | null = null;
   if (decision.verdict === "HITL") {
     opened = openRequest(

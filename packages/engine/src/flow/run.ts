@@ -38,11 +38,8 @@ const nonceKeyOf = (sessionId: string, nonce: Nonce) =>
  * then what this command fetched. Fetched rows are the transaction's: they serve this command only.
  */
 export class TxView implements StateView {
-  readonly #sessions = new Map<string, SessionRecord | null>();
-  readonly #nonces = new Map<string, boolean>();
-  readonly #accounts = new Map<string, readonly BudgetAccount[]>();
-  readonly #hitl = new Map<string, HitlRequest | null>();
-  readonly #hitlOf = new Map<string, readonly HitlRequest[]>();
+  // What this command fetched, by key (only a cold path fetches: created on the first fetch).
+  #fetched: Map<string, unknown> | null = null;
   readonly #ptx: ProjectionTx | null;
 
   constructor(readonly tx: SubstrateTx) {
@@ -50,22 +47,31 @@ export class TxView implements StateView {
   }
 
   session(sessionId: string): SessionRecord | null | undefined {
-    return this.#ptx?.sessionRows.peek(sessionId) ?? this.#sessions.get(sessionId);
+    return this.#ptx?.sessionRows.peek(sessionId) ?? this.#get(`s\u0000${sessionId}`);
   }
   nonceSeen(sessionId: string, nonce: Nonce): boolean | undefined {
-    return this.#ptx?.spentNow(sessionId, nonce) ?? this.#nonces.get(nonceKeyOf(sessionId, nonce));
+    return this.#ptx?.spentNow(sessionId, nonce) ?? this.#get(`n\u0000${nonceKeyOf(sessionId, nonce)}`);
   }
   accounts(accountId: string): readonly BudgetAccount[] | undefined {
     return (
       (this.#ptx === null ? undefined : accountsInMemory(this.#ptx, accountId)) ??
-      this.#accounts.get(accountId)
+      this.#get(`a\u0000${accountId}`)
     );
   }
   hitl(requestId: string): HitlRequest | null | undefined {
-    return this.#hitl.get(requestId);
+    return this.#get(`h\u0000${requestId}`);
   }
   hitlOf(sessionId: string, status: HitlRequestStatus): readonly HitlRequest[] | undefined {
-    return this.#hitlOf.get(`${sessionId}\u0000${status}`);
+    return this.#get(`l\u0000${sessionId}\u0000${status}`);
+  }
+
+  #get<T>(key: string): T | undefined {
+    return this.#fetched?.get(key) as T | undefined;
+  }
+
+  #set(key: string, value: unknown): void {
+    this.#fetched ??= new Map();
+    this.#fetched.set(key, value);
   }
 
   /** Reads the keys decide reported missing (together: a pipelining store sends them at once). */
@@ -75,23 +81,23 @@ export class TxView implements StateView {
       keys.map(async (key) => {
         switch (key.kind) {
           case "session":
-            this.#sessions.set(key.sessionId, await tx.sessions.get(key.sessionId));
+            this.#set(`s\u0000${key.sessionId}`, await tx.sessions.get(key.sessionId));
             return;
           case "nonce":
-            this.#nonces.set(
-              nonceKeyOf(key.sessionId, key.nonce),
+            this.#set(
+              `n\u0000${nonceKeyOf(key.sessionId, key.nonce)}`,
               await tx.nonces.has(key.sessionId, key.nonce),
             );
             return;
           case "accounts":
-            this.#accounts.set(key.accountId, await accountChain(tx, key.accountId));
+            this.#set(`a\u0000${key.accountId}`, await accountChain(tx, key.accountId));
             return;
           case "hitl":
-            this.#hitl.set(key.requestId, await tx.hitl.get(key.requestId));
+            this.#set(`h\u0000${key.requestId}`, await tx.hitl.get(key.requestId));
             return;
           case "hitl_of":
-            this.#hitlOf.set(
-              `${key.sessionId}\u0000${key.status}`,
+            this.#set(
+              `l\u0000${key.sessionId}\u0000${key.status}`,
               await tx.hitl.list({ sessionId: key.sessionId, status: key.status }),
             );
             return;
