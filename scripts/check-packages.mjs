@@ -67,6 +67,7 @@ try {
     "@leash/budget-guard",
     "@leash/outbox",
     "@leash/policy",
+    "@leash/machine",
     "@leash/engine",
     "@leash/substrate-sqlite",
     "@leash/substrate-postgres",

@@ -91,7 +91,7 @@ export class Auditor {
    * `record` without a promise when nothing needs the store: the head is trusted without a read
    * (ChainTrust.checkAppendNow) and the chain's id is known. The entry and its outbox item are then
    * held in `tx` and the entry returned; otherwise this is `record` (a promise). Evaluate's
-   * synchronous step (engine.ts) records through it.
+   * synchronous step (flow/run.ts) records through it.
    */
   recordNow(
     tx: HeldAppends,

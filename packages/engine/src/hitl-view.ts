@@ -1,14 +1,10 @@
 // HITL requests as operators see them, and the facts about their expiry: pure functions over rows.
-// It reads and writes no store; engine.ts decides when a request expires and records it.
-import type { Config, HitlRequest, HitlRequestStatus } from "@leash/core";
+// It reads and writes no store; flow/hitl.ts decides when a request expires (the machine records it).
+import type { HitlRequest, HitlRequestStatus } from "@leash/core";
 import { LeashError } from "./errors.js";
 import type { HitlRequestView, HitlStatus, HumanDecision } from "./types.js";
 
-/** How long a request waits for a human when the guard config has no `hitl_timeout_s`: 15 minutes. */
-export const DEFAULT_HITL_TIMEOUT_S = 900;
-
-/** The operator identity recorded when a request expires unanswered. */
-export const TIMEOUT_OPERATOR = "system:timeout";
+export { DEFAULT_HITL_TIMEOUT_S, hitlExpiresNs, isDue, TIMEOUT_OPERATOR } from "@leash/machine";
 
 const STATUS_OF: Record<HitlRequestStatus, HitlStatus> = {
   PENDING: "pending",
@@ -34,17 +30,6 @@ export function storedStatus(status: unknown): HitlRequestStatus {
     );
   }
   return stored;
-}
-
-/** When a request opened at `nowNs` under `config` expires (validateConfig bounds the timeout). */
-export function hitlExpiresNs(config: Config, nowNs: number): number {
-  const seconds = config.hitl_timeout_s ?? DEFAULT_HITL_TIMEOUT_S;
-  return nowNs + Math.round(seconds * 1e9);
-}
-
-/** Unanswered and past its expiry: the next look at it records the expiry. */
-export function isDue(request: HitlRequest, nowNs: number): boolean {
-  return request.status === "PENDING" && request.expires_ns !== null && request.expires_ns <= nowNs;
 }
 
 function parsed(json: string | null): Record<string, unknown> | null {

@@ -23,6 +23,7 @@ export {
   LeashHitlExpired,
 } from "./errors.js";
 export { type EscrowControl, type EscrowedSubstrate, type EscrowOptions, withEscrow } from "./escrow.js";
+export { policyStep } from "./flow/policy-step.js";
 export { type GuardOptions, guard } from "./guard.js";
 export {
   bindToPausedTool,

@@ -1,5 +1,5 @@
 // Checks a human's answer (resume) before anything is read or written: one clear error for bad input.
-// It decides nothing about the session; which request the answer lands on is engine.ts's resume.
+// It decides nothing about the session; which request the answer lands on is the machine's (answeredRequest).
 import { canonicalizationError, type Nonce } from "@leash/core";
 import { LeashError } from "./errors.js";
 import type { HitlAnswer, HumanDecision, ResumeRequest } from "./types.js";

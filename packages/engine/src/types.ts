@@ -12,6 +12,7 @@ import type {
   Substrate,
   Verdict,
 } from "@leash/core";
+import type { EngineReason } from "@leash/machine";
 import type { CompiledPolicy } from "@leash/policy";
 import type { Tracer } from "@opentelemetry/api";
 import type { PolicyRecord } from "./policy-layer.js";
@@ -148,27 +149,8 @@ export interface EvaluateRequest {
   traceparent?: string;
 }
 
-/**
- * Reasons the engine gives for checks the certified decide() is silent on (the README lists them with
- * the extension reasons); decide() itself never returns them. `fail_closed:chain_unverified`: the
- * store's audit chain does not verify, so nothing is decided and nothing is appended.
- */
-export type EngineReason =
-  | "fail_closed:chain_unverified"
-  // A row the call needs is not the one the chain signed (state-auth.ts): nothing decided or appended.
-  | "fail_closed:state_unverified"
-  | "hitl_transition:tool_mismatch"
-  | "policy_violation:missing_estimate"
-  | "policy_violation:invalid_estimate"
-  | "policy_violation:params_hash_mismatch"
-  | "policy_violation:tool_denied"
-  | "policy_violation:params_too_large"
-  | "hitl_timeout"
-  // The policy layer's (policy-layer.ts): the rule that refused or asked for a human.
-  | `policy_violation:rule:${string}`
-  | `policy_hitl:rule:${string}`
-  | `policy_error:rule:${string}`
-  | "policy_violation:default_deny";
+/** Reasons the engine gives beyond decide()'s (they are the state machine's: @leash/machine). */
+export type { EngineReason };
 
 export interface EvaluateResult {
   session_id: string;

@@ -25,9 +25,8 @@ export {
   type ReplayOptions,
   type ReplayResult,
   recordedForm,
-  replayChain,
-  storedParams,
 } from "./replay/replay.js";
+export { replayChain, storedParams } from "./replay/replay-chain.js";
 export { assertRecovered, formatReport } from "./report.js";
 export { ROLLBACK_ACCEPTED, recordRollbackAccepted } from "./rollback.js";
 export {

@@ -20,7 +20,7 @@ import {
   repairOutbox,
   verifyStoreChain,
 } from "./recover-steps.js";
-import { replayChain, storedParams } from "./replay/replay.js";
+import { replayChain, storedParams } from "./replay/replay-chain.js";
 import { compareSnapshots, describeDifferences, repairSnapshots } from "./snapshot-check.js";
 
 export type {

@@ -167,6 +167,10 @@ describe.each(KINDS)("live state equals the replayed chain on %s", (kind: Kind) 
             const differences = await compareSnapshots(store.substrate, replayer.projection);
             expect(differences, `after ${step.op}`).toEqual([]);
           }
+          // Every decision the engine wrote was re-derived through the machine, none folded on its verdict.
+          const chain = await store.substrate.transaction((tx) => tx.chain.range(0, 100_000));
+          expect(replayer.verdictsChecked).toBe(chain.filter((e) => e.kind === "decision").length);
+          expect(replayer.provedFrom).toBe(0);
         } finally {
           await store.close();
         }
