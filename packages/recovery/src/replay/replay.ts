@@ -346,7 +346,8 @@ export class ChainReplayer {
       errorMessage: data.error_message,
       nowNs,
     });
-    expectEntry((events[0] as { data: Data }).data, data, { only: SETTLED });
+    const entry = events.find((e) => e.type === "entry") as { data: Data };
+    expectEntry(entry.data, data, { only: SETTLED });
     await this.#view.apply(0, events);
   }
 
