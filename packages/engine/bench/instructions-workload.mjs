@@ -3,11 +3,13 @@
 //
 //   node instructions-workload.mjs ROOT memory|sqlite|postgres|none N [SQLITE_FILE | POSTGRES_URL]
 //
-// ROOT is the checkout whose built packages are loaded, so two builds can be counted alike.
+// ROOT is the checkout whose built packages are loaded, so two builds can be counted alike. The
+// environment's POLICY (five or empty, policy-rules.mjs) gives the engine that policy; unset, none.
 
 import { createRequire } from "node:module";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { EMPTY_RULES, FIVE_RULES } from "./policy-rules.mjs";
 
 const [root, store, n, file] = process.argv.slice(2);
 const N = Number(n);
@@ -83,6 +85,9 @@ if (store === "postgres") {
 }
 await substrate.migrate?.();
 
+const rules = { five: FIVE_RULES, empty: EMPTY_RULES }[process.env.POLICY ?? ""];
+const policy = rules === undefined ? undefined : (await load("policy")).loadPolicy(rules);
+
 // A fixed clock and rng: the same calls, states and entries in every run.
 let nowNs = 1_790_000_000_000_000_000;
 const engine = createEngine({
@@ -90,6 +95,7 @@ const engine = createEngine({
   signer: generateKeyPair().signer,
   clock: { nowNs: () => (nowNs += 1000) },
   rng: () => 0.5,
+  ...(policy === undefined ? {} : { policy }),
 });
 const sessions = [];
 for (let i = 0; i < CALLERS; i++) {

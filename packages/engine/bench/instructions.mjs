@@ -19,7 +19,8 @@
 // store: only a decision's signed chain entry, the part every store pays alike) or postgres (the
 // server at PG_URL, default postgres://postgres@127.0.0.1:5432/test, in a schema of its own; only
 // this process's instructions count, not the server's), DECISIONS (default 1600),
-// ROOT (the checkout whose build is counted, default this one: to compare two builds, run it on each).
+// ROOT (the checkout whose build is counted, default this one: to compare two builds, run it on each),
+// POLICY=five or empty (the engine runs that policy of policy-rules.mjs; policy.mjs's five rules).
 // Needs valgrind on PATH (Debian's package); each run takes about a minute, the two run side by side.
 
 import { execFileSync, spawn } from "node:child_process";
@@ -34,9 +35,12 @@ const DECISIONS = Number(process.env.DECISIONS ?? 1600);
 const ROOT = resolve(process.env.ROOT ?? join(here, "..", "..", ".."));
 const WORKLOAD = join(here, "instructions-workload.mjs");
 const PG_URL = process.env.PG_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const POLICY = process.env.POLICY ?? "";
 
 if (!["memory", "sqlite", "postgres", "none"].includes(STORE))
   fail(`STORE must be memory, sqlite, postgres or none, not ${JSON.stringify(STORE)}`);
+if (!["", "five", "empty"].includes(POLICY) || (POLICY !== "" && STORE === "none"))
+  fail(`POLICY must be five or empty (and STORE not none), not ${JSON.stringify(POLICY)}`);
 // 16 callers take equal shares of each run.
 // Fewer, and the JIT is still compiling between the two counts (160 gave 2.8 M on SQLite against 1.3 M).
 if (!Number.isInteger(DECISIONS) || DECISIONS < 800 || DECISIONS % 16 !== 0) {
@@ -125,6 +129,7 @@ try {
     JSON.stringify({
       bench: "engine-instructions",
       store: STORE,
+      ...(POLICY === "" ? {} : { policy: POLICY }),
       decisions: counts,
       instructions: totals,
       instructions_per_decision: Math.round(perDecision),

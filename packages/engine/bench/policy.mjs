@@ -5,12 +5,13 @@
 //
 // Environment: SLICES (default 20 per engine), SLICE (decisions per slice, default 1600), CALLERS (16).
 // Every call is ALLOW with a budget hold (the calls `leash bench engine` makes); the policy's rules
-// all run on them and decide nothing else: a deny and a CEL condition that never match, a rate limit,
-// a USD budget per day and a max_repeat, so every decision evaluates a condition and updates counters.
+// (policy-rules.mjs) all run on them and decide nothing else. `POLICY=five node instructions.mjs` counts
+// the same five rules' instructions, which the machine's load does not move.
 // Prints one JSON line: each engine's CPU µs per decision and five/none (the target is ≤ 1.10).
 
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { EMPTY_RULES, FIVE_RULES } from "./policy-rules.mjs";
 
 const SLICES = Number(process.env.SLICES ?? 20);
 const SLICE = Number(process.env.SLICE ?? 1600);
@@ -24,31 +25,6 @@ const [{ createEngine }, { createMemorySubstrate }, { generateKeyPair }, { loadP
   load("chain"),
   load("policy"),
 ]);
-
-const FIVE_RULES = {
-  version: 1,
-  name: "bench-five",
-  rules: [
-    { name: "no-destructive", match: { tool: ["db.drop", "shell.*"] }, action: "deny", message: "no" },
-    {
-      name: "deep-pages",
-      match: { tool: "*" },
-      when: "has(args.page) && args.page > 100",
-      action: "hitl",
-    },
-    {
-      name: "search-rate",
-      match: { tool: ["tool0", "tool1", "tool2"] },
-      action: { rate: { limit: 1_000_000, window_s: 60, per: "agent" } },
-    },
-    {
-      name: "daily-spend",
-      match: { tool: "*" },
-      action: { budget_usd: { limit: 1_000_000, period: "day" } },
-    },
-    { name: "no-loops", match: { tool: "*" }, action: { max_repeat: 3 } },
-  ],
-};
 
 /** An engine on a fresh memory store with CALLERS sessions; returns "run n decisions". */
 async function workload(policy) {
@@ -92,7 +68,7 @@ async function cpuOf(run, n) {
 
 // A policy with no rules too: what recording the policy in every entry costs, apart from the rules.
 const none = await workload(undefined);
-const empty = await workload(loadPolicy({ version: 1, name: "bench-empty", rules: [] }));
+const empty = await workload(loadPolicy(EMPTY_RULES));
 const five = await workload(loadPolicy(FIVE_RULES));
 const runs = [none, empty, five];
 const us = [0, 0, 0];

@@ -63,8 +63,8 @@ export interface CelCondition {
   readonly cost: number;
   /** Whether it has a comprehension (`exists`, `all`, …): such a rule is run only on bounded args. */
   readonly iterates: boolean;
-  /** true / false, or the error's message. */
-  run(bindings: ConditionBindings): boolean | { readonly error: string };
+  /** true / false, or the error's message; `bindings` as ConditionBindings, or a CallBindings (bindings.ts). */
+  run(bindings: object): boolean | { readonly error: string };
 }
 
 function bracketDepth(text: string): number {

@@ -1,7 +1,8 @@
 // evaluatePolicy: a compiled policy, one call and the limit counters → the policy layer's outcome, purely.
 // It runs after nothing and decides nothing for SP/1.0: the engine combines it with the certified decide.
+
+import { CallBindings } from "./bindings.js";
 import { type CompiledPolicy, type CompiledRule, ruleMatches, toolTags } from "./compile.js";
-import type { ConditionBindings } from "./condition.js";
 import { MAX_ARG_STRING, MAX_ARG_VALUES, MAX_ITERATION } from "./limits.js";
 import type { Per } from "./schema.js";
 import {
@@ -97,44 +98,6 @@ type Step =
 
 const MICRO = 1_000_000;
 const toMicros = (usd: number) => Math.round(usd * MICRO);
-
-/** A counter as a CEL int; a missing or non-finite one is 0. */
-const int = (n: number | undefined) => (n !== undefined && Number.isFinite(n) ? BigInt(Math.trunc(n)) : 0n);
-
-/** `n mod m` in [0, m), also for negative `n` (times before 1970). */
-const floorMod = (n: number, m: number) => ((n % m) + m) % m;
-
-function bindingsOf(input: PolicyInput, tags: readonly string[], args: unknown): ConditionBindings {
-  const s = input.session ?? {};
-  const b = input.budget ?? {};
-  const unix = Math.floor(input.time.unix_s);
-  const limit = b.limit_usd ?? Number.POSITIVE_INFINITY;
-  const spent = b.spent_usd ?? 0;
-  return {
-    tool: input.tool,
-    agent: input.agent,
-    org: input.org ?? "",
-    tags,
-    args,
-    estimate_usd: input.estimate_usd ?? 0,
-    has_estimate: input.estimate_usd !== undefined,
-    session: {
-      id: s.id ?? "",
-      calls: int(s.calls),
-      repeat: int(s.repeat),
-      denied: int(s.denied),
-      spent_usd: s.spent_usd ?? 0,
-    },
-    budget: { limit_usd: limit, spent_usd: spent, remaining_usd: b.remaining_usd ?? limit - spent },
-    // UTC calendar fields by arithmetic (no Date per call): 1970-01-01 was a Thursday (4).
-    time: {
-      unix_s: BigInt(unix),
-      hour_utc: BigInt(floorMod(Math.floor(unix / 3600), 24)),
-      minute_utc: BigInt(floorMod(Math.floor(unix / 60), 60)),
-      weekday_utc: BigInt(floorMod(Math.floor(unix / 86_400) + 4, 7)),
-    },
-  };
-}
 
 /** Whether every list, map and string in `args` is within the bounds an iterating rule was costed for. */
 function argsWithinBounds(args: unknown): boolean {
@@ -287,7 +250,7 @@ export function evaluatePolicy(
   let estimate = validEstimate(input.estimate_usd);
   let shadowEstimate = estimate;
   let supplied: number | undefined;
-  let bindings: ConditionBindings | undefined;
+  let bindings: CallBindings | undefined;
   let bounded: boolean | undefined;
   const done = (verdict: PolicyVerdict, rule: string | undefined, reason: string, message?: string) =>
     outcomeOf(policy, { monitor, updates, counted, supplied }, { verdict, rule, reason, message });
@@ -297,9 +260,9 @@ export function evaluatePolicy(
   for (const rule of rules) {
     let step: Step | undefined;
     if (rule.when !== undefined) {
-      // The args are parsed (when given as `argsOf`) once, for the first condition, and shared.
-      bindings ??= bindingsOf(input, tags, input.args ?? input.argsOf?.() ?? {});
-      if (rule.when.iterates) bounded ??= argsWithinBounds(bindings.args);
+      // Each variable is built (the args parsed, when given as `argsOf`) once, when a condition names it.
+      bindings ??= new CallBindings(input, tags);
+      if (rule.when.iterates) bounded ??= argsWithinBounds(bindings.plainArgs());
       const result =
         rule.when.iterates && !bounded ? { error: "args too large for this rule" } : rule.when.run(bindings);
       if (result === false) continue;
