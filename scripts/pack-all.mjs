@@ -12,5 +12,5 @@ const packed = packAll(destination);
 for (const file of packed.values()) process.stdout.write(`${basename(file)}\n`);
 process.stdout.write(
   `pack:all: ${packed.size} tarballs in ${destination}\n` +
-    `  a TypeScript agent: npm install ${destination}/leash-{core,chain,budget-guard,outbox,policy,engine,substrate-sqlite}-*.tgz better-sqlite3\n`,
+    `  a TypeScript agent: npm install ${destination}/leash-{core,chain,budget-guard,outbox,policy,machine,engine,substrate-sqlite}-*.tgz better-sqlite3\n`,
 );
