@@ -191,6 +191,7 @@ console.log(JSON.stringify({ url: url.replace(/\\/\\/[^@]*@/, "//"), verdicts })
     "@leash/budget-guard",
     "@leash/outbox",
     "@leash/policy",
+    "@leash/machine",
     "@leash/engine",
   ];
   writeFileSync(
